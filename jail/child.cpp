@@ -1,0 +1,355 @@
+// The child's steps, in order. Each step either succeeds or reports {step, errno, message} to
+// the supervisor and exits; the order matters for security and is explained step by step.
+#include "child.hpp"
+
+#include <fcntl.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sys/capability.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "exitstatus.hpp"
+#include "init.hpp"
+#include "protocol.hpp"
+#include "sys.hpp"
+
+extern char** environ;
+
+namespace pyjail {
+
+namespace {
+
+int g_sync_fd = -1;
+
+// Reports a failed step to the supervisor and exits. Async-signal-safe enough for a child
+// of a single-threaded parent: no allocation, no locks.
+[[noreturn]] void fail(const char* step, int err, int exit_code, const char* fmt, ...) {
+    JailMessage m{};
+    m.kind = MsgKind::Error;
+    m.err = err;
+    m.exit_code = exit_code;
+    std::snprintf(m.step, sizeof m.step, "%s", step);
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    if (g_sync_fd >= 0) (void)::send(g_sync_fd, &m, sizeof m, MSG_NOSIGNAL);
+    ::_exit(exit_code);
+}
+
+void send_simple(MsgKind kind, int wait_status) {
+    JailMessage m{};
+    m.kind = kind;
+    m.wait_status = wait_status;
+    (void)::send(g_sync_fd, &m, sizeof m, MSG_NOSIGNAL);
+}
+
+// The parent-death signal: if the supervisor dies (even by SIGKILL), so does the jail -- pid 1
+// dying takes every process of the pid namespace with it. Credential changes clear it, so
+// it is set again after them; the POLLHUP check closes the race with a parent that died
+// before the prctl.
+void die_with_parent() {
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("pdeathsig", errno, kExitJailError, "prctl");
+    pollfd p{g_sync_fd, 0, 0};
+    if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
+}
+
+void step_wait_for_parent() {
+    // Until the parent has written the id maps we are nobody here; the byte says they are in.
+    char go = 0;
+    ssize_t n;
+    do n = ::read(g_sync_fd, &go, 1);
+    while (n < 0 && errno == EINTR);
+    if (n != 1) ::_exit(kExitJailError);  // the supervisor is gone: nothing to report to
+}
+
+void step_scrub_host_memory() {
+    // This process is a copy of the supervisor. Its environment strings are the host's: wipe
+    // them so nothing of the host's variables is left in the jail's memory.
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) ::explicit_bzero(*e, std::strlen(*e));
+}
+
+void step_become_jail_user(const ChildPlan& p) {
+    // From here on the jail acts on files as the mapped jail user (the invoking user, or
+    // nobody for root). The capabilities we hold are those of the new user namespace only.
+    if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
+        fail("set ids", errno, kExitJailError, "setresgid(%u)", p.jail_gid);
+    if (::setresuid(p.jail_uid, p.jail_uid, p.jail_uid) != 0)
+        fail("set ids", errno, kExitJailError, "setresuid(%u)", p.jail_uid);
+    die_with_parent();
+    // Not dumpable: the program (same uid) can neither ptrace pid 1 nor read its /proc files,
+    // which hold a copy of the supervisor's memory.
+    if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail("dumpable", errno, kExitJailError, "prctl");
+}
+
+void do_mount(const char* step, const char* src, const char* target, const char* type,
+              unsigned long flags, const char* data) {
+    if (::mount(src, target, type, flags, data) != 0)
+        fail(step, errno, kExitJailError, "%s on /%s", type != nullptr ? type : (src ? src : "-"), target);
+}
+
+void mkdirs(const char* step, const std::string& path, unsigned mode) {
+    // Parents first; an existing directory is fine.
+    for (std::size_t i = 1; i <= path.size(); ++i) {
+        if (i != path.size() && path[i] != '/') continue;
+        std::string part = path.substr(0, i);
+        if (::mkdir(part.c_str(), i == path.size() ? mode : 0755) != 0 && errno != EEXIST)
+            fail(step, errno, kExitJailError, "cannot create mount point /%s", part.c_str());
+    }
+}
+
+void copy_in(const MountOp& op, int src_fd) {
+    int out = ::open(op.target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) fail("copy script", errno, kExitJailError, "cannot create /%s", op.target.c_str());
+    while (true) {
+        ssize_t n = ::sendfile(out, src_fd, nullptr, 1 << 20);
+        if (n == 0) break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail("copy script", errno, kExitJailError, "copying into /%s", op.target.c_str());
+    }
+    if (::fchmod(out, op.mode) != 0) fail("copy script", errno, kExitJailError, "chmod /%s", op.target.c_str());
+    ::close(out);
+}
+
+// Opens the sources to bind, in this mount namespace (a bind's source must be a mount of the
+// caller's own namespace, so the parent's fds cannot serve) and before the new root covers
+// the staging directory. The jail user opens them: when root runs pyjail, the jail sees host
+// files with the rights of --host-user, never root's.
+std::vector<std::string> open_sources(const ChildPlan& p) {
+    std::vector<std::string> paths;
+    for (std::size_t slot = 0; slot < p.mounts.sources.size(); ++slot) {
+        const SourceRef& src = p.mounts.sources[slot];
+        if (src.content) {
+            paths.emplace_back();
+            continue;
+        }
+        int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
+        if (fd < 0)
+            fail(slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError, "cannot open %s",
+                 src.host_path.c_str());
+        paths.push_back("/proc/self/fd/" + std::to_string(fd));
+    }
+    return paths;
+}
+
+void step_mounts(const ChildPlan& p) {
+    // Nothing we mount may propagate back to the host's mount namespace.
+    do_mount("mount private", nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    std::vector<std::string> source_paths = open_sources(p);
+
+    for (const MountOp& op : p.mounts.ops) {
+        const char* t = op.target.c_str();
+        switch (op.kind) {
+            case OpKind::Tmpfs:
+                if (op.target.empty()) {
+                    // The new root, assembled on a host directory that only this mount
+                    // namespace sees covered.
+                    do_mount("mount root", "tmpfs", p.staging_dir.c_str(), "tmpfs", op.flags,
+                             op.data.c_str());
+                    if (::chdir(p.staging_dir.c_str()) != 0)
+                        fail("mount root", errno, kExitJailError, "chdir %s", p.staging_dir.c_str());
+                } else {
+                    do_mount("mount tmpfs", "tmpfs", t, "tmpfs", op.flags, op.data.c_str());
+                }
+                break;
+            case OpKind::Proc: do_mount("mount /proc", "proc", t, "proc", op.flags, nullptr); break;
+            case OpKind::Mkdir: mkdirs("mkdir", op.target, op.mode); break;
+            case OpKind::MkFile: {
+                auto slash = op.target.rfind('/');
+                if (slash != std::string::npos) mkdirs("mkdir", op.target.substr(0, slash), 0755);
+                int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
+                if (fd < 0) fail("mkfile", errno, kExitJailError, "cannot create mount point /%s", t);
+                ::close(fd);
+                break;
+            }
+            case OpKind::Symlink:
+                if (::symlink(op.source_path.c_str(), t) != 0)
+                    fail("symlink", errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
+                break;
+            case OpKind::Bind: {
+                std::string src = op.source_path;
+                if (op.source_slot >= 0) {
+                    src = source_paths[static_cast<std::size_t>(op.source_slot)];
+                    if (!op.source_path.empty()) src += "/" + op.source_path;
+                }
+                if (::mount(src.c_str(), t, nullptr, op.flags, nullptr) != 0)
+                    fail(op.source_slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError,
+                         "bind %s on /%s",
+                         op.source_slot >= 0
+                             ? p.mounts.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
+                             : src.c_str(),
+                         t);
+                break;
+            }
+            case OpKind::Remount:
+                do_mount("remount", nullptr, t, nullptr, op.flags, nullptr);
+                break;
+            case OpKind::Copy: {
+                copy_in(op, p.content_fds[static_cast<std::size_t>(op.source_slot)]);
+                break;
+            }
+        }
+    }
+
+    // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one; the
+    // lazy unmount then detaches the whole host tree, so no path leads back to it.
+    if (sys_pivot_root(".", ".") != 0) fail("pivot_root", errno, kExitJailError, "pivot_root");
+    if (::umount2(".", MNT_DETACH) != 0) fail("pivot_root", errno, kExitJailError, "detach old root");
+    if (::chdir("/") != 0) fail("pivot_root", errno, kExitJailError, "chdir /");
+    // The root tmpfs held only mount points and symlinks: read-only, nothing can be added.
+    do_mount("remount root", nullptr, "/", nullptr,
+             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+    if (::chdir(p.mounts.cwd.c_str()) != 0)
+        fail("chdir", errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
+}
+
+void step_hostname(const ChildPlan& p) {
+    if (::sethostname(p.hostname.data(), p.hostname.size()) != 0)
+        fail("hostname", errno, kExitJailError, "sethostname");
+    if (::setdomainname("", 0) != 0) fail("hostname", errno, kExitJailError, "setdomainname");
+}
+
+void step_network(const ChildPlan& p) {
+    // A new network namespace has only `lo`, down. --net none leaves it so: no socket can
+    // reach anything. --net loopback brings it up: a private 127.0.0.1, not the host's.
+    if (!p.loopback_up) return;
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) fail("network", errno, kExitJailError, "socket");
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "get lo flags");
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "bring lo up");
+    ::close(s);
+}
+
+void step_rlimits() {
+    // No core dumps: a core file would hold the program's memory outside its control, and
+    // the hard limit keeps the program from raising it again.
+    rlimit none{0, 0};
+    if (::setrlimit(RLIMIT_CORE, &none) != 0) fail("rlimits", errno, kExitJailError, "RLIMIT_CORE");
+}
+
+void step_new_session() {
+    // A new session has no controlling terminal: TIOCSTI cannot push keystrokes into the
+    // invoking user's shell.
+    if (::setsid() < 0) fail("setsid", errno, kExitJailError, "setsid");
+}
+
+void step_close_fds() {
+    // Every inherited descriptor but 0, 1, 2 goes: a leaked fd to a host file or socket would
+    // be a way out of every other protection. The sync socket moves to fd 3 and is close-on-
+    // exec, so the program never holds it.
+    if (g_sync_fd != 3) {
+        if (::dup3(g_sync_fd, 3, O_CLOEXEC) < 0) fail("close fds", errno, kExitJailError, "dup3");
+        g_sync_fd = 3;
+    }
+    if (sys_close_range(4, ~0U, 0) != 0) fail("close fds", errno, kExitJailError, "close_range");
+}
+
+void step_drop_capabilities() {
+    // Capabilities of the jail's user namespace still let us mount, change uid inside, etc.:
+    // drop them all, from every set, and lock it so none can come back on exec.
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            fail("capabilities", errno, kExitJailError, "drop cap %d from the bounding set", cap);
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+        fail("capabilities", errno, kExitJailError, "clear ambient capabilities");
+    if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                       SECBIT_NO_CAP_AMBIENT_RAISE |
+                                       SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
+        fail("capabilities", errno, kExitJailError, "securebits");
+    cap_t none = ::cap_init();
+    if (none == nullptr || ::cap_set_proc(none) != 0)
+        fail("capabilities", errno, kExitJailError, "clear capability sets");
+    ::cap_free(none);
+}
+
+void step_no_new_privs() {
+    // No exec may ever gain privileges again (setuid files, file capabilities).
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        fail("no_new_privs", errno, kExitJailError, "prctl");
+}
+
+void step_seccomp() {
+    // The syscall filter goes here, last before exec, so the set-up above is not limited by it.
+}
+
+void install_init_signals() {
+    // Before the fork, so no forwarded signal can fall between the cracks. pid 1 of a pid
+    // namespace ignores signals it has no handler for, so each gets a (no-op) handler; the
+    // signals stay blocked and are taken with sigwaitinfo.
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : kForwardedSignals) {
+        ::sigaction(s, &sa, nullptr);
+        sigaddset(&set, s);
+    }
+    ::sigaction(SIGCHLD, &sa, nullptr);
+    sigaddset(&set, SIGCHLD);
+    ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+[[noreturn]] void exec_program(const ChildPlan& p) {
+    // Start the program with default signal dispositions and nothing blocked.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    for (int s = 1; s < NSIG; ++s)
+        if (s != SIGKILL && s != SIGSTOP) ::sigaction(s, &dfl, nullptr);
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    ::execve(p.exec_path.c_str(), p.argv.data(), p.envp.data());
+    int e = errno;
+    int code = (e == ENOENT || e == ENOTDIR) ? kExitNotFound : kExitCannotExecute;
+    fail("exec", e, code, "cannot execute %s", p.exec_path.c_str());
+}
+
+}  // namespace
+
+void run_child(const ChildPlan& p) noexcept {
+    g_sync_fd = p.sync_fd;
+    ::close(p.parent_end_fd);
+
+    step_wait_for_parent();
+    step_scrub_host_memory();
+    step_become_jail_user(p);
+    step_mounts(p);
+    step_hostname(p);
+    step_network(p);
+    step_rlimits();
+    step_new_session();
+    step_close_fds();
+    step_drop_capabilities();
+    step_no_new_privs();
+    step_seccomp();
+    install_init_signals();
+
+    send_simple(MsgKind::Ready, 0);
+    pid_t program = ::fork();
+    if (program < 0) fail("fork", errno, kExitJailError, "cannot start the program");
+    if (program == 0) exec_program(p);
+    run_init_in_child(program, g_sync_fd);
+}
+
+}  // namespace pyjail

@@ -1,0 +1,34 @@
+// The jail's pid 1: what runs between clone3 and the program's execve. Everything it needs is
+// prepared by the parent beforehand (paths, argv, envp), so it only makes syscalls.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+#include <vector>
+
+#include "mountplan.hpp"
+
+namespace pyjail {
+
+struct ChildPlan {
+    int sync_fd = -1;          // the child's end of the sync socket
+    int parent_end_fd = -1;    // the parent's end, closed first thing in the child
+    uid_t jail_uid = 0;
+    gid_t jail_gid = 0;
+    std::string staging_dir;   // host directory the new root is assembled on
+    MountPlan mounts;
+    // Per slot of `mounts.sources`: for content sources (copied in), the fd the parent
+    // opened; -1 for sources bound by path, which the child opens itself.
+    std::vector<int> content_fds;
+    std::string hostname;
+    bool loopback_up = false;
+    std::string exec_path;
+    std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
+    std::vector<char*> envp;
+};
+
+// Never returns: ends in the program's execve (pid 2) or _exit (pid 1, or on failure).
+[[noreturn]] void run_child(const ChildPlan& plan) noexcept;
+
+}  // namespace pyjail

@@ -1,0 +1,30 @@
+// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed with CLI11 from the
+// option table. It only collects text; checking values is policy.cpp's job, the same as for
+// profiles, so both report bad values the same way.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "options.hpp"
+
+namespace pyjail {
+
+struct CliArgs {
+    std::map<std::string, std::vector<std::string>, std::less<>> given;  // option -> values given
+    std::vector<std::string> command;
+    std::optional<int> exit_now;  // --help / --version were answered: exit with this
+    std::string output;           // what to print for --help / --version
+};
+
+// `args` excludes argv[0]. Throws UsageError for unknown options and missing values.
+CliArgs parse_cli(const std::vector<std::string>& args);
+
+// Lays the command line over settings: it replaces profile values and appends to lists.
+void apply_cli(Settings& settings, const CliArgs& cli);
+
+std::string usage_text();
+
+}  // namespace pyjail

@@ -1,0 +1,79 @@
+#include "explain.hpp"
+
+#include <fmt/format.h>
+
+namespace pyjail {
+
+std::string toml_quote(const std::string& value) {
+    std::string out = "\"";
+    for (char c : value) {
+        if (c == '"' || c == '\\') out += '\\';
+        if (c == '\n') {
+            out += "\\n";
+            continue;
+        }
+        out += c;
+    }
+    return out + "\"";
+}
+
+namespace {
+const char* source_name(Source s) {
+    switch (s) {
+        case Source::Default: return "default";
+        case Source::Profile: return "profile";
+        case Source::CommandLine: return "command line";
+    }
+    return "";
+}
+}  // namespace
+
+std::string explain_text(const ExplainInput& in) {
+    std::string out = "# pyjail --explain: the effective policy (nothing was run).\n"
+                      "# Settings, with where each came from:\n";
+    for (const auto& o : option_table()) {
+        if (!o.profile_key) continue;
+        const auto& items = in.policy.settings.at(std::string(o.name));
+        if (o.kind == OptKind::List) {
+            std::string line = fmt::format("{} = [", o.name);
+            std::string origins;
+            for (std::size_t i = 0; i < items.size(); ++i) {
+                line += (i ? ", " : "") + toml_quote(items[i].value);
+                origins += fmt::format("{}{} ({})", i ? ", " : "", source_name(items[i].source),
+                                       items[i].origin);
+            }
+            line += "]";
+            out += fmt::format("{:<40} # {}\n", line, items.empty() ? "default" : origins);
+        } else {
+            const auto& it = items.back();
+            std::string value = o.name == "rootfs" && it.value.empty() ? in.rootfs : it.value;
+            std::string line = fmt::format("{} = {}", o.name, toml_quote(value));
+            out += fmt::format("{:<40} # {}{}\n", line, source_name(it.source),
+                               it.source == Source::Default ? "" : " (" + it.origin + ")");
+        }
+    }
+    out += fmt::format("# profile: {}\n", in.policy.profile);
+    out += "#\n# Namespaces: user, mount, pid, net, ipc, uts, cgroup (all new)\n";
+    out += fmt::format("# Runs as:   uid {} gid {} inside (user 'jail'); host uid {} gid {}\n",
+                       kJailUid, kJailGid, in.ids.host_uid, in.ids.host_gid);
+    out += "# Privileges: no capabilities, no_new_privs, new session, no core dumps\n";
+    out += fmt::format("# Network:   {}\n", in.policy.net == NetMode::None
+                                                ? "none (loopback down)"
+                                                : "loopback only (private 127.0.0.1)");
+    out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
+                                                ? fmt::format("{} s", in.policy.wall_time)
+                                                : std::string("no limit"));
+    out += "# Filesystem (the root is read-only; in order):\n";
+    for (const auto& op : in.mounts.ops) out += "#   " + describe_op(op, in.mounts) + "\n";
+    out += fmt::format("# Working directory: {}\n", in.mounts.cwd);
+    out += "# Environment:\n";
+    for (const auto& e : in.env) out += "#   " + e + "\n";
+    if (!in.argv.empty()) {
+        out += fmt::format("# Command:   {}", in.exec_path);
+        for (std::size_t i = 1; i < in.argv.size(); ++i) out += " " + in.argv[i];
+        out += "\n";
+    }
+    return out;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,30 @@
+// --explain: the effective policy as text -- every setting with where it came from, and what
+// the jail will do with it (mounts, ids, environment, command). The settings part is itself a
+// valid profile, so it can be saved and edited.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "idmap.hpp"
+#include "mountplan.hpp"
+#include "policy.hpp"
+
+namespace pyjail {
+
+struct ExplainInput {
+    const Policy& policy;
+    const std::string& rootfs;
+    const MountPlan& mounts;
+    const IdMaps& ids;
+    const std::string& exec_path;
+    const std::vector<std::string>& argv;
+    const std::vector<std::string>& env;
+};
+
+std::string explain_text(const ExplainInput& in);
+
+// A value as a profile would spell it.
+std::string toml_quote(const std::string& value);
+
+}  // namespace pyjail

@@ -1,0 +1,56 @@
+#include "hints.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "sys.hpp"
+
+namespace pyjail {
+
+namespace {
+std::string sysctl(const char* path) {
+    std::string v;
+    if (!try_read_file(path, v)) return {};
+    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
+    return v;
+}
+}  // namespace
+
+std::string namespace_hint(int err) {
+    if (err == ENOSYS) return "this kernel has no clone3; pyjail needs Linux 5.7 or newer";
+    if (err == ENOSPC || err == EUSERS) {
+        if (sysctl("/proc/sys/user/max_user_namespaces") == "0")
+            return "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000";
+        return "too many namespaces: raise the user.max_*_namespaces sysctls";
+    }
+    if (err == EPERM || err == EACCES) {
+        if (sysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0" && ::geteuid() != 0)
+            return "unprivileged user namespaces are disabled: "
+                   "sysctl -w kernel.unprivileged_userns_clone=1";
+        if (sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
+            return "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): install "
+                   "pyjail's AppArmor profile, or sysctl -w "
+                   "kernel.apparmor_restrict_unprivileged_userns=0";
+        return "user namespaces are not allowed here; inside a container, the outer runtime "
+               "must allow them (e.g. a seccomp profile that permits clone/unshare)";
+    }
+    if (err == EINVAL)
+        return "this kernel lacks a namespace pyjail needs (user, mount, pid, net, ipc, uts, "
+               "cgroup)";
+    return {};
+}
+
+std::string child_step_hint(const std::string& step, int err) {
+    if (step == "mount /proc" && (err == EPERM || err == EACCES))
+        return "the host's /proc is partly covered (as in many containers); run pyjail where "
+               "/proc is fully visible, e.g. a privileged or --security-opt "
+               "systempaths=unconfined container";
+    if (step == "rootfs bind" && err == EACCES)
+        return "the rootfs must be readable and searchable by the jail's host user";
+    if (step.rfind("bind", 0) == 0 && err == EACCES)
+        return "when pyjail runs as root, the jail acts on host files as --host-user (nobody)";
+    return {};
+}
+
+}  // namespace pyjail

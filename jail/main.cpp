@@ -1,0 +1,70 @@
+// pyjail: parse, plan, run. Every failure becomes one line on stderr and exit status 125
+// (126/127 when the command cannot be executed / is not found).
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "error.hpp"
+#include "exitstatus.hpp"
+#include "explain.hpp"
+#include "paths.hpp"
+#include "policy.hpp"
+#include "profile.hpp"
+#include "spawn.hpp"
+#include "sys.hpp"
+
+using namespace pyjail;
+
+namespace {
+
+int run(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    CliArgs cli = parse_cli(args);
+    if (cli.exit_now) {
+        std::fputs(cli.output.c_str(), stdout);
+        return *cli.exit_now;
+    }
+
+    Settings settings = default_settings();
+    DataDirs dirs = find_data_dirs();
+    std::string profile_name = setting(settings, "profile").value;
+    if (auto it = cli.given.find("profile"); it != cli.given.end()) profile_name = it->second.back();
+    std::string profile_path = find_profile(profile_name, dirs);
+    apply_profile(settings, parse_profile(read_file(profile_path, "profile"), profile_path));
+    apply_cli(settings, cli);
+
+    char cwd[PATH_MAX];
+    if (::getcwd(cwd, sizeof cwd) == nullptr)
+        throw JailError("cwd", "cannot read the current directory", errno);
+    Policy policy = make_policy(settings, cli.command, cwd);
+
+    Prepared prepared = prepare_from_parent(std::move(policy), dirs);
+    if (prepared.policy.explain) {
+        std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts, prepared.ids,
+                                 prepared.command.exec_path, prepared.argv, prepared.env})
+                       .c_str(),
+                   stdout);
+        return 0;
+    }
+    return spawn_and_supervise_from_parent(prepared);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    try {
+        return run(argc, argv);
+    } catch (const JailError& e) {
+        std::fflush(stdout);
+        std::fprintf(stderr, "pyjail: %s\n", e.one_line().c_str());
+        return e.exit_code();
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "pyjail: internal error: %s\n", e.what());
+        return kExitJailError;
+    }
+}

@@ -1,0 +1,212 @@
+#include "mountplan.hpp"
+
+#include <fmt/format.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+namespace {
+
+// The jail owns these top-level names; a rootfs's own entries there are ignored.
+bool jail_owned(const std::string& name) {
+    return name == "proc" || name == "dev" || name == "tmp" || name == "work" || name == "sys";
+}
+
+std::size_t depth(const std::string& path) {
+    return static_cast<std::size_t>(std::count(path.begin(), path.end(), '/'));
+}
+
+std::string rel(const std::string& jail_path) {
+    return jail_path.size() > 1 && jail_path[0] == '/' ? jail_path.substr(1) : jail_path;
+}
+
+std::string basename_of(const std::string& path) {
+    auto slash = path.rfind('/');
+    return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+bool is_under(const std::string& path, const std::string& dir) {
+    if (dir == "/") return true;
+    return path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 &&
+           path[dir.size()] == '/';
+}
+
+constexpr unsigned long kTmpfsFlags = MS_NOSUID | MS_NODEV;
+
+}  // namespace
+
+std::vector<BindSpec> all_binds(const Policy& policy) {
+    std::vector<BindSpec> binds = policy.binds;
+    if (policy.workdir) binds.push_back({*policy.workdir, "/work", true, "--workdir"});
+    return binds;
+}
+
+unsigned long locked_mount_flags(unsigned long f) {
+    unsigned long out = 0;
+    if (f & ST_RDONLY) out |= MS_RDONLY;
+    if (f & ST_NOSUID) out |= MS_NOSUID;
+    if (f & ST_NODEV) out |= MS_NODEV;
+    if (f & ST_NOEXEC) out |= MS_NOEXEC;
+    if (f & ST_NOATIME) out |= MS_NOATIME;
+    if (f & ST_NODIRATIME) out |= MS_NODIRATIME;
+    if (f & ST_RELATIME) out |= MS_RELATIME;
+    return out;
+}
+
+MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
+                      const std::optional<std::string>& script_host_path) {
+    MountPlan plan;
+    plan.sources.push_back({rootfs, false});
+    auto& ops = plan.ops;
+    std::string tmpfs_size = fmt::format("size={}", policy.tmpfs_size);
+
+    // The new root: a tmpfs that holds only mount points and symlinks, read-only at the end.
+    ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
+
+    // The rootfs, read-only. nosuid and nodev: nothing in it may gain privileges or reach
+    // devices, whatever its files say; the source mount's locked flags must be kept.
+    std::vector<std::string> rootfs_dirs;
+    unsigned long ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+    for (const auto& e : facts.rootfs_top) {
+        if (jail_owned(e.name)) continue;
+        if (e.kind == RootfsEntry::Kind::Dir) {
+            rootfs_dirs.push_back(e.name);
+            ops.push_back({OpKind::Mkdir, e.name, -1, "", 0, "", 0755});
+            ops.push_back({OpKind::Bind, e.name, 0, e.name, MS_BIND, "", 0});
+            ops.push_back({OpKind::Remount, e.name, -1, "", ro | facts.rootfs_locked_flags, "", 0});
+        } else if (e.kind == RootfsEntry::Kind::Symlink) {
+            ops.push_back({OpKind::Symlink, e.name, -1, e.link_target, 0, "", 0});
+        }
+    }
+
+    // A fresh procfs for the jail's pid namespace: only the jail's processes are in it.
+    ops.push_back({OpKind::Mkdir, "proc", -1, "", 0, "", 0755});
+    ops.push_back({OpKind::Proc, "proc", -1, "", MS_NOSUID | MS_NODEV | MS_NOEXEC, "", 0});
+
+    // A minimal /dev: a few harmless character devices bound from the host (a user namespace
+    // cannot mknod), no disks, no ttys, no /dev/mem; made read-only once filled.
+    ops.push_back({OpKind::Mkdir, "dev", -1, "", 0, "", 0755});
+    ops.push_back({OpKind::Tmpfs, "dev", -1, "", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k", 0});
+    for (const char* d : {"null", "zero", "full", "random", "urandom"}) {
+        std::string t = std::string("dev/") + d;
+        ops.push_back({OpKind::MkFile, t, -1, "", 0, "", 0666});
+        ops.push_back({OpKind::Bind, t, -1, std::string("/dev/") + d, MS_BIND, "", 0});
+    }
+    ops.push_back({OpKind::Symlink, "dev/fd", -1, "/proc/self/fd", 0, "", 0});
+    ops.push_back({OpKind::Symlink, "dev/stdin", -1, "/proc/self/fd/0", 0, "", 0});
+    ops.push_back({OpKind::Symlink, "dev/stdout", -1, "/proc/self/fd/1", 0, "", 0});
+    ops.push_back({OpKind::Symlink, "dev/stderr", -1, "/proc/self/fd/2", 0, "", 0});
+    ops.push_back({OpKind::Mkdir, "dev/shm", -1, "", 0, "", 0755});
+    ops.push_back({OpKind::Remount, "dev", -1, "",
+                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "", 0});
+    ops.push_back({OpKind::Tmpfs, "dev/shm", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
+
+    // Private, size-capped scratch space; nothing written there outlives the run.
+    ops.push_back({OpKind::Mkdir, "tmp", -1, "", 0, "", 0755});
+    ops.push_back({OpKind::Tmpfs, "tmp", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
+
+    auto binds = all_binds(policy);
+    bool work_is_bound =
+        std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
+    if (!work_is_bound) {
+        ops.push_back({OpKind::Mkdir, "work", -1, "", 0, "", 0755});
+        ops.push_back({OpKind::Tmpfs, "work", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
+    }
+
+    // The user's binds, parents before children so a nested bind lands on top.
+    std::vector<std::size_t> order(binds.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return depth(binds[a].target) < depth(binds[b].target);
+    });
+    for (std::size_t i : order) {
+        const BindSpec& b = binds[i];
+        const BindFacts& f = facts.binds.at(i);
+        std::string top = rel(b.target).substr(0, rel(b.target).find('/'));
+        bool in_ro_rootfs =
+            std::find(rootfs_dirs.begin(), rootfs_dirs.end(), top) != rootfs_dirs.end();
+        if (in_ro_rootfs && !f.target_in_rootfs)
+            throw UsageError(
+                fmt::format("{}: {} does not exist in the rootfs, and /{} is read-only, so it "
+                            "cannot be created",
+                            b.origin, b.target, top),
+                fmt::format("bind to a new path such as /mnt/{}", basename_of(b.target)));
+        if (b.writable && (f.locked_flags & MS_RDONLY))
+            throw UsageError(fmt::format("{}: {} is on a read-only filesystem, so it cannot be "
+                                         "bound writable",
+                                         b.origin, b.source),
+                             "use --ro-bind, or a writable directory");
+        int slot = static_cast<int>(plan.sources.size());
+        plan.sources.push_back({b.source, false});
+        std::string t = rel(b.target);
+        if (!f.target_in_rootfs)
+            ops.push_back({f.is_dir ? OpKind::Mkdir : OpKind::MkFile, t, -1, "", 0, "", f.is_dir ? 0755u : 0644u});
+        ops.push_back({OpKind::Bind, t, slot, "", MS_BIND, "", 0});
+        unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | f.locked_flags;
+        if (!b.writable) flags |= MS_RDONLY;
+        ops.push_back({OpKind::Remount, t, -1, "", flags, "", 0});
+    }
+
+    // The script: run from where a bind already shows it, else a private read-only copy in
+    // the working directory (or, when /work is a host directory, in the read-only root).
+    if (script_host_path) {
+        const std::string& real = facts.script_real_path.value_or(*script_host_path);
+        for (std::size_t i : order) {
+            const auto& f = facts.binds[i];
+            if (f.real_source == real) plan.script_jail_path = binds[i].target;
+            else if (f.is_dir && is_under(real, f.real_source))
+                plan.script_jail_path =
+                    normalize_path(binds[i].target + real.substr(f.real_source.size()));
+        }
+        if (!plan.script_jail_path) {
+            std::string dir = work_is_bound ? "script" : "work";
+            if (work_is_bound) ops.push_back({OpKind::Mkdir, dir, -1, "", 0, "", 0755});
+            std::string t = dir + "/" + basename_of(real);
+            int slot = static_cast<int>(plan.sources.size());
+            plan.sources.push_back({*script_host_path, true});
+            ops.push_back({OpKind::Copy, t, slot, "", 0, "", 0444});
+            plan.script_jail_path = "/" + t;
+        }
+    }
+    return plan;
+}
+
+std::string describe_op(const MountOp& op, const MountPlan& plan) {
+    std::string t = "/" + op.target;
+    auto src = [&]() -> std::string {
+        if (op.source_slot < 0) return op.source_path;
+        std::string base = plan.sources.at(static_cast<std::size_t>(op.source_slot)).host_path;
+        return op.source_path.empty() ? base : base + "/" + op.source_path;
+    };
+    auto flag_names = [](unsigned long f) {
+        std::string s;
+        auto add = [&](unsigned long bit, const char* name) {
+            if (f & bit) s += s.empty() ? name : std::string(",") + name;
+        };
+        add(MS_RDONLY, "ro");
+        add(MS_NOSUID, "nosuid");
+        add(MS_NODEV, "nodev");
+        add(MS_NOEXEC, "noexec");
+        add(MS_NOATIME, "noatime");
+        add(MS_RELATIME, "relatime");
+        return s;
+    };
+    switch (op.kind) {
+        case OpKind::Tmpfs: return fmt::format("tmpfs    {} ({},{})", t, flag_names(op.flags), op.data);
+        case OpKind::Proc: return fmt::format("proc     {} ({})", t, flag_names(op.flags));
+        case OpKind::Bind: return fmt::format("bind     {} <- {}", t, src());
+        case OpKind::Remount: return fmt::format("remount  {} ({})", t, flag_names(op.flags));
+        case OpKind::Mkdir: return fmt::format("mkdir    {}", t);
+        case OpKind::MkFile: return fmt::format("mkfile   {}", t);
+        case OpKind::Symlink: return fmt::format("symlink  {} -> {}", t, op.source_path);
+        case OpKind::Copy: return fmt::format("copy     {} <- {} (mode {:o})", t, src(), op.mode);
+    }
+    return {};
+}
+
+}  // namespace pyjail

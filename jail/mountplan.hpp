@@ -1,0 +1,86 @@
+// The mount plan: which mounts, directories and files make the jail's root, in order. Pure:
+// the facts about the host it depends on (the rootfs's top-level entries, each bind source's
+// kind and mount flags) are gathered by the parent beforehand, and the child only executes the
+// ops, so the plan can be printed by --explain and tested without privileges.
+//
+// The jail's root is a fresh tmpfs. The rootfs's top-level directories are bound into it
+// read-only, the jail's own mounts (/proc, /dev, /tmp, /work) and the user's binds are added,
+// then the child pivots into it and makes it read-only too.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy.hpp"
+
+namespace pyjail {
+
+struct RootfsEntry {
+    enum class Kind { Dir, Symlink, Other };
+    std::string name;
+    Kind kind = Kind::Other;
+    std::string link_target;
+};
+
+struct BindFacts {
+    bool is_dir = true;
+    std::string real_source;           // realpath of the source
+    unsigned long locked_flags = 0;    // MS_* flags of the source's mount that we must keep
+    bool target_in_rootfs = false;     // the target exists in the rootfs (a ready mount point)
+};
+
+struct MountFacts {
+    std::vector<RootfsEntry> rootfs_top;
+    unsigned long rootfs_locked_flags = 0;
+    std::vector<BindFacts> binds;      // parallel to all_binds(policy)
+    std::optional<std::string> script_real_path;  // realpath of the script, if any
+};
+
+enum class OpKind {
+    Tmpfs,    // mount a tmpfs at target (target "" is the new root itself)
+    Proc,     // mount the jail's own procfs at target
+    Bind,     // bind source at target (source: below a slot's fd, or a host path when slot < 0)
+    Remount,  // change the flags of the bind mount at target
+    Mkdir,    // create a directory (with parents) as a mount point
+    MkFile,   // create an empty file as a mount point
+    Symlink,  // create a symbolic link at target pointing to source_path
+    Copy,     // copy the content of a slot's fd into a new file at target (mode)
+};
+
+struct MountOp {
+    OpKind kind;
+    std::string target;        // relative to the new root, no leading '/'
+    int source_slot = -1;      // index into MountPlan::sources
+    std::string source_path;   // Bind: path below the slot ("usr"), or absolute host path
+    unsigned long flags = 0;   // MS_* flags for Tmpfs, Proc, Bind, Remount
+    std::string data;          // mount options for Tmpfs
+    unsigned mode = 0;         // Mkdir, MkFile, Copy
+};
+
+struct SourceRef {
+    std::string host_path;
+    bool content = false;  // opened for reading (copied in) rather than as a path (bound)
+};
+
+struct MountPlan {
+    std::vector<SourceRef> sources;  // the parent opens these; slot 0 is the rootfs
+    std::vector<MountOp> ops;
+    std::string cwd = "/work";
+    std::optional<std::string> script_jail_path;
+};
+
+// Every bind of the run: the policy's binds plus --workdir (a writable bind at /work).
+std::vector<BindSpec> all_binds(const Policy& policy);
+
+// MS_* flags a user namespace may not clear on a bind of a mount with these statvfs flags.
+unsigned long locked_mount_flags(unsigned long statvfs_flags);
+
+// Throws UsageError for binds that cannot be placed.
+MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
+                      const std::optional<std::string>& script_host_path);
+
+// One line per op, as --explain prints it.
+std::string describe_op(const MountOp& op, const MountPlan& plan);
+
+}  // namespace pyjail

@@ -1,0 +1,94 @@
+#include "options.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pyjail {
+
+const std::vector<OptionSpec>& option_table() {
+    // Kept in the order --help and --explain show them.
+    static const std::vector<OptionSpec> table = {
+        {"profile", OptKind::Text, "strict", "NAME|FILE",
+         "Profile to start from: strict, standard, batch, or a path to a profile file", false},
+        {"rootfs", OptKind::Text, "", "DIR",
+         "Root filesystem to run in (default: the one installed with pyjail)", true},
+        {"ro-bind", OptKind::List, "", "SRC[:DST]",
+         "Make host path SRC visible read-only at DST (default: the same path)", true},
+        {"bind", OptKind::List, "", "SRC[:DST]",
+         "Make host path SRC visible read-write at DST (default: the same path)", true},
+        {"workdir", OptKind::Text, "", "DIR",
+         "Host directory mounted read-write at /work, the jail's working directory "
+         "(default: a private tmpfs)", true},
+        {"tmpfs-size", OptKind::Text, "64M", "SIZE",
+         "Size cap of each private tmpfs (/tmp, /work, /dev/shm), e.g. 64M, 1G", true},
+        {"net", OptKind::Text, "none", "none|loopback",
+         "Network: none (no interface up) or loopback (only 127.0.0.1/::1, private)", true},
+        {"env", OptKind::List, "", "KEY=VALUE",
+         "Set an environment variable in the jail (the host's are never passed)", true},
+        {"wall-time", OptKind::Text, "0", "SECONDS",
+         "Kill the whole jail after this many seconds of real time (0: no limit)", true},
+        {"hostname", OptKind::Text, "pyjail", "NAME", "Host name inside the jail", true},
+        {"host-user", OptKind::Text, "nobody", "USER|UID[:GID]",
+         "When pyjail runs as root: the unprivileged host user the jailed program runs as", true},
+        {"explain", OptKind::Flag, "false", "",
+         "Print the effective policy, where each setting came from, and run nothing", false},
+        {"verbose", OptKind::Flag, "false", "", "Say what the jail is doing on stderr", false},
+    };
+    return table;
+}
+
+const OptionSpec* find_option(std::string_view name) {
+    for (const auto& o : option_table())
+        if (o.name == name) return &o;
+    return nullptr;
+}
+
+namespace {
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+    std::vector<std::size_t> row(b.size() + 1);
+    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+    for (std::size_t i = 1; i <= a.size(); ++i) {
+        std::size_t diag = row[0];
+        row[0] = i;
+        for (std::size_t j = 1; j <= b.size(); ++j) {
+            std::size_t up = row[j];
+            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+            diag = up;
+        }
+    }
+    return row[b.size()];
+}
+}  // namespace
+
+std::string suggest_option(std::string_view unknown) {
+    std::string best;
+    std::size_t best_d = 3;  // more than two edits away is not a typo
+    for (const auto& o : option_table()) {
+        if (!o.profile_key) continue;
+        std::size_t d = edit_distance(unknown, o.name);
+        if (d < best_d) {
+            best_d = d;
+            best = o.name;
+        }
+    }
+    return best;
+}
+
+Settings default_settings() {
+    Settings s;
+    for (const auto& o : option_table()) {
+        auto& items = s[std::string(o.name)];
+        if (o.kind != OptKind::List)
+            items.push_back({std::string(o.default_value), Source::Default, "default"});
+    }
+    return s;
+}
+
+const SettingItem& setting(const Settings& s, std::string_view name) {
+    auto it = s.find(name);
+    if (it == s.end() || it->second.empty())
+        throw std::logic_error("no setting named " + std::string(name));
+    return it->second.back();
+}
+
+}  // namespace pyjail

@@ -1,0 +1,86 @@
+#include "paths.hpp"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+namespace {
+
+std::string exe_dir() {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
+    if (n <= 0) return {};
+    std::string path(buf, static_cast<std::size_t>(n));
+    return path.substr(0, path.rfind('/'));
+}
+
+bool is_dir(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+DataDirs find_data_dirs() {
+    std::string dir = exe_dir();
+    DataDirs d;
+    std::string installed_profiles = dir + "/" + PYJAIL_REL_PROFILES;
+    if (dir == PYJAIL_BUILD_DIR || !is_dir(installed_profiles)) {
+        d.profiles = std::string(PYJAIL_SOURCE_DIR) + "/profiles";
+        d.rootfs = std::string(PYJAIL_BUILD_DIR) + "/rootfs";
+    } else {
+        d.profiles = installed_profiles;
+        d.rootfs = dir + "/" + PYJAIL_REL_ROOTFS;
+    }
+    char real[PATH_MAX];
+    if (::realpath(d.profiles.c_str(), real) != nullptr) d.profiles = real;
+    if (::realpath(d.rootfs.c_str(), real) != nullptr) d.rootfs = real;
+    return d;
+}
+
+std::vector<std::string> list_profiles(const DataDirs& dirs) {
+    std::vector<std::string> names;
+    DIR* d = ::opendir(dirs.profiles.c_str());
+    if (d == nullptr) return names;
+    while (dirent* e = ::readdir(d)) {
+        std::string n = e->d_name;
+        if (n.size() > 5 && n.compare(n.size() - 5, 5, ".toml") == 0)
+            names.push_back(n.substr(0, n.size() - 5));
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
+    return names;
+}
+
+std::string find_profile(const std::string& name_or_path, const DataDirs& dirs) {
+    bool is_path = name_or_path.find('/') != std::string::npos ||
+                   (name_or_path.size() > 5 &&
+                    name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
+    if (is_path) {
+        if (::access(name_or_path.c_str(), R_OK) != 0)
+            throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path),
+                            errno);
+        return name_or_path;
+    }
+    std::string path = dirs.profiles + "/" + name_or_path + ".toml";
+    if (::access(path.c_str(), R_OK) != 0) {
+        auto names = list_profiles(dirs);
+        throw UsageError(fmt::format("--profile: no profile named '{}'", name_or_path),
+                         names.empty()
+                             ? fmt::format("no profiles found in {}", dirs.profiles)
+                             : fmt::format("available: {}; or give a path to a profile file",
+                                           fmt::join(names, ", ")));
+    }
+    return path;
+}
+
+}  // namespace pyjail

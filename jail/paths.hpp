@@ -1,0 +1,23 @@
+// Where pyjail's own data lives: the profiles and the default rootfs. The installed binary
+// finds them relative to itself (so a relocated or DESTDIR-staged install works without any
+// environment), the binary in a build tree finds the in-tree ones.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pyjail {
+
+struct DataDirs {
+    std::string profiles;  // directory of NAME.toml files
+    std::string rootfs;    // the default rootfs
+};
+
+DataDirs find_data_dirs();
+
+// A profile name ("strict") or a path to a profile file ("./mine.toml"). Throws UsageError.
+std::string find_profile(const std::string& name_or_path, const DataDirs& dirs);
+
+std::vector<std::string> list_profiles(const DataDirs& dirs);
+
+}  // namespace pyjail

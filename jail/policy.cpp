@@ -1,0 +1,270 @@
+#include "policy.hpp"
+
+#include <fmt/format.h>
+
+#include <cctype>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+namespace {
+
+// Prefix for messages about a value: "--wall-time" or "profiles/x.toml:3: key 'wall-time'".
+std::string where(const SettingItem& item, std::string_view key) {
+    if (item.source == Source::Profile) return fmt::format("{}: key '{}'", item.origin, key);
+    if (item.source == Source::CommandLine) return item.origin;
+    return fmt::format("default of {}", key);
+}
+
+bool has_dotdot(const std::string& path) {
+    std::size_t start = 0;
+    while (start <= path.size()) {
+        std::size_t end = path.find('/', start);
+        if (end == std::string::npos) end = path.size();
+        if (path.compare(start, end - start, "..") == 0 && end - start == 2) return true;
+        start = end + 1;
+    }
+    return false;
+}
+
+bool parse_bool(const SettingItem& item, std::string_view key) {
+    if (item.value == "true") return true;
+    if (item.value == "false") return false;
+    throw UsageError(fmt::format("{}: '{}' is not true or false", where(item, key), item.value));
+}
+
+}  // namespace
+
+std::string normalize_path(const std::string& path) {
+    std::string out;
+    std::size_t start = 0;
+    while (start < path.size()) {
+        std::size_t end = path.find('/', start);
+        if (end == std::string::npos) end = path.size();
+        std::string_view part(path.data() + start, end - start);
+        if (!part.empty() && part != ".") {
+            out += '/';
+            out += part;
+        }
+        start = end + 1;
+    }
+    if (out.empty()) return path.empty() || path[0] != '/' ? "." : "/";
+    if (path[0] != '/') out.erase(0, 1);
+    return out;
+}
+
+std::string absolute_path(const std::string& path, const std::string& cwd) {
+    if (!path.empty() && path[0] == '/') return normalize_path(path);
+    return normalize_path(cwd + "/" + path);
+}
+
+std::uint64_t parse_size(const std::string& text, const std::string& origin) {
+    auto bad = [&] {
+        return UsageError(fmt::format("{}: '{}' is not a size", origin, text),
+                          "write bytes or a number with K, M or G, e.g. 64M");
+    };
+    if (text.empty() || !std::isdigit(static_cast<unsigned char>(text[0]))) throw bad();
+    errno = 0;
+    char* end = nullptr;
+    unsigned long long n = std::strtoull(text.c_str(), &end, 10);
+    if (errno != 0) throw bad();
+    std::string suffix(end);
+    std::uint64_t mult = 1;
+    if (suffix.empty() || suffix == "B") mult = 1;
+    else if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1ULL << 10;
+    else if (suffix == "M" || suffix == "m" || suffix == "MiB") mult = 1ULL << 20;
+    else if (suffix == "G" || suffix == "g" || suffix == "GiB") mult = 1ULL << 30;
+    else throw bad();
+    if (n == 0) throw UsageError(fmt::format("{}: size must be more than 0", origin));
+    if (n > std::numeric_limits<std::uint64_t>::max() / mult)
+        throw UsageError(fmt::format("{}: '{}' is too large", origin, text));
+    return n * mult;
+}
+
+double parse_seconds(const std::string& text, const std::string& origin) {
+    errno = 0;
+    char* end = nullptr;
+    double v = std::strtod(text.c_str(), &end);
+    if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0 ||
+        std::isspace(static_cast<unsigned char>(text[0])))
+        throw UsageError(fmt::format("{}: '{}' is not a number of seconds", origin, text),
+                         "write e.g. 30 or 2.5; 0 means no limit");
+    if (v > 365.0 * 24 * 3600)
+        throw UsageError(fmt::format("{}: {} seconds is more than a year", origin, text));
+    return v;
+}
+
+BindSpec parse_bind(const std::string& text, bool writable, const std::string& origin,
+                    const std::string& cwd) {
+    std::string src = text, dst;
+    if (auto colon = text.find(':'); colon != std::string::npos) {
+        src = text.substr(0, colon);
+        dst = text.substr(colon + 1);
+    }
+    if (src.empty())
+        throw UsageError(fmt::format("{}: '{}' has no source path", origin, text),
+                         "write SRC or SRC:DST");
+    BindSpec b;
+    b.writable = writable;
+    b.origin = origin;
+    b.source = absolute_path(src, cwd);
+    if (dst.empty()) {
+        if (src[0] != '/')
+            throw UsageError(
+                fmt::format("{}: '{}' is relative, so where it goes in the jail is unclear", origin,
+                            text),
+                fmt::format("name the target: {}:/mnt/{}", src, src));
+        dst = src;
+    }
+    if (dst[0] != '/')
+        throw UsageError(fmt::format("{}: target '{}' is not an absolute path", origin, dst),
+                         "targets are paths inside the jail, e.g. /mnt/data");
+    if (has_dotdot(dst))
+        throw UsageError(fmt::format("{}: target '{}' contains '..'", origin, dst),
+                         "write the target without '..'");
+    b.target = normalize_path(dst);
+    const std::string& t = b.target;
+    auto under = [&](std::string_view top) {
+        return t == top || (t.size() > top.size() && t.compare(0, top.size(), top) == 0 &&
+                            t[top.size()] == '/');
+    };
+    if (t == "/" || under("/proc") || under("/dev"))
+        throw UsageError(fmt::format("{}: target '{}' is reserved for the jail", origin, t),
+                         "choose a target outside /, /proc and /dev, e.g. /mnt/data");
+    return b;
+}
+
+Policy make_policy(const Settings& settings, std::vector<std::string> command,
+                   const std::string& cwd) {
+    Policy p;
+    p.settings = settings;
+    p.command = std::move(command);
+    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
+
+    p.profile = item("profile").value;
+    p.rootfs = item("rootfs").value;
+    if (!p.rootfs.empty()) p.rootfs = absolute_path(p.rootfs, cwd);
+
+    for (const char* key : {"ro-bind", "bind"}) {
+        for (const auto& it : settings.at(key))
+            p.binds.push_back(parse_bind(it.value, std::string_view(key) == "bind",
+                                         where(it, key), cwd));
+    }
+    for (std::size_t i = 0; i < p.binds.size(); ++i)
+        for (std::size_t j = 0; j < i; ++j)
+            if (p.binds[i].target == p.binds[j].target)
+                throw UsageError(fmt::format("{} and {} both bind to {}", p.binds[j].origin,
+                                             p.binds[i].origin, p.binds[i].target));
+
+    if (const auto& w = item("workdir"); !w.value.empty()) {
+        p.workdir = absolute_path(w.value, cwd);
+        for (const auto& b : p.binds)
+            if (b.target == "/work")
+                throw UsageError(fmt::format("{} sets /work, and {} binds over it", where(w, "workdir"),
+                                             b.origin),
+                                 "use one of them");
+    }
+
+    {
+        const auto& s = item("tmpfs-size");
+        p.tmpfs_size = parse_size(s.value, where(s, "tmpfs-size"));
+    }
+    {
+        const auto& n = item("net");
+        if (n.value == "none") p.net = NetMode::None;
+        else if (n.value == "loopback") p.net = NetMode::Loopback;
+        else
+            throw UsageError(fmt::format("{}: '{}' is not a network mode", where(n, "net"), n.value),
+                             "use none or loopback");
+    }
+    for (const auto& it : settings.at("env")) {
+        auto eq = it.value.find('=');
+        std::string key = it.value.substr(0, eq);
+        bool ok = eq != std::string::npos && !key.empty();
+        for (char c : key)
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) ok = false;
+        if (!ok)
+            throw UsageError(fmt::format("{}: '{}' is not KEY=VALUE", where(it, "env"), it.value),
+                             "the host's environment is never passed; give the value");
+        p.env.emplace_back(key, it.value.substr(eq + 1));
+    }
+    {
+        const auto& w = item("wall-time");
+        p.wall_time = parse_seconds(w.value, where(w, "wall-time"));
+    }
+    {
+        const auto& h = item("hostname");
+        bool ok = !h.value.empty() && h.value.size() <= 64;
+        for (char c : h.value)
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.')) ok = false;
+        if (!ok)
+            throw UsageError(fmt::format("{}: '{}' is not a valid host name", where(h, "hostname"),
+                                         h.value),
+                             "use up to 64 letters, digits, '-' and '.'");
+        p.hostname = h.value;
+    }
+    {
+        const auto& u = item("host-user");
+        p.host_user.name = u.value;
+        auto colon = u.value.find(':');
+        std::string uid_text = u.value.substr(0, colon);
+        auto number = [&](const std::string& t) -> std::optional<unsigned> {
+            if (t.empty() || t.size() > 9) return std::nullopt;
+            for (char c : t)
+                if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
+            return static_cast<unsigned>(std::stoul(t));
+        };
+        p.host_user.uid = number(uid_text);
+        if (colon != std::string::npos) {
+            p.host_user.gid = number(u.value.substr(colon + 1));
+            if (!p.host_user.uid || !p.host_user.gid)
+                throw UsageError(fmt::format("{}: '{}' is not UID:GID", where(u, "host-user"),
+                                             u.value));
+        }
+        if (uid_text.empty())
+            throw UsageError(fmt::format("{}: empty user", where(u, "host-user")));
+        if ((p.host_user.uid && *p.host_user.uid == 0) || (p.host_user.gid && *p.host_user.gid == 0) ||
+            uid_text == "root")
+            throw UsageError(fmt::format("{}: the jailed program must never be host root",
+                                         where(u, "host-user")),
+                             "name an unprivileged user such as nobody");
+    }
+    p.explain = parse_bool(item("explain"), "explain");
+    p.verbose = parse_bool(item("verbose"), "verbose");
+
+    if (p.command.empty() && !p.explain)
+        throw UsageError("no command given", "usage: pyjail [OPTIONS] -- python script.py");
+    return p;
+}
+
+}  // namespace pyjail
+
+namespace pyjail {
+std::vector<std::string> jail_environment(const Policy& policy) {
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"PATH", "/usr/local/bin:/usr/bin:/bin"},
+        {"HOME", "/tmp"},
+        {"USER", "jail"},
+        {"LOGNAME", "jail"},
+        {"LANG", "C.UTF-8"},
+        {"PWD", "/work"},
+    };
+    for (const auto& kv : policy.env) {
+        bool replaced = false;
+        for (auto& have : env)
+            if (have.first == kv.first) {
+                have.second = kv.second;
+                replaced = true;
+            }
+        if (!replaced) env.push_back(kv);
+    }
+    std::vector<std::string> out;
+    for (const auto& [k, v] : env) out.push_back(k + "=" + v);
+    return out;
+}
+}  // namespace pyjail

@@ -1,0 +1,25 @@
+// Messages from the jail to the supervisor over the sync socket (SOCK_SEQPACKET, so each
+// message arrives whole). Fixed-size and trivially copyable: the child sends them without
+// allocating, and the supervisor never trusts their text to be terminated.
+#pragma once
+
+#include <cstdint>
+
+namespace pyjail {
+
+enum class MsgKind : std::uint32_t {
+    Error = 1,   // a set-up step failed: step, err, text, exit_code
+    Ready = 2,   // the jail is set up; the program is being started
+    Status = 3,  // the program ended: wait_status
+};
+
+struct JailMessage {
+    MsgKind kind;
+    std::int32_t err;
+    std::int32_t wait_status;
+    std::int32_t exit_code;
+    char step[48];
+    char text[400];
+};
+
+}  // namespace pyjail

@@ -1,0 +1,306 @@
+// Theory of operation
+//
+// pyjail is a supervisor (the invoking user, in the host's namespaces) and a jail (a process
+// tree in new user, mount, pid, net, ipc, uts and cgroup namespaces). No step needs privileges
+// on the host: everything the jail does, it does with the capabilities a new user namespace
+// grants its creator, over objects that namespace owns.
+//
+//   parent (this file)                         child (child.cpp), pid 1 of the jail
+//   1. options + profile -> Policy (policy.cpp)
+//   2. facts about the host -> MountPlan,
+//      id maps, argv, env (pure planners)
+//   3. open every bind source and the script
+//      (as the invoking user: the jail can only
+//      see what its user could open)
+//   4. clone3(NEW*)  ------------------------>  waits on the sync socket
+//   5. write setgroups=deny, uid_map, gid_map
+//      send "go"  ----------------------------> become the jail user, mount plan, pivot_root,
+//                                              hostname, lo, rlimits, setsid, close fds,
+//                                              drop caps, no_new_privs, (seccomp), "ready",
+//                                              fork: pid 2 execs the program,
+//                                                    pid 1 reaps and reports
+//   6. wait: relay signals, enforce wall time,  <- {Error} or {Ready}, then {Status}
+//      reap pid 1, map the outcome to an exit
+//      status
+//
+// Failures before clone are plain exceptions. After it, the child reports {step, errno,
+// text} over the socket and exits; the parent turns that into the same one-line error. The
+// child never returns into the parent's frames (it ends in execve or _exit), so no destructor
+// of the parent's RAII objects runs twice.
+#include "spawn.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+
+#include "child.hpp"
+#include "error.hpp"
+#include "exitstatus.hpp"
+#include "hints.hpp"
+#include "init.hpp"
+#include "rootfs.hpp"
+#include "supervise.hpp"
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
+
+namespace pyjail {
+
+namespace {
+
+std::string current_dir() {
+    char buf[PATH_MAX];
+    if (::getcwd(buf, sizeof buf) == nullptr)
+        throw JailError("cwd", "cannot read the current directory", errno);
+    return buf;
+}
+
+std::string fd_path(int fd) {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", fd).c_str(), buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// The host user root's jails run as (--host-user).
+std::pair<uid_t, gid_t> resolve_host_user(const HostUser& u) {
+    if (u.uid && u.gid) return {*u.uid, *u.gid};
+    if (u.uid) {
+        passwd* pw = ::getpwuid(*u.uid);
+        return {*u.uid, pw != nullptr ? pw->pw_gid : static_cast<gid_t>(*u.uid)};
+    }
+    passwd* pw = ::getpwnam(u.name.c_str());
+    if (pw == nullptr)
+        throw UsageError(fmt::format("--host-user: no user named '{}' on this host", u.name),
+                         "give UID:GID, e.g. 65534:65534");
+    if (pw->pw_uid == 0 || pw->pw_gid == 0)
+        throw UsageError(fmt::format("--host-user: '{}' is root", u.name));
+    return {pw->pw_uid, pw->pw_gid};
+}
+
+// Whether `path` (absolute, in the jail) is an executable the jail will see: through a bind,
+// or in the rootfs.
+bool executable_in_jail(const Prepared& p, const std::vector<BindSpec>& binds,
+                        const std::string& path) {
+    for (const auto& b : binds) {
+        if (path == b.target || path.rfind(b.target + "/", 0) == 0) {
+            std::string host = b.source + path.substr(b.target.size());
+            struct stat st {};
+            return ::stat(host.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+        }
+    }
+    return is_executable_in_rootfs(p.rootfs_fd.get(), path);
+}
+
+// Kills and reaps the jail if the parent leaves before supervising it to the end.
+class JailHandle {
+public:
+    explicit JailHandle(int pidfd) : pidfd_(pidfd) {}
+    JailHandle(const JailHandle&) = delete;
+    JailHandle& operator=(const JailHandle&) = delete;
+    ~JailHandle() {
+        if (!pidfd_) return;
+        if (!reaped_) {
+            sys_pidfd_send_signal(pidfd_.get(), SIGKILL);
+            siginfo_t info{};
+            while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd_.get()), &info,
+                            WEXITED) != 0 &&
+                   errno == EINTR) {
+            }
+        }
+    }
+    int pidfd() const { return pidfd_.get(); }
+    void mark_reaped() { reaped_ = true; }
+
+private:
+    UniqueFd pidfd_;
+    bool reaped_ = false;
+};
+
+// Blocks the relayed signals for the supervisor's lifetime and hands them out on a signalfd;
+// the old mask comes back when the run ends.
+class SignalRelay {
+public:
+    SignalRelay() {
+        sigset_t set;
+        sigemptyset(&set);
+        for (int s : kForwardedSignals) sigaddset(&set, s);
+        if (::sigprocmask(SIG_BLOCK, &set, &old_) != 0)
+            throw JailError("signals", "sigprocmask", errno);
+        fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+        if (!fd_) throw JailError("signals", "signalfd", errno);
+    }
+    SignalRelay(const SignalRelay&) = delete;
+    SignalRelay& operator=(const SignalRelay&) = delete;
+    ~SignalRelay() { ::sigprocmask(SIG_SETMASK, &old_, nullptr); }
+    int fd() const { return fd_.get(); }
+
+private:
+    sigset_t old_{};
+    UniqueFd fd_;
+};
+
+}  // namespace
+
+Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
+    Prepared p;
+    std::string cwd = current_dir();
+    p.rootfs = policy.rootfs.empty() ? dirs.rootfs : policy.rootfs;
+    p.rootfs_fd = open_rootfs_from_parent(p.rootfs);
+    auto binds = all_binds(policy);
+
+    // Bind sources are checked now, so a missing one fails before any process exists; the
+    // child opens them again in its own mount namespace, as the jail user.
+    MountFacts facts;
+    facts.rootfs_top = list_rootfs_top(p.rootfs_fd.get());
+    facts.rootfs_locked_flags = locked_flags_of(p.rootfs_fd.get());
+    int script_fd = -1;
+    for (const auto& b : binds) {
+        UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
+        if (!fd)
+            throw JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), errno,
+                            "the source of a bind must exist on the host");
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
+        BindFacts f;
+        f.is_dir = S_ISDIR(st.st_mode);
+        f.real_source = fd_path(fd.get());
+        f.locked_flags = locked_flags_of(fd.get());
+        bool target_is_dir = false;
+        f.target_in_rootfs = exists_in_rootfs(p.rootfs_fd.get(), b.target, target_is_dir) &&
+                             target_is_dir == f.is_dir;
+        facts.binds.push_back(f);
+    }
+
+    if (!policy.command.empty()) {
+        p.command = resolve_command(
+            policy.command,
+            [&](const std::string& path) { return executable_in_jail(p, binds, path); },
+            pythons_in_rootfs(p.rootfs_fd.get()));
+    }
+    p.argv = policy.command;
+
+    std::optional<std::string> script;
+    if (p.command.script_index) {
+        std::string host = absolute_path(p.argv[*p.command.script_index], cwd);
+        UniqueFd fd(::open(host.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
+        if (!fd)
+            throw JailError("script", fmt::format("cannot open {}", p.argv[*p.command.script_index]),
+                            errno);
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
+            throw JailError("script",
+                            fmt::format("{} is not a regular file", p.argv[*p.command.script_index]),
+                            0, "to run a directory or zip, bind it with --ro-bind and give its "
+                               "in-jail path");
+        facts.script_real_path = fd_path(fd.get());
+        script = host;
+        script_fd = fd.get();
+        p.owned_fds.push_back(std::move(fd));
+    }
+
+    p.mounts = plan_mounts(policy, p.rootfs, facts, script);
+    if (p.mounts.script_jail_path) p.argv[*p.command.script_index] = *p.mounts.script_jail_path;
+    // The script is read by the parent's open fd: the jail gets a copy of a file its caller
+    // can read, whatever the jail user's rights on the host.
+    for (const auto& src : p.mounts.sources) p.content_fds.push_back(src.content ? script_fd : -1);
+
+    uid_t root_uid = 0;
+    gid_t root_gid = 0;
+    if (::geteuid() == 0) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
+    p.ids = plan_idmaps(::geteuid(), ::getegid(), root_uid, root_gid);
+    p.env = jail_environment(policy);
+    p.policy = std::move(policy);
+    return p;
+}
+
+int spawn_and_supervise_from_parent(Prepared& p) {
+    const bool verbose = p.policy.verbose;
+    ChildPlan plan;
+    plan.jail_uid = kJailUid;
+    plan.jail_gid = kJailGid;
+    plan.staging_dir = "/tmp";
+    plan.mounts = p.mounts;
+    plan.content_fds = p.content_fds;
+    plan.hostname = p.policy.hostname;
+    plan.loopback_up = p.policy.net == NetMode::Loopback;
+    plan.exec_path = p.command.exec_path;
+    for (auto& a : p.argv) plan.argv.push_back(a.data());
+    plan.argv.push_back(nullptr);
+    for (auto& e : p.env) plan.envp.push_back(e.data());
+    plan.envp.push_back(nullptr);
+
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+        throw JailError("socketpair", "cannot create the sync socket", errno);
+    UniqueFd parent_end(sv[0]);
+    UniqueFd child_end(sv[1]);
+    plan.sync_fd = child_end.get();
+    plan.parent_end_fd = parent_end.get();
+
+    SignalRelay signals;
+
+    // root's supplementary groups would follow the jail (setgroups is denied inside it):
+    // drop them here, the supervisor does not need them.
+    if (::geteuid() == 0 && ::setgroups(0, nullptr) != 0)
+        throw JailError("setgroups", "cannot drop supplementary groups", errno);
+
+    double started = monotonic_ms();
+    int pidfd = -1;
+    CloneArgs args;
+    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
+                 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+    args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
+    args.exit_signal = SIGCHLD;
+    std::fflush(nullptr);  // nothing buffered may be written twice
+    pid_t pid = sys_clone3(args);
+    if (pid < 0) {
+        int e = errno;
+        throw JailError("namespaces", "cannot create the jail's namespaces", e, namespace_hint(e));
+    }
+    if (pid == 0) run_child(plan);
+
+    JailHandle jail(pidfd);
+    child_end.reset();
+
+    // The id maps. setgroups must be denied first, or an unprivileged writer may not write a
+    // gid_map -- and denying it keeps the jail from dropping groups to escape deny-ACLs.
+    std::string proc = fmt::format("/proc/{}/", pid);
+    if (int e = write_file(proc + "setgroups", "deny"); e != 0)
+        throw JailError("id maps", "cannot deny setgroups", e);
+    if (int e = write_file(proc + "uid_map", p.ids.uid_map); e != 0)
+        throw JailError("id maps", fmt::format("cannot write uid_map '{}'", p.ids.uid_map.substr(0, p.ids.uid_map.size() - 1)), e);
+    if (int e = write_file(proc + "gid_map", p.ids.gid_map); e != 0)
+        throw JailError("id maps", fmt::format("cannot write gid_map '{}'", p.ids.gid_map.substr(0, p.ids.gid_map.size() - 1)), e);
+    char go = 1;
+    if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
+
+    Supervised s = supervise_from_parent(pidfd, parent_end.get(), signals.fd(),
+                                         p.policy.wall_time, started);
+    jail.mark_reaped();
+
+    if (s.error) {
+        const JailMessage& m = *s.error;
+        throw JailError(m.step, m.text, m.err, child_step_hint(m.step, m.err),
+                        m.exit_code != 0 ? m.exit_code : kExitJailError);
+    }
+    if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.setup_ms);
+    std::string what = describe(s.outcome, p.policy.wall_time);
+    if (!what.empty() && (verbose || s.outcome.kind != Outcome::Kind::Signaled ||
+                          s.outcome.signal == SIGKILL))
+        std::fprintf(stderr, "pyjail: %s\n", what.c_str());
+    return exit_code_for(s.outcome);
+}
+
+}  // namespace pyjail

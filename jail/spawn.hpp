@@ -1,0 +1,36 @@
+// The parent side of a run, from a validated Policy to the program's exit status.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "command.hpp"
+#include "idmap.hpp"
+#include "mountplan.hpp"
+#include "paths.hpp"
+#include "policy.hpp"
+#include "sys.hpp"
+
+namespace pyjail {
+
+// Everything a run needs, decided and opened before any process exists.
+struct Prepared {
+    Policy policy;
+    std::string rootfs;
+    UniqueFd rootfs_fd;
+    ResolvedCommand command;
+    std::vector<std::string> argv;  // as the program gets it (script path made in-jail)
+    std::vector<std::string> env;
+    MountPlan mounts;
+    IdMaps ids;
+    std::vector<int> content_fds;   // per mounts.sources: fd of a copied-in source, else -1
+    std::vector<UniqueFd> owned_fds;
+};
+
+// Steps 1-3 of a run: gather facts, plan, open what the child needs. Throws JailError.
+Prepared prepare_from_parent(Policy policy, const DataDirs& dirs);
+
+// Steps 4-6: create the jail, release it, supervise it. Returns pyjail's exit status.
+int spawn_and_supervise_from_parent(Prepared& prepared);
+
+}  // namespace pyjail

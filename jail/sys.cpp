@@ -1,0 +1,70 @@
+#include "sys.hpp"
+
+#include <fcntl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+void UniqueFd::reset(int fd) noexcept {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+}
+
+pid_t sys_clone3(CloneArgs& args) noexcept {
+    return static_cast<pid_t>(::syscall(SYS_clone3, &args, sizeof(args)));
+}
+
+int sys_pidfd_send_signal(int pidfd, int sig) noexcept {
+    return static_cast<int>(::syscall(SYS_pidfd_send_signal, pidfd, sig, nullptr, 0));
+}
+
+int sys_pivot_root(const char* new_root, const char* put_old) noexcept {
+    return static_cast<int>(::syscall(SYS_pivot_root, new_root, put_old));
+}
+
+int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept {
+    return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
+}
+
+bool try_read_file(const std::string& path, std::string& out) noexcept {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    out.clear();
+    char buf[4096];
+    while (true) {
+        ssize_t n = ::read(fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) {
+            int e = errno;
+            ::close(fd);
+            errno = e;
+            return false;
+        }
+        if (n == 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    ::close(fd);
+    return true;
+}
+
+std::string read_file(const std::string& path, const std::string& step) {
+    std::string out;
+    if (!try_read_file(path, out)) throw JailError(step, "cannot read " + path, errno);
+    return out;
+}
+
+int write_file(const std::string& path, const std::string& data) noexcept {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    ssize_t n = ::write(fd, data.data(), data.size());
+    int err = n < 0 ? errno : (static_cast<std::size_t>(n) != data.size() ? EIO : 0);
+    ::close(fd);
+    return err;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,68 @@
+// A thin layer over the syscalls pyjail uses that glibc does not wrap, and RAII handles.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <string>
+
+namespace pyjail {
+
+// An owned file descriptor, closed when the handle dies.
+class UniqueFd {
+public:
+    UniqueFd() = default;
+    explicit UniqueFd(int fd) noexcept : fd_(fd) {}
+    UniqueFd(UniqueFd&& o) noexcept : fd_(o.release()) {}
+    UniqueFd& operator=(UniqueFd&& o) noexcept {
+        reset(o.release());
+        return *this;
+    }
+    UniqueFd(const UniqueFd&) = delete;
+    UniqueFd& operator=(const UniqueFd&) = delete;
+    ~UniqueFd() { reset(); }
+
+    int get() const noexcept { return fd_; }
+    explicit operator bool() const noexcept { return fd_ >= 0; }
+    int release() noexcept {
+        int fd = fd_;
+        fd_ = -1;
+        return fd;
+    }
+    void reset(int fd = -1) noexcept;
+
+private:
+    int fd_ = -1;
+};
+
+// struct clone_args as of Linux 5.7 (with cgroup), spelled out to stay independent of the
+// installed kernel headers.
+struct CloneArgs {
+    std::uint64_t flags = 0;
+    std::uint64_t pidfd = 0;
+    std::uint64_t child_tid = 0;
+    std::uint64_t parent_tid = 0;
+    std::uint64_t exit_signal = 0;
+    std::uint64_t stack = 0;
+    std::uint64_t stack_size = 0;
+    std::uint64_t tls = 0;
+    std::uint64_t set_tid = 0;
+    std::uint64_t set_tid_size = 0;
+    std::uint64_t cgroup = 0;
+};
+
+// fork()-like clone3: returns 0 in the child, the pid in the parent, -1 with errno on failure.
+pid_t sys_clone3(CloneArgs& args) noexcept;
+int sys_pidfd_send_signal(int pidfd, int sig) noexcept;
+int sys_pivot_root(const char* new_root, const char* put_old) noexcept;
+int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
+
+// Reads a small file whole; throws JailError naming `step`.
+std::string read_file(const std::string& path, const std::string& step);
+// Reads a small file whole; returns false instead of throwing.
+bool try_read_file(const std::string& path, std::string& out) noexcept;
+
+// Writes all of `data` to `path` (no O_CREAT). Returns 0 or an errno.
+int write_file(const std::string& path, const std::string& data) noexcept;
+
+}  // namespace pyjail
