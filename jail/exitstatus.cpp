@@ -34,7 +34,7 @@ std::string describe(const Outcome& o, double wall_time_limit) {
     switch (o.kind) {
         case Outcome::Kind::Exited: return {};
         case Outcome::Kind::Signaled:
-            return fmt::format("the program was killed by signal {} ({})", o.signal,
+            return fmt::format("the program was killed by signal {} (SIG{})", o.signal,
                                sigabbrev_np(o.signal) ? sigabbrev_np(o.signal) : "?");
         case Outcome::Kind::WallTimeout:
             return fmt::format("wall time limit of {}s reached; the jail and every process in it "

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The whole test suite: installs what it needs (on Debian, when run as root), builds with
+# warnings as errors, runs the unit tests, installs pyjail into a throw-away staging prefix
+# and runs the integration tests against that installed copy -- as root and as an
+# unprivileged user.
+#
+#   tests/run.sh            # everything
+#   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
+set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+build=${PYJAIL_BUILD_DIR:-$root/build}
+
+say() { printf '==> %s\n' "$*"; }
+
+debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
+      doctest-dev python3 python3-pytest util-linux)
+missing=()
+for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
+if ((${#missing[@]})); then
+    if [[ $(id -u) -ne 0 ]]; then
+        echo "tests/run.sh: missing packages: ${missing[*]} (install them: sudo apt-get install ${missing[*]})" >&2
+        exit 1
+    fi
+    say "installing ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+say "building ($build)"
+cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null
+cmake --build "$build"
+
+say "unit tests"
+(cd "$build" && ctest --output-on-failure)
+
+# The integration tests run pyjail as an unprivileged user too, who cannot reach into this
+# checkout (it may live under a private home): test an installed copy in a staging prefix.
+stage=$(mktemp -d /tmp/pyjail-stage.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+chmod 755 "$stage"
+say "installing into $stage"
+DESTDIR="$stage" cmake --install "$build" --prefix /usr/local >/dev/null
+export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
+
+say "integration tests"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs "$@"

@@ -1,0 +1,143 @@
+#include <doctest/doctest.h>
+#include <sys/mount.h>
+#include <sys/statvfs.h>
+
+#include <algorithm>
+
+#include "error.hpp"
+#include "mountplan.hpp"
+#include "profile.hpp"
+
+using namespace pyjail;
+
+namespace {
+
+Policy policy_from(std::string_view profile) {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile(profile, "p.toml"));
+    return make_policy(s, {"python3", "x.py"}, "/home/u/proj");
+}
+
+MountFacts rootfs_facts() {
+    MountFacts f;
+    f.rootfs_top = {{"bin", RootfsEntry::Kind::Symlink, "usr/bin"},
+                    {"etc", RootfsEntry::Kind::Dir, ""},
+                    {"proc", RootfsEntry::Kind::Dir, ""},
+                    {"tmp", RootfsEntry::Kind::Dir, ""},
+                    {"usr", RootfsEntry::Kind::Dir, ""}};
+    return f;
+}
+
+std::vector<std::string> lines(const MountPlan& plan) {
+    std::vector<std::string> out;
+    for (const auto& op : plan.ops) out.push_back(describe_op(op, plan));
+    return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& line) {
+    return std::find(v.begin(), v.end(), line) != v.end();
+}
+
+std::size_t index_of(const std::vector<std::string>& v, const std::string& line) {
+    return static_cast<std::size_t>(std::find(v.begin(), v.end(), line) - v.begin());
+}
+
+}  // namespace
+
+TEST_CASE("strict: rootfs read-only, private /tmp and /work, the script copied in") {
+    Policy p = policy_from("tmpfs-size = \"1M\"\n");
+    MountFacts f = rootfs_facts();
+    f.script_real_path = "/home/u/proj/x.py";
+    MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/x.py"));
+    auto l = lines(plan);
+
+    CHECK(l.front() == "tmpfs    / (nosuid,nodev,mode=0755,size=1048576)");
+    CHECK(has(l, "bind     /usr <- /rootfs/usr"));
+    CHECK(has(l, "remount  /usr (ro,nosuid,nodev)"));
+    CHECK(has(l, "bind     /etc <- /rootfs/etc"));
+    CHECK(has(l, "symlink  /bin -> usr/bin"));
+    // The rootfs's own /proc and /tmp are replaced by the jail's.
+    CHECK_FALSE(has(l, "bind     /proc <- /rootfs/proc"));
+    CHECK_FALSE(has(l, "bind     /tmp <- /rootfs/tmp"));
+    CHECK(has(l, "proc     /proc (nosuid,nodev,noexec)"));
+    CHECK(has(l, "tmpfs    /tmp (nosuid,nodev,mode=1777,size=1048576)"));
+    CHECK(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=1048576)"));
+    CHECK(has(l, "bind     /dev/null <- /dev/null"));
+    CHECK_FALSE(has(l, "bind     /dev/tty <- /dev/tty"));
+    CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
+    CHECK(plan.script_jail_path == "/work/x.py");
+    CHECK(plan.cwd == "/work");
+    // /dev is made read-only after it is filled and before /dev/shm is mounted on it.
+    CHECK(index_of(l, "remount  /dev (ro,nosuid,noexec)") <
+          index_of(l, "tmpfs    /dev/shm (nosuid,nodev,mode=1777,size=1048576)"));
+    // Nothing from the host is bound but the rootfs and the devices.
+    for (const auto& line : l)
+        if (line.rfind("bind", 0) == 0)
+            CHECK((line.find("<- /rootfs/") != std::string::npos ||
+                   line.find("<- /dev/") != std::string::npos));
+}
+
+TEST_CASE("the rootfs mount's locked flags are kept") {
+    Policy p = policy_from("");
+    MountFacts f = rootfs_facts();
+    f.rootfs_locked_flags = locked_mount_flags(ST_NOEXEC | ST_NOATIME);
+    CHECK(f.rootfs_locked_flags == (MS_NOEXEC | MS_NOATIME));
+    auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
+    CHECK(has(l, "remount  /usr (ro,nosuid,nodev,noexec,noatime)"));
+}
+
+TEST_CASE("standard: the current directory read-only at /work; a script there runs in place") {
+    Policy p = policy_from("ro-bind = [\".:/work\"]\n");
+    MountFacts f = rootfs_facts();
+    f.binds = {{true, "/home/u/proj", 0, false}};
+    f.script_real_path = "/home/u/proj/sub/x.py";
+    MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/sub/x.py"));
+    auto l = lines(plan);
+    CHECK_FALSE(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=67108864)"));
+    CHECK(has(l, "bind     /work <- /home/u/proj"));
+    CHECK(has(l, "remount  /work (ro,nosuid,nodev)"));
+    CHECK(plan.script_jail_path == "/work/sub/x.py");
+    CHECK(std::none_of(l.begin(), l.end(), [](const std::string& s) { return s.rfind("copy", 0) == 0; }));
+}
+
+TEST_CASE("a script outside every bind is copied into the read-only root when /work is a host dir") {
+    Policy p = policy_from("workdir = \"out\"\n");
+    MountFacts f = rootfs_facts();
+    f.binds = {{true, "/home/u/proj/out", 0, false}};
+    f.script_real_path = "/opt/jobs/x.py";
+    MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/opt/jobs/x.py"));
+    auto l = lines(plan);
+    CHECK(has(l, "bind     /work <- /home/u/proj/out"));
+    CHECK(has(l, "remount  /work (nosuid,nodev)"));  // writable
+    CHECK(has(l, "copy     /script/x.py <- /opt/jobs/x.py (mode 444)"));
+    CHECK(plan.script_jail_path == "/script/x.py");
+}
+
+TEST_CASE("binds: parents before children, mount points created unless the rootfs has them") {
+    Policy p = policy_from("ro-bind = [\"/data/a:/mnt/a/b\", \"/data/b:/mnt/a\", \"/etc/x.conf:/etc/x.conf\"]\n");
+    MountFacts f = rootfs_facts();
+    f.binds = {{true, "/data/a", 0, false}, {true, "/data/b", 0, false}, {false, "/etc/x.conf", 0, true}};
+    auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
+    CHECK(index_of(l, "bind     /mnt/a <- /data/b") < index_of(l, "bind     /mnt/a/b <- /data/a"));
+    CHECK(has(l, "mkdir    /mnt/a"));
+    CHECK(has(l, "bind     /etc/x.conf <- /etc/x.conf"));
+    CHECK_FALSE(has(l, "mkfile   /etc/x.conf"));
+}
+
+TEST_CASE("binds that cannot be placed fail at plan time") {
+    Policy p = policy_from("ro-bind = [\"/data:/usr/data\"]\n");
+    MountFacts f = rootfs_facts();
+    f.binds = {{true, "/data", 0, false}};
+    CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
+                         "p.toml:1: key 'ro-bind': /usr/data does not exist in the rootfs, and "
+                         "/usr is read-only, so it cannot be created",
+                         UsageError);
+
+    Policy w = policy_from("bind = [\"/ro:/mnt/ro\"]\n");
+    MountFacts g = rootfs_facts();
+    g.binds = {{true, "/ro", MS_RDONLY, false}};
+    CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
+                         "p.toml:1: key 'bind': /ro is on a read-only filesystem, so it cannot "
+                         "be bound writable",
+                         UsageError);
+}

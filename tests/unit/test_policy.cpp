@@ -1,0 +1,122 @@
+#include <doctest/doctest.h>
+
+#include "error.hpp"
+#include "policy.hpp"
+#include "profile.hpp"
+
+using namespace pyjail;
+
+namespace {
+Policy policy_from(std::string_view profile, std::vector<std::string> command = {"python3"}) {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile(profile, "p.toml"));
+    return make_policy(s, std::move(command), "/home/u/proj");
+}
+std::string error_of(std::string_view profile) {
+    try {
+        policy_from(profile);
+    } catch (const JailError& e) {
+        return e.one_line();
+    }
+    return "no error";
+}
+}  // namespace
+
+TEST_CASE("sizes and seconds") {
+    CHECK(parse_size("64M", "x") == 64ULL << 20);
+    CHECK(parse_size("1G", "x") == 1ULL << 30);
+    CHECK(parse_size("512k", "x") == 512ULL << 10);
+    CHECK(parse_size("4096", "x") == 4096);
+    CHECK_THROWS_WITH_AS(parse_size("64Q", "--tmpfs-size"), "--tmpfs-size: '64Q' is not a size",
+                         UsageError);
+    CHECK_THROWS_AS(parse_size("0", "x"), UsageError);
+    CHECK_THROWS_AS(parse_size("-1M", "x"), UsageError);
+    CHECK_THROWS_AS(parse_size("99999999999999G", "x"), UsageError);
+    CHECK(parse_seconds("2.5", "x") == doctest::Approx(2.5));
+    CHECK(parse_seconds("0", "x") == 0);
+    CHECK_THROWS_AS(parse_seconds("-1", "x"), UsageError);
+    CHECK_THROWS_AS(parse_seconds("1s", "x"), UsageError);
+    CHECK_THROWS_AS(parse_seconds("nan", "x"), UsageError);
+    CHECK_THROWS_AS(parse_seconds("inf", "x"), UsageError);
+}
+
+TEST_CASE("paths") {
+    CHECK(normalize_path("/a//b/./c/") == "/a/b/c");
+    CHECK(normalize_path("/") == "/");
+    CHECK(absolute_path("data", "/home/u") == "/home/u/data");
+    CHECK(absolute_path(".", "/home/u") == "/home/u");
+    CHECK(absolute_path("/x/", "/home/u") == "/x");
+}
+
+TEST_CASE("binds: SRC[:DST], validated before anything runs") {
+    auto b = parse_bind("data:/mnt/data", false, "--ro-bind", "/home/u");
+    CHECK(b.source == "/home/u/data");
+    CHECK(b.target == "/mnt/data");
+    CHECK_FALSE(b.writable);
+    CHECK(parse_bind("/srv/x", true, "--bind", "/").target == "/srv/x");
+    CHECK(parse_bind(".:/work/", false, "o", "/home/u").target == "/work");
+
+    auto err = [](const std::string& text) {
+        try {
+            parse_bind(text, false, "--ro-bind", "/home/u");
+        } catch (const JailError& e) {
+            return e.one_line();
+        }
+        return std::string("no error");
+    };
+    CHECK(err("data") == "--ro-bind: 'data' is relative, so where it goes in the jail is unclear "
+                         "(name the target: data:/mnt/data)");
+    CHECK(err("/x:rel") == "--ro-bind: target 'rel' is not an absolute path (targets are paths "
+                           "inside the jail, e.g. /mnt/data)");
+    CHECK(err("/x:/mnt/../etc") ==
+          "--ro-bind: target '/mnt/../etc' contains '..' (write the target without '..')");
+    CHECK(err("/x:/") == "--ro-bind: target '/' is reserved for the jail (choose a target "
+                         "outside /, /proc and /dev, e.g. /mnt/data)");
+    CHECK(err("/x:/proc/sys").find("reserved") != std::string::npos);
+    CHECK(err("/x:/dev").find("reserved") != std::string::npos);
+    CHECK(err("/x:/device") == "no error");
+    CHECK(err(":/x").find("no source path") != std::string::npos);
+}
+
+TEST_CASE("policy: values are typed and errors name their origin") {
+    Policy p = policy_from("net = \"loopback\"\nwall-time = 1.5\ntmpfs-size = \"8M\"\n"
+                           "env = [\"A=1\", \"B=x=y\"]\nworkdir = \"out\"\n");
+    CHECK(p.net == NetMode::Loopback);
+    CHECK(p.wall_time == doctest::Approx(1.5));
+    CHECK(p.tmpfs_size == 8ULL << 20);
+    REQUIRE(p.env.size() == 2);
+    CHECK(p.env[1] == std::pair<std::string, std::string>{"B", "x=y"});
+    CHECK(p.workdir == "/home/u/proj/out");
+
+    CHECK(error_of("net = \"host\"\n") ==
+          "p.toml:1: key 'net': 'host' is not a network mode (use none or loopback)");
+    CHECK(error_of("wall-time = \"soon\"\n") ==
+          "p.toml:1: key 'wall-time': 'soon' is not a number of seconds (write e.g. 30 or 2.5; "
+          "0 means no limit)");
+    CHECK(error_of("env = [\"NOVALUE\"]\n") ==
+          "p.toml:1: key 'env': 'NOVALUE' is not KEY=VALUE (the host's environment is never "
+          "passed; give the value)");
+    CHECK(error_of("hostname = \"a b\"\n").find("not a valid host name") != std::string::npos);
+    CHECK(error_of("host-user = \"0\"\n").find("must never be host root") != std::string::npos);
+    CHECK(error_of("host-user = \"root\"\n").find("must never be host root") != std::string::npos);
+    CHECK(error_of("host-user = \"65534:0\"\n").find("must never be host root") != std::string::npos);
+    CHECK(error_of("ro-bind = [\"/a:/x\", \"/b:/x\"]\n") ==
+          "p.toml:1: key 'ro-bind' and p.toml:1: key 'ro-bind' both bind to /x");
+    CHECK(error_of("workdir = \"/w\"\nbind = [\"/a:/work\"]\n").find("binds over it") !=
+          std::string::npos);
+}
+
+TEST_CASE("policy: a command is required unless explaining") {
+    Settings s = default_settings();
+    CHECK_THROWS_WITH_AS(make_policy(s, {}, "/"), "no command given", UsageError);
+    s["explain"] = {{"true", Source::CommandLine, "--explain"}};
+    CHECK_NOTHROW(make_policy(s, {}, "/"));
+}
+
+TEST_CASE("environment: built from scratch, --env last") {
+    Policy p = policy_from("env = [\"LANG=de_DE.UTF-8\", \"X=1\"]\n");
+    auto env = jail_environment(p);
+    CHECK(env == std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
+                                          "USER=jail", "LOGNAME=jail", "LANG=de_DE.UTF-8",
+                                          "PWD=/work", "X=1"});
+}

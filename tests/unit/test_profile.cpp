@@ -1,0 +1,135 @@
+#include <doctest/doctest.h>
+
+#include "cli.hpp"
+#include "error.hpp"
+#include "options.hpp"
+#include "profile.hpp"
+
+using namespace pyjail;
+
+namespace {
+std::string error_of(std::string_view text) {
+    try {
+        Settings s = default_settings();
+        apply_profile(s, parse_profile(text, "p.toml"));
+    } catch (const JailError& e) {
+        return e.one_line();
+    }
+    return "no error";
+}
+}  // namespace
+
+TEST_CASE("profile: values of every shape") {
+    auto p = parse_profile(
+        "# comment\n"
+        "net = \"loopback\"   # trailing comment\n"
+        "wall-time = 2.5\n"
+        "tmpfs-size = '1G'\n"
+        "ro-bind = [\"a:/mnt/a\",\n  'b:/mnt/b', # item comment\n]\n"
+        "env = []\n",
+        "p.toml");
+    REQUIRE(p.entries.size() == 5);
+    CHECK(p.entries[0].key == "net");
+    CHECK(p.entries[0].values == std::vector<std::string>{"loopback"});
+    CHECK(p.entries[1].values == std::vector<std::string>{"2.5"});
+    CHECK(p.entries[2].values == std::vector<std::string>{"1G"});
+    CHECK(p.entries[3].is_list);
+    CHECK(p.entries[3].values == std::vector<std::string>{"a:/mnt/a", "b:/mnt/b"});
+    CHECK(p.entries[3].line == 5);
+    CHECK(p.entries[4].values.empty());
+}
+
+TEST_CASE("profile: string escapes") {
+    auto p = parse_profile("env = [\"A=x\\\"y\\\\z\"]\n", "p.toml");
+    CHECK(p.entries[0].values[0] == "A=x\"y\\z");
+}
+
+TEST_CASE("profile: errors name the file, the line and the key") {
+    CHECK(error_of("net = \"none\"\nwal-time = 3\n") ==
+          "p.toml:2: unknown key 'wal-time' (did you mean 'wall-time'?)");
+    CHECK(error_of("frobnicate = 1\n") ==
+          "p.toml:1: unknown key 'frobnicate' (see `pyjail --help` for the keys)");
+    CHECK(error_of("explain = true\n") ==
+          "p.toml:1: unknown key 'explain' ('explain' is a command-line option only)");
+    CHECK(error_of("net = none\n") ==
+          "p.toml:1: key 'net': value none is not a quoted string, number or true/false "
+          "(strings need quotes: net = \"none\")");
+    CHECK(error_of("net = \"none\n") == "p.toml:1: key 'net': string is not closed with \"");
+    CHECK(error_of("\n\nnet = [\"none\"]\n") == "p.toml:3: key 'net' takes one value, not a list");
+    CHECK(error_of("ro-bind = \"/x\"\n") ==
+          "p.toml:1: key 'ro-bind' takes a list, e.g. ro-bind = [\"/x\"]");
+    CHECK(error_of("net = \"none\"\nnet = \"loopback\"\n") == "p.toml:2: key 'net' is set twice");
+    CHECK(error_of("[jail]\n") ==
+          "p.toml:1: tables ([section]) are not part of the profile format; write `key = value` "
+          "lines");
+    CHECK(error_of("net \"none\"\n") == "p.toml:1: expected '=' after key 'net'");
+    CHECK(error_of("ro-bind = [\"a\"\nnet = \"x\"\n") ==
+          "p.toml:2: key 'ro-bind': expected ',' or ']' in array");
+    CHECK(error_of("net = \"none\" extra\n") == "p.toml:1: key 'net': unexpected text after the value");
+    CHECK(error_of("net =\n") == "p.toml:1: key 'net' has no value");
+}
+
+TEST_CASE("profile replaces defaults; the command line replaces scalars and appends to lists") {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile("net = \"loopback\"\nro-bind = [\"/a\"]\n", "p.toml"));
+    CHECK(setting(s, "net").value == "loopback");
+    CHECK(setting(s, "net").source == Source::Profile);
+    CHECK(setting(s, "net").origin == "p.toml:1");
+
+    CliArgs cli = parse_cli({"--net", "none", "--ro-bind", "/b", "--ro-bind=/c", "--", "python3"});
+    apply_cli(s, cli);
+    CHECK(setting(s, "net").value == "none");
+    CHECK(setting(s, "net").source == Source::CommandLine);
+    REQUIRE(s.at("ro-bind").size() == 3);
+    CHECK(s.at("ro-bind")[0].value == "/a");
+    CHECK(s.at("ro-bind")[2].value == "/c");
+    CHECK(cli.command == std::vector<std::string>{"python3"});
+}
+
+TEST_CASE("cli: the command starts at -- or at the first word that is not an option") {
+    CHECK(parse_cli({"--", "python3", "-c", "pass"}).command ==
+          std::vector<std::string>{"python3", "-c", "pass"});
+    CHECK(parse_cli({"--net", "none", "python3", "-c", "pass"}).command ==
+          std::vector<std::string>{"python3", "-c", "pass"});
+    CHECK(parse_cli({"--wall-time", "3", "--", "python3", "--", "x"}).command ==
+          std::vector<std::string>{"python3", "--", "x"});
+    CHECK(parse_cli({"--explain"}).given.at("explain") == std::vector<std::string>{"true"});
+    CHECK(parse_cli({"--version"}).exit_now == 0);
+    CHECK(parse_cli({"--help"}).output.find("--wall-time") != std::string::npos);
+}
+
+TEST_CASE("cli: errors") {
+    auto err = [](std::vector<std::string> args) {
+        try {
+            parse_cli(args);
+        } catch (const JailError& e) {
+            return e.one_line();
+        }
+        return std::string("no error");
+    };
+    CHECK(err({"--frob", "--", "python3"}) == "unknown option --frob (see pyjail --help)");
+    CHECK(err({"--net"}).find("--net") != std::string::npos);
+}
+
+TEST_CASE("every profile key is an option, and suggestions only name profile keys") {
+    for (const auto& o : option_table()) {
+        CHECK(!o.help.empty());
+        if (o.kind == OptKind::Flag) CHECK_FALSE(o.profile_key);
+    }
+    CHECK(suggest_option("tmpfs_size") == "tmpfs-size");
+    CHECK(suggest_option("xyzzy").empty());
+}
+
+TEST_CASE("the shipped profiles parse and apply") {
+    for (const char* name : {"strict", "standard", "batch"}) {
+        std::string path = std::string(PYJAIL_SOURCE_DIR) + "/profiles/" + name + ".toml";
+        FILE* f = std::fopen(path.c_str(), "r");
+        REQUIRE(f != nullptr);
+        std::string text;
+        char buf[4096];
+        while (std::size_t n = std::fread(buf, 1, sizeof buf, f)) text.append(buf, n);
+        std::fclose(f);
+        Settings s = default_settings();
+        CHECK_NOTHROW(apply_profile(s, parse_profile(text, path)));
+    }
+}
