@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# From a fresh Debian 12 machine to a jailed Python program: installs the build dependencies
+# (with sudo when not root), builds pyjail and its Python rootfs, and runs examples/hello.py
+# under --profile strict.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
+      doctest-dev python3)
+missing=()
+for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
+if ((${#missing[@]})); then
+    sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo
+    echo "==> installing ${missing[*]}"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+echo "==> building pyjail and its rootfs"
+cmake -S . -B build -G Ninja >/dev/null
+cmake --build build
+
+echo "==> build/pyjail --profile strict -- python examples/hello.py"
+exec build/pyjail --profile strict -- python examples/hello.py
