@@ -79,10 +79,12 @@ void step_wait_for_parent() {
     if (n != 1) ::_exit(kExitJailError);  // the supervisor is gone: nothing to report to
 }
 
-void step_scrub_host_memory() {
-    // This process is a copy of the supervisor. Its environment strings are the host's: wipe
-    // them so nothing of the host's variables is left in the jail's memory.
+void step_scrub_host_memory(const ChildPlan& p) {
+    // This process is a copy of the supervisor. Its environment strings are the host's, and
+    // its command line may hold --env values: wipe both, so nothing of them is left in pid 1's
+    // memory or in /proc/1/cmdline, which the program can read.
     for (char** e = environ; e != nullptr && *e != nullptr; ++e) ::explicit_bzero(*e, std::strlen(*e));
+    for (char** a = p.host_argv; a != nullptr && *a != nullptr; ++a) ::explicit_bzero(*a, std::strlen(*a));
 }
 
 void step_become_jail_user(const ChildPlan& p) {
@@ -332,7 +334,7 @@ void run_child(const ChildPlan& p) noexcept {
     ::close(p.parent_end_fd);
 
     step_wait_for_parent();
-    step_scrub_host_memory();
+    step_scrub_host_memory(p);
     step_become_jail_user(p);
     step_mounts(p);
     step_hostname(p);

@@ -12,6 +12,7 @@
 namespace pyjail {
 
 struct ChildPlan {
+    char** host_argv = nullptr;  // pyjail's own argv, wiped in the child (see child.cpp)
     int sync_fd = -1;          // the child's end of the sync socket
     int parent_end_fd = -1;    // the parent's end, closed first thing in the child
     uid_t jail_uid = 0;

@@ -51,7 +51,7 @@ int run(int argc, char** argv) {
                    stdout);
         return 0;
     }
-    return spawn_and_supervise_from_parent(prepared);
+    return spawn_and_supervise_from_parent(prepared, argv);
 }
 
 }  // namespace

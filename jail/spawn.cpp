@@ -225,9 +225,10 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     return p;
 }
 
-int spawn_and_supervise_from_parent(Prepared& p) {
+int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     const bool verbose = p.policy.verbose;
     ChildPlan plan;
+    plan.host_argv = host_argv;
     plan.jail_uid = kJailUid;
     plan.jail_gid = kJailGid;
     plan.staging_dir = "/tmp";

@@ -31,6 +31,6 @@ struct Prepared {
 Prepared prepare_from_parent(Policy policy, const DataDirs& dirs);
 
 // Steps 4-6: create the jail, release it, supervise it. Returns pyjail's exit status.
-int spawn_and_supervise_from_parent(Prepared& prepared);
+int spawn_and_supervise_from_parent(Prepared& prepared, char** host_argv);
 
 }  // namespace pyjail
