@@ -1,8 +1,10 @@
 // pyjail: parse, plan, run. Every failure becomes one line on stderr and exit status 125
 // (126/127 when the command cannot be executed / is not found).
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <string>
@@ -54,9 +56,24 @@ int run(int argc, char** argv) {
     return spawn_and_supervise_from_parent(prepared, argv);
 }
 
+// With stdin, stdout or stderr closed (as under some cron daemons), the next file pyjail
+// opens would take that number and be mistaken for it -- by us, or by the program in the
+// jail. Fill the gaps with /dev/null.
+void ensure_standard_fds() {
+    for (int fd = 0; fd <= 2; ++fd) {
+        if (::fcntl(fd, F_GETFD) != -1 || errno != EBADF) continue;
+        int null = ::open("/dev/null", O_RDWR);
+        if (null >= 0 && null != fd) {
+            ::dup2(null, fd);
+            ::close(null);
+        }
+    }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+    ensure_standard_fds();
     try {
         return run(argc, argv);
     } catch (const JailError& e) {

@@ -144,7 +144,9 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
         int slot = static_cast<int>(plan.sources.size());
         plan.sources.push_back({b.source, false});
         std::string t = rel(b.target);
-        if (!f.target_in_rootfs)
+        // A mount point is ready only where the rootfs is bound (not under /tmp, /work, ...).
+        bool ready = in_ro_rootfs && f.target_in_rootfs;
+        if (!ready)
             ops.push_back({f.is_dir ? OpKind::Mkdir : OpKind::MkFile, t, -1, "", 0, "", f.is_dir ? 0755u : 0644u});
         ops.push_back({OpKind::Bind, t, slot, "", MS_BIND, "", 0});
         unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | f.locked_flags;

@@ -151,6 +151,22 @@ private:
     UniqueFd fd_;
 };
 
+// When root runs pyjail, the jail writes as --host-user: say so up front instead of letting
+// the program fail later with a bare EACCES.
+void warn_unwritable_binds(const std::vector<BindSpec>& binds, const IdMaps& ids) {
+    for (const auto& b : binds) {
+        struct stat st {};
+        if (!b.writable || ::stat(b.source.c_str(), &st) != 0) continue;
+        bool ok = (st.st_uid == ids.host_uid && (st.st_mode & S_IWUSR)) ||
+                  (st.st_gid == ids.host_gid && (st.st_mode & S_IWGRP)) || (st.st_mode & S_IWOTH);
+        if (!ok)
+            std::fprintf(stderr,
+                         "pyjail: warning: %s: %s is not writable by uid %u, the jail's host user "
+                         "when pyjail runs as root (chown it, or choose --host-user)\n",
+                         b.origin.c_str(), b.source.c_str(), ids.host_uid);
+    }
+}
+
 }  // namespace
 
 Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
@@ -220,6 +236,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     gid_t root_gid = 0;
     if (::geteuid() == 0) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
     p.ids = plan_idmaps(::geteuid(), ::getegid(), root_uid, root_gid);
+    if (::geteuid() == 0) warn_unwritable_binds(binds, p.ids);
     p.env = jail_environment(policy);
     p.policy = std::move(policy);
     return p;

@@ -103,10 +103,14 @@ TEST_CASE("standard: the current directory read-only at /work; a script there ru
 TEST_CASE("a script outside every bind is copied into the read-only root when /work is a host dir") {
     Policy p = policy_from("workdir = \"out\"\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/home/u/proj/out", 0, false}};
+    // The rootfs has its own (empty) /work: the jail owns that name, so the mount point must
+    // still be made in the new root.
+    f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
+    f.binds = {{true, "/home/u/proj/out", 0, true}};
     f.script_real_path = "/opt/jobs/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/opt/jobs/x.py"));
     auto l = lines(plan);
+    CHECK(has(l, "mkdir    /work"));
     CHECK(has(l, "bind     /work <- /home/u/proj/out"));
     CHECK(has(l, "remount  /work (nosuid,nodev)"));  // writable
     CHECK(has(l, "copy     /script/x.py <- /opt/jobs/x.py (mode 444)"));
