@@ -3,6 +3,9 @@
 #include "child.hpp"
 
 #include <fcntl.h>
+#include <linux/keyctl.h>
+#include <linux/seccomp.h>
+#include <sys/syscall.h>
 #include <linux/securebits.h>
 #include <net/if.h>
 #include <poll.h>
@@ -171,6 +174,9 @@ void step_mounts(const ChildPlan& p) {
                 }
                 break;
             case OpKind::Proc: do_mount("mount /proc", "proc", t, "proc", op.flags, nullptr); break;
+            case OpKind::Devpts:
+                do_mount("mount devpts", "devpts", t, "devpts", op.flags, op.data.c_str());
+                break;
             case OpKind::Mkdir: mkdirs("mkdir", op.target, op.mode); break;
             case OpKind::MkFile: {
                 auto slash = op.target.rfind('/');
@@ -290,8 +296,41 @@ void step_no_new_privs() {
         fail("no_new_privs", errno, kExitJailError, "prctl");
 }
 
-void step_seccomp() {
-    // The syscall filter goes here, last before exec, so the set-up above is not limited by it.
+void step_new_keyring() {
+    // Keyrings are not namespaced: start the program in a new, empty session keyring, so the
+    // invoking user's session keys are not even named by it (the key syscalls are also
+    // refused by the filter). ENOSYS: a kernel without keys has nothing to hide.
+    if (::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
+        fail("keyring", errno, kExitJailError, "cannot join a new session keyring");
+}
+
+void step_seccomp(const ChildPlan& p) {
+    // Last before the program, so the set-up above is not limited by it. The filter notifies
+    // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
+    if (p.seccomp_filter.empty()) return;
+    sock_fprog prog{static_cast<unsigned short>(p.seccomp_filter.size()),
+                    const_cast<sock_filter*>(p.seccomp_filter.data())};
+    long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                              SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (listener < 0) fail("seccomp", errno, kExitJailError, "cannot install the syscall filter");
+    JailMessage m{};
+    m.kind = MsgKind::Listener;
+    int fd = static_cast<int>(listener);
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{&m, sizeof m};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    if (::sendmsg(g_sync_fd, &msg, MSG_NOSIGNAL) < 0)
+        fail("seccomp", errno, kExitJailError, "cannot hand the filter's listener to pyjail");
+    ::close(fd);
 }
 
 void install_init_signals() {
@@ -344,7 +383,8 @@ void run_child(const ChildPlan& p) noexcept {
     step_close_fds();
     step_drop_capabilities();
     step_no_new_privs();
-    step_seccomp();
+    step_new_keyring();
+    step_seccomp(p);
     install_init_signals();
 
     send_simple(MsgKind::Ready, 0);

@@ -2,6 +2,7 @@
 // prepared by the parent beforehand (paths, argv, envp), so it only makes syscalls.
 #pragma once
 
+#include <linux/filter.h>
 #include <sys/types.h>
 
 #include <string>
@@ -24,6 +25,7 @@ struct ChildPlan {
     std::vector<int> content_fds;
     std::string hostname;
     bool loopback_up = false;
+    std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

@@ -63,6 +63,31 @@ std::string explain_text(const ExplainInput& in) {
     out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
                                                 ? fmt::format("{} s", in.policy.wall_time)
                                                 : std::string("no limit"));
+    if (in.seccomp == nullptr) {
+        out += "# Seccomp:   OFF (--seccomp off): every syscall the kernel allows\n";
+    } else {
+        out += fmt::format("# Seccomp:   set '{}': {} syscalls allowed, {} denied by name (EPERM), "
+                           "all others ENOSYS; refused calls are reported\n",
+                           in.seccomp->name, in.seccomp->allow.size(), in.seccomp->deny.size());
+        out += fmt::format("#   checked: clone without CLONE_NEW*; clone3 -> ENOSYS; socket {}; "
+                           "ioctl but TIOCSTI/TIOCLINUX; personality query/PER_LINUX; other "
+                           "architectures (i386, x32) kill\n",
+                           in.policy.net == NetMode::Loopback ? "AF_UNIX/AF_INET/AF_INET6"
+                                                              : "AF_UNIX only");
+        auto wrap = [&](const char* title, const std::vector<std::string>& names) {
+            std::string line = std::string("#   ") + title + ":";
+            for (const auto& n : names) {
+                if (line.size() + n.size() > 98) {
+                    out += line + "\n";
+                    line = "#    ";
+                }
+                line += " " + n;
+            }
+            out += line + "\n";
+        };
+        wrap("allowed", in.seccomp->allow);
+        wrap("denied", in.seccomp->deny);
+    }
     out += "# Filesystem (the root is read-only; in order):\n";
     for (const auto& op : in.mounts.ops) out += "#   " + describe_op(op, in.mounts) + "\n";
     out += fmt::format("# Working directory: {}\n", in.mounts.cwd);

@@ -9,6 +9,7 @@
 #include "idmap.hpp"
 #include "mountplan.hpp"
 #include "policy.hpp"
+#include "seccomp.hpp"
 
 namespace pyjail {
 
@@ -20,6 +21,7 @@ struct ExplainInput {
     const std::string& exec_path;
     const std::vector<std::string>& argv;
     const std::vector<std::string>& env;
+    const SeccompSet* seccomp;  // null: --seccomp off
 };
 
 std::string explain_text(const ExplainInput& in);

@@ -48,6 +48,10 @@ std::string child_step_hint(const std::string& step, int err) {
                "systempaths=unconfined container";
     if (step == "rootfs bind" && err == EACCES)
         return "the rootfs must be readable and searchable by the jail's host user";
+    if (step == "seccomp" && (err == EINVAL || err == ENOSYS))
+        return "this kernel lacks seccomp filters with user notification (Linux 5.0+, "
+               "CONFIG_SECCOMP_FILTER); pyjail will not run without its filter unless you pass "
+               "--seccomp off";
     if (step.rfind("bind", 0) == 0 && err == EACCES)
         return "when pyjail runs as root, the jail acts on host files as --host-user (nobody)";
     return {};

@@ -48,7 +48,8 @@ int run(int argc, char** argv) {
     Prepared prepared = prepare_from_parent(std::move(policy), dirs);
     if (prepared.policy.explain) {
         std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts, prepared.ids,
-                                 prepared.command.exec_path, prepared.argv, prepared.env})
+                                 prepared.command.exec_path, prepared.argv, prepared.env,
+                                 prepared.seccomp ? &*prepared.seccomp : nullptr})
                        .c_str(),
                    stdout);
         return 0;

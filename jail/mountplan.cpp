@@ -102,9 +102,15 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     ops.push_back({OpKind::Symlink, "dev/stdout", -1, "/proc/self/fd/1", 0, "", 0});
     ops.push_back({OpKind::Symlink, "dev/stderr", -1, "/proc/self/fd/2", 0, "", 0});
     ops.push_back({OpKind::Mkdir, "dev/shm", -1, "", 0, "", 0755});
+    // Pseudo-terminals from a devpts instance of the jail's own (pty, pexpect): its terminals
+    // are not the host's, so nothing typed into them reaches a host shell.
+    ops.push_back({OpKind::Mkdir, "dev/pts", -1, "", 0, "", 0755});
+    ops.push_back({OpKind::Symlink, "dev/ptmx", -1, "pts/ptmx", 0, "", 0});
     ops.push_back({OpKind::Remount, "dev", -1, "",
                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "", 0});
     ops.push_back({OpKind::Tmpfs, "dev/shm", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
+    ops.push_back({OpKind::Devpts, "dev/pts", -1, "", MS_NOSUID | MS_NOEXEC,
+                   "newinstance,ptmxmode=0666,mode=0620", 0});
 
     // Private, size-capped scratch space; nothing written there outlives the run.
     ops.push_back({OpKind::Mkdir, "tmp", -1, "", 0, "", 0755});
@@ -201,6 +207,7 @@ std::string describe_op(const MountOp& op, const MountPlan& plan) {
     switch (op.kind) {
         case OpKind::Tmpfs: return fmt::format("tmpfs    {} ({},{})", t, flag_names(op.flags), op.data);
         case OpKind::Proc: return fmt::format("proc     {} ({})", t, flag_names(op.flags));
+        case OpKind::Devpts: return fmt::format("devpts   {} ({},{})", t, flag_names(op.flags), op.data);
         case OpKind::Bind: return fmt::format("bind     {} <- {}", t, src());
         case OpKind::Remount: return fmt::format("remount  {} ({})", t, flag_names(op.flags));
         case OpKind::Mkdir: return fmt::format("mkdir    {}", t);

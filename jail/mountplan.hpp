@@ -40,6 +40,7 @@ struct MountFacts {
 enum class OpKind {
     Tmpfs,    // mount a tmpfs at target (target "" is the new root itself)
     Proc,     // mount the jail's own procfs at target
+    Devpts,   // mount a new devpts instance at target
     Bind,     // bind source at target (source: below a slot's fd, or a host path when slot < 0)
     Remount,  // change the flags of the bind mount at target
     Mkdir,    // create a directory (with parents) as a mount point

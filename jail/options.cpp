@@ -28,6 +28,9 @@ const std::vector<OptionSpec>& option_table() {
         {"wall-time", OptKind::Text, "0", "SECONDS",
          "Kill the whole jail after this many seconds of real time (0: no limit)", true},
         {"hostname", OptKind::Text, "pyjail", "NAME", "Host name inside the jail", true},
+        {"seccomp", OptKind::Text, "python", "NAME|FILE|off",
+         "Syscall filter: a set from profiles/seccomp, a set file, or off (no filter: an "
+         "explicit, loud opt-out)", true},
         {"host-user", OptKind::Text, "nobody", "USER|UID[:GID]",
          "When pyjail runs as root: the unprivileged host user the jailed program runs as", true},
         {"explain", OptKind::Flag, "false", "",

@@ -61,6 +61,17 @@ std::vector<std::string> list_profiles(const DataDirs& dirs) {
     return names;
 }
 
+std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
+    bool is_path = name_or_path.find('/') != std::string::npos ||
+                   (name_or_path.size() > 5 &&
+                    name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
+    std::string path = is_path ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
+    if (name_or_path == "groups" || ::access(path.c_str(), R_OK) != 0)
+        throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, path),
+                         "use python, a set file, or off");
+    return path;
+}
+
 std::string find_profile(const std::string& name_or_path, const DataDirs& dirs) {
     bool is_path = name_or_path.find('/') != std::string::npos ||
                    (name_or_path.size() > 5 &&

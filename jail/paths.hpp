@@ -20,4 +20,7 @@ std::string find_profile(const std::string& name_or_path, const DataDirs& dirs);
 
 std::vector<std::string> list_profiles(const DataDirs& dirs);
 
+// A seccomp set name ("python") or file path. Throws UsageError.
+std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& dirs);
+
 }  // namespace pyjail

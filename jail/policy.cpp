@@ -209,6 +209,13 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         p.hostname = h.value;
     }
     {
+        const auto& sc = item("seccomp");
+        if (sc.value.empty())
+            throw UsageError(fmt::format("{}: empty", where(sc, "seccomp")),
+                             "name a set (python), a set file, or off");
+        p.seccomp = sc.value;
+    }
+    {
         const auto& u = item("host-user");
         p.host_user.name = u.value;
         auto colon = u.value.find(':');

@@ -38,6 +38,7 @@ struct Policy {
     std::vector<std::pair<std::string, std::string>> env;  // added by profile and --env
     double wall_time = 0;                                   // seconds; 0 means no limit
     std::string hostname;
+    std::string seccomp;  // set name or file; "off" turns the filter off
     HostUser host_user;
     bool explain = false;
     bool verbose = false;

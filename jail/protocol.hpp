@@ -11,6 +11,7 @@ enum class MsgKind : std::uint32_t {
     Error = 1,   // a set-up step failed: step, err, text, exit_code
     Ready = 2,   // the jail is set up; the program is being started
     Status = 3,  // the program ended: wait_status
+    Listener = 4,  // carries the seccomp notification fd (SCM_RIGHTS)
 };
 
 struct JailMessage {

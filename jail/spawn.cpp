@@ -238,6 +238,16 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     p.ids = plan_idmaps(::geteuid(), ::getegid(), root_uid, root_gid);
     if (::geteuid() == 0) warn_unwritable_binds(binds, p.ids);
     p.env = jail_environment(policy);
+
+    // The filter is compiled here, so a broken set fails before any process exists.
+    if (policy.seccomp != "off") {
+        std::string set_path = find_seccomp_set(policy.seccomp, dirs);
+        std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
+        p.seccomp = parse_seccomp_set(read_file(set_path, "seccomp"), set_path,
+                                      read_file(groups_path, "seccomp"), groups_path);
+        p.seccomp->name = policy.seccomp;
+        p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
+    }
     p.policy = std::move(policy);
     return p;
 }
@@ -254,6 +264,10 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     plan.hostname = p.policy.hostname;
     plan.loopback_up = p.policy.net == NetMode::Loopback;
     plan.exec_path = p.command.exec_path;
+    plan.seccomp_filter = p.seccomp_filter;
+    if (!p.seccomp)
+        std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "
+                             "the kernel allows in a user namespace\n");
     for (auto& a : p.argv) plan.argv.push_back(a.data());
     plan.argv.push_back(nullptr);
     for (auto& e : p.env) plan.envp.push_back(e.data());
@@ -305,7 +319,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
 
     Supervised s = supervise_from_parent(pidfd, parent_end.get(), signals.fd(),
-                                         p.policy.wall_time, started);
+                                         p.policy.wall_time, started,
+                                         p.seccomp ? &*p.seccomp : nullptr);
     jail.mark_reaped();
 
     if (s.error) {
@@ -314,6 +329,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
                         m.exit_code != 0 ? m.exit_code : kExitJailError);
     }
     if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.setup_ms);
+    if (verbose && !s.denied.empty())
+        std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.denied).c_str());
     std::string what = describe(s.outcome, p.policy.wall_time);
     if (!what.empty() && (verbose || s.outcome.kind != Outcome::Kind::Signaled ||
                           s.outcome.signal == SIGKILL))

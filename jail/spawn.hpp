@@ -1,6 +1,7 @@
 // The parent side of a run, from a validated Policy to the program's exit status.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -9,6 +10,7 @@
 #include "mountplan.hpp"
 #include "paths.hpp"
 #include "policy.hpp"
+#include "seccomp.hpp"
 #include "sys.hpp"
 
 namespace pyjail {
@@ -23,6 +25,8 @@ struct Prepared {
     std::vector<std::string> env;
     MountPlan mounts;
     IdMaps ids;
+    std::optional<SeccompSet> seccomp;        // none: --seccomp off
+    std::vector<sock_filter> seccomp_filter;  // compiled here, before any process exists
     std::vector<int> content_fds;   // per mounts.sources: fd of a copied-in source, else -1
     std::vector<UniqueFd> owned_fds;
 };

@@ -1,6 +1,7 @@
 #include "supervise.hpp"
 
 #include <poll.h>
+#include <seccomp.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -8,6 +9,7 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 
 #include "sys.hpp"
@@ -26,30 +28,84 @@ double monotonic_ms() {
 
 namespace {
 
-void drain_messages(int sync_fd, Supervised& s, std::optional<int>& status, double started_ms) {
-    while (true) {
-        JailMessage m{};
-        ssize_t n = ::recv(sync_fd, &m, sizeof m, MSG_DONTWAIT);
-        if (n < 0 && errno == EINTR) continue;
-        if (n != static_cast<ssize_t>(sizeof m)) return;
-        m.step[sizeof m.step - 1] = '\0';
-        m.text[sizeof m.text - 1] = '\0';
-        switch (m.kind) {
-            case MsgKind::Error:
-                if (!s.error) s.error = m;
-                break;
-            case MsgKind::Ready: s.setup_ms = monotonic_ms() - started_ms; break;
-            case MsgKind::Status: status = m.wait_status; break;
+class Supervisor {
+public:
+    Supervisor(int sync_fd, double started_ms, const SeccompSet* seccomp)
+        : sync_fd_(sync_fd), started_ms_(started_ms), seccomp_(seccomp) {}
+    ~Supervisor() {
+        if (req_ != nullptr) seccomp_notify_free(req_, resp_);
+    }
+    Supervisor(const Supervisor&) = delete;
+    Supervisor& operator=(const Supervisor&) = delete;
+
+    void drain_messages() {
+        while (true) {
+            JailMessage m{};
+            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+            iovec iov{&m, sizeof m};
+            msghdr msg{};
+            msg.msg_iov = &iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control;
+            msg.msg_controllen = sizeof control;
+            ssize_t n = ::recvmsg(sync_fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+            if (n < 0 && errno == EINTR) continue;
+            if (n != static_cast<ssize_t>(sizeof m)) return;
+            int fd = -1;
+            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+                    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+            UniqueFd passed(fd);
+            m.step[sizeof m.step - 1] = '\0';
+            m.text[sizeof m.text - 1] = '\0';
+            switch (m.kind) {
+                case MsgKind::Error:
+                    if (!result.error) result.error = m;
+                    break;
+                case MsgKind::Ready: result.setup_ms = monotonic_ms() - started_ms_; break;
+                case MsgKind::Status: status = m.wait_status; break;
+                case MsgKind::Listener:
+                    if (passed && !listener) listener = std::move(passed);
+                    break;
+            }
         }
     }
-}
+
+    // One refused syscall: record it, and answer with the set's error.
+    void answer_notification() {
+        if (req_ == nullptr && seccomp_notify_alloc(&req_, &resp_) != 0) {
+            listener.reset();
+            return;
+        }
+        std::memset(req_, 0, sizeof *req_);
+        if (seccomp_notify_receive(listener.get(), req_) != 0) return;  // the caller died
+        std::uint64_t args[6];
+        for (int i = 0; i < 6; ++i) args[i] = req_->data.args[i];
+        result.denied[describe_syscall(req_->data.nr, args)]++;
+        resp_->id = req_->id;
+        resp_->val = 0;
+        resp_->flags = 0;
+        resp_->error = -(seccomp_ != nullptr ? seccomp_errno_for(*seccomp_, req_->data.nr) : EPERM);
+        (void)seccomp_notify_respond(listener.get(), resp_);
+    }
+
+    Supervised result;
+    std::optional<int> status;
+    UniqueFd listener;
+
+private:
+    int sync_fd_;
+    double started_ms_;
+    const SeccompSet* seccomp_;
+    seccomp_notif* req_ = nullptr;
+    seccomp_notif_resp* resp_ = nullptr;
+};
 
 }  // namespace
 
 Supervised supervise_from_parent(int pidfd, int sync_fd, int signal_fd, double wall_time,
-                                 double started_ms) {
-    Supervised s;
-    std::optional<int> status;
+                                 double started_ms, const SeccompSet* seccomp) {
+    Supervisor sv(sync_fd, started_ms, seccomp);
     bool timed_out = false;
     double deadline = wall_time > 0 ? started_ms + wall_time * 1e3 : 0;
 
@@ -59,8 +115,11 @@ Supervised supervise_from_parent(int pidfd, int sync_fd, int signal_fd, double w
             double left = deadline - monotonic_ms();
             timeout = left <= 0 ? 0 : static_cast<int>(std::ceil(left));
         }
-        pollfd fds[3] = {{pidfd, POLLIN, 0}, {sync_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
-        int n = ::poll(fds, 3, timeout);
+        pollfd fds[4] = {{pidfd, POLLIN, 0},
+                         {sync_fd, POLLIN, 0},
+                         {signal_fd, POLLIN, 0},
+                         {sv.listener ? sv.listener.get() : -1, POLLIN, 0}};
+        int n = ::poll(fds, 4, timeout);
         if (n < 0 && errno == EINTR) continue;
         if (n == 0) {
             // Wall time is up: SIGKILL to pid 1 ends the whole pid namespace at once.
@@ -68,24 +127,27 @@ Supervised supervise_from_parent(int pidfd, int sync_fd, int signal_fd, double w
             sys_pidfd_send_signal(pidfd, SIGKILL);
             continue;
         }
-        if (fds[1].revents & POLLIN) drain_messages(sync_fd, s, status, started_ms);
+        if (fds[1].revents & POLLIN) sv.drain_messages();
         if (fds[2].revents & POLLIN) {
             signalfd_siginfo si{};
             if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
                 sys_pidfd_send_signal(pidfd, static_cast<int>(si.ssi_signo));
         }
+        if (fds[3].revents & POLLIN) sv.answer_notification();
+        else if (fds[3].revents & (POLLHUP | POLLERR | POLLNVAL)) sv.listener.reset();
         if (fds[0].revents & POLLIN) break;
     }
-    drain_messages(sync_fd, s, status, started_ms);
+    sv.drain_messages();
 
     siginfo_t info{};
     while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0 &&
            errno == EINTR) {
     }
+    Supervised s = std::move(sv.result);
     if (timed_out) {
         s.outcome.kind = Outcome::Kind::WallTimeout;
-    } else if (status) {
-        s.outcome = outcome_from_wait_status(*status);
+    } else if (sv.status) {
+        s.outcome = outcome_from_wait_status(*sv.status);
     } else {
         s.outcome.kind = Outcome::Kind::JailDied;
         if (info.si_code == CLD_KILLED || info.si_code == CLD_DUMPED) s.outcome.signal = info.si_status;

@@ -1,0 +1,240 @@
+#include "seccomp.hpp"
+
+#include <fmt/format.h>
+#include <linux/sched.h>
+#include <seccomp.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <asm/ioctls.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <memory>
+#include <set>
+
+#include "error.hpp"
+#include "profile.hpp"
+
+namespace pyjail {
+
+namespace {
+
+// Flags of clone() that create namespaces. CLONE_NEWTIME (0x80) is left out: in clone() that
+// bit belongs to the exit signal, and the kernel accepts CLONE_NEWTIME only from clone3 and
+// unshare, which are refused anyway.
+constexpr std::uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS |
+                                         CLONE_NEWIPC | CLONE_NEWUSER | CLONE_NEWPID |
+                                         CLONE_NEWNET;
+
+// Syscalls that are never allowed as such: a set that allows them gets argument checks.
+bool is_checked_by_arguments(const std::string& name) {
+    return name == "clone" || name == "socket" || name == "ioctl" || name == "personality";
+}
+
+using Ctx = std::unique_ptr<void, void (*)(scmp_filter_ctx)>;
+
+// Aligned blocks [value, value + ~mask] that together cover [lo, hi] of the 32-bit range,
+// each as a 64-bit (mask, value) pair whose mask also demands a zero high half.
+void cover(std::uint64_t lo, std::uint64_t hi, std::vector<std::pair<std::uint64_t, std::uint64_t>>& out) {
+    while (lo <= hi) {
+        std::uint64_t size = 1;
+        while ((lo & (size * 2 - 1)) == 0 && lo + size * 2 - 1 <= hi && size < (1ULL << 32)) size *= 2;
+        out.emplace_back(~(size - 1), lo);
+        lo += size;
+    }
+}
+
+void check(int rc, const std::string& what) {
+    if (rc < 0) throw JailError("seccomp", "cannot build the filter: " + what, -rc);
+}
+
+Ctx build(const SeccompSet& set, NetMode net) {
+    Ctx ctx(seccomp_init(SCMP_ACT_NOTIFY), seccomp_release);
+    if (!ctx) throw JailError("seccomp", "cannot build the filter (libseccomp init)", ENOMEM);
+    // Another architecture's entry points (int 0x80, x32) would bypass a filter written for
+    // x86-64's syscall numbers: those calls kill the process.
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2), "binary tree");
+
+    auto allowed = [&](const char* name) {
+        return std::binary_search(set.allow.begin(), set.allow.end(), std::string(name));
+    };
+    for (const auto& name : set.allow) {
+        if (is_checked_by_arguments(name)) continue;
+        int nr = seccomp_syscall_resolve_name(name.c_str());
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 0), name);
+    }
+    if (allowed("clone"))
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+                               SCMP_A0_64(SCMP_CMP_MASKED_EQ, kCloneNewFlags, 0)),
+              "clone");
+    // glibc's fork and pthread_create try clone3 first and fall back to clone on ENOSYS.
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
+    if (allowed("socket")) {
+        std::vector<int> families = {AF_UNIX};
+        if (net == NetMode::Loopback) families.insert(families.end(), {AF_INET, AF_INET6});
+        for (int f : families)
+            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
+                                   SCMP_A0_64(SCMP_CMP_EQ, static_cast<std::uint64_t>(f))),
+                  "socket");
+    }
+    if (allowed("ioctl")) {
+        // Every request but TIOCSTI and TIOCLINUX. The kernel reads the request as 32 bits,
+        // and libseccomp's range checks see all 64, so "anything but these two" is spelt
+        // as masked matches of aligned blocks of 32-bit values with the high half zero: a
+        // request with junk in the high half (still TIOCSTI to the kernel) matches none.
+        for (const auto& [mask, value] : ioctl_allowed_blocks())
+            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+                                   SCMP_A1_64(SCMP_CMP_MASKED_EQ, mask, value)),
+                  "ioctl");
+    }
+    if (allowed("personality")) {
+        // Querying is fine; switching (e.g. to READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE) is not.
+        for (std::uint64_t v : {0xffffffffULL, 0ULL})
+            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
+                                   SCMP_A0_64(SCMP_CMP_EQ, v)),
+                  "personality");
+    }
+    return ctx;
+}
+
+std::string read_fd(int fd) {
+    std::string out;
+    if (::lseek(fd, 0, SEEK_SET) != 0) return out;
+    char buf[8192];
+    ssize_t n;
+    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
+    return out;
+}
+
+std::string export_with(const Ctx& ctx, int (*exporter)(const scmp_filter_ctx, int)) {
+    int fd = ::memfd_create("pyjail-seccomp", MFD_CLOEXEC);
+    if (fd < 0) throw JailError("seccomp", "memfd_create", errno);
+    int rc = exporter(ctx.get(), fd);
+    std::string out = rc == 0 ? read_fd(fd) : std::string();
+    ::close(fd);
+    if (rc < 0) throw JailError("seccomp", "cannot export the filter", -rc);
+    return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::uint64_t, std::uint64_t>> ioctl_allowed_blocks() {
+    std::vector<std::pair<std::uint64_t, std::uint64_t>> out;
+    const std::uint64_t denied[] = {TIOCSTI, TIOCLINUX};  // ascending
+    std::uint64_t lo = 0;
+    for (std::uint64_t d : denied) {
+        if (d > lo) cover(lo, d - 1, out);
+        lo = d + 1;
+    }
+    cover(lo, 0xffffffffULL, out);
+    return out;
+}
+
+SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set_path,
+                             const std::string& groups_text, const std::string& groups_path) {
+    std::map<std::string, std::vector<std::string>> groups;
+    for (const auto& e : parse_profile(groups_text, groups_path).entries) {
+        for (const auto& name : e.values)
+            if (seccomp_syscall_resolve_name(name.c_str()) == __NR_SCMP_ERROR)
+                throw UsageError(fmt::format("{}:{}: group '{}': unknown syscall '{}'", groups_path,
+                                             e.line, e.key, name));
+        groups[e.key] = e.values;
+    }
+    SeccompSet set;
+    set.name = set_path;
+    std::set<std::string> allow, deny;
+    for (const auto& e : parse_profile(set_text, set_path).entries) {
+        std::set<std::string>* into = e.key == "allow" ? &allow : e.key == "deny" ? &deny : nullptr;
+        if (into == nullptr)
+            throw UsageError(fmt::format("{}:{}: unknown key '{}'", set_path, e.line, e.key),
+                             "a seccomp set has `allow` and `deny` lists");
+        for (const auto& item : e.values) {
+            if (!item.empty() && item[0] == '@') {
+                auto g = groups.find(item.substr(1));
+                if (g == groups.end())
+                    throw UsageError(fmt::format("{}:{}: no syscall group '{}' in {}", set_path,
+                                                 e.line, item, groups_path));
+                into->insert(g->second.begin(), g->second.end());
+            } else if (seccomp_syscall_resolve_name(item.c_str()) == __NR_SCMP_ERROR) {
+                throw UsageError(fmt::format("{}:{}: unknown syscall '{}'", set_path, e.line, item));
+            } else {
+                into->insert(item);
+            }
+        }
+    }
+    for (const auto& name : allow)
+        if (deny.count(name) != 0)
+            throw UsageError(fmt::format("{}: '{}' is both allowed and denied", set_path, name));
+    set.allow.assign(allow.begin(), allow.end());
+    set.deny.assign(deny.begin(), deny.end());
+    return set;
+}
+
+std::string seccomp_pfc(const SeccompSet& set, NetMode net) {
+    return export_with(build(set, net), seccomp_export_pfc);
+}
+
+std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net) {
+    std::string raw = export_with(build(set, net), seccomp_export_bpf);
+    std::vector<sock_filter> prog(raw.size() / sizeof(sock_filter));
+    std::copy(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(prog.size() * sizeof(sock_filter)),
+              reinterpret_cast<char*>(prog.data()));
+    if (prog.empty()) throw JailError("seccomp", "the compiled filter is empty");
+    return prog;
+}
+
+int seccomp_errno_for(const SeccompSet& set, int syscall_nr) {
+    char* name = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
+    if (name == nullptr) return ENOSYS;
+    std::string n(name);
+    std::free(name);
+    // Argument-checked syscalls that the set allows were refused for their arguments.
+    if (std::binary_search(set.deny.begin(), set.deny.end(), n) ||
+        (is_checked_by_arguments(n) && std::binary_search(set.allow.begin(), set.allow.end(), n)))
+        return EPERM;
+    return ENOSYS;
+}
+
+std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]) {
+    char* raw = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
+    std::string name = raw != nullptr ? raw : fmt::format("syscall_{}", syscall_nr);
+    std::free(raw);
+    if (name == "socket") {
+        static const std::map<std::uint64_t, const char*> families = {
+            {AF_INET, "AF_INET"},     {AF_INET6, "AF_INET6"},   {AF_NETLINK, "AF_NETLINK"},
+            {AF_PACKET, "AF_PACKET"}, {AF_VSOCK, "AF_VSOCK"},   {AF_ALG, "AF_ALG"},
+            {AF_BLUETOOTH, "AF_BLUETOOTH"}, {AF_KEY, "AF_KEY"}, {AF_XDP, "AF_XDP"}};
+        auto it = families.find(args[0]);
+        return fmt::format("socket({})", it != families.end() ? it->second
+                                                               : fmt::format("family {}", args[0]));
+    }
+    if (name == "ioctl") {
+        std::uint64_t req = args[1] & 0xffffffffULL;
+        if (req == TIOCSTI) return "ioctl(TIOCSTI)";
+        if (req == TIOCLINUX) return "ioctl(TIOCLINUX)";
+        return fmt::format("ioctl({:#x})", req);
+    }
+    if (name == "clone") {
+        static const std::pair<std::uint64_t, const char*> flags[] = {
+            {CLONE_NEWUSER, "CLONE_NEWUSER"}, {CLONE_NEWNS, "CLONE_NEWNS"},
+            {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
+            {CLONE_NEWIPC, "CLONE_NEWIPC"},   {CLONE_NEWUTS, "CLONE_NEWUTS"},
+            {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}};
+        std::string names;
+        for (const auto& [bit, n] : flags)
+            if (args[0] & bit) names += (names.empty() ? "" : "|") + std::string(n);
+        return fmt::format("clone({})", names.empty() ? fmt::format("{:#x}", args[0]) : names);
+    }
+    if (name == "personality") return fmt::format("personality({:#x})", args[0]);
+    return name;
+}
+
+std::string summarize_denied(const DeniedCounts& denied) {
+    std::string out;
+    for (const auto& [what, n] : denied) out += fmt::format("{}{} x{}", out.empty() ? "" : ", ", what, n);
+    return out;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,55 @@
+// The seccomp filter: a syscall allowlist defined as data (profiles/seccomp/), compiled to
+// BPF in the supervisor before the jail exists, installed by the child as its last step.
+//
+// Every syscall the set does not allow goes to the supervisor as a user notification, which
+// records it (name, count, the argument that decided it) and answers with the error: EPERM
+// for syscalls the set denies by name, ENOSYS for the ones it does not know. clone3 fails
+// with ENOSYS directly (glibc then falls back to clone, whose flags the filter can check).
+// Syscalls of other architectures (i386 via int 0x80, x32) kill the process.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "policy.hpp"
+
+namespace pyjail {
+
+struct SeccompSet {
+    std::string name;                // as chosen: "python", a file path, or "off"
+    bool off = false;
+    std::vector<std::string> allow;  // sorted, unique syscall names
+    std::vector<std::string> deny;
+};
+
+// Reads a set (its `allow` and `deny` lists of syscall names and @groups) against the groups
+// file. Throws UsageError naming the file, line and the unknown name.
+SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set_path,
+                             const std::string& groups_text, const std::string& groups_path);
+
+// The filter for a set and a network mode, as libseccomp's PFC text (for tests and review).
+std::string seccomp_pfc(const SeccompSet& set, NetMode net);
+
+// The filter as BPF, ready for seccomp(SECCOMP_SET_MODE_FILTER). Throws JailError.
+std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net);
+
+// What the supervisor answers a notified syscall with: EPERM when the set denies it by name,
+// ENOSYS otherwise.
+int seccomp_errno_for(const SeccompSet& set, int syscall_nr);
+
+// "socket(AF_INET)", "ioctl(TIOCSTI)", "clone(CLONE_NEWUSER)", "ptrace" -- for the report.
+std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]);
+
+// The (mask, value) pairs of ioctl requests the filter allows: every 32-bit request but
+// TIOCSTI and TIOCLINUX, with the high half zero. Exposed for tests.
+std::vector<std::pair<std::uint64_t, std::uint64_t>> ioctl_allowed_blocks();
+
+// Denied syscalls by description, and the one-line summary of them.
+using DeniedCounts = std::map<std::string, unsigned>;
+std::string summarize_denied(const DeniedCounts& denied);
+
+}  // namespace pyjail

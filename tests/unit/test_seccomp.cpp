@@ -1,0 +1,121 @@
+#include <doctest/doctest.h>
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "error.hpp"
+#include "seccomp.hpp"
+
+using namespace pyjail;
+
+namespace {
+std::string slurp(const std::string& path) {
+    std::ifstream f(path);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+const std::string kDir = std::string(PYJAIL_SOURCE_DIR) + "/profiles/seccomp/";
+SeccompSet python_set() {
+    return parse_seccomp_set(slurp(kDir + "python.toml"), "python.toml", slurp(kDir + "groups.toml"),
+                             "groups.toml");
+}
+bool has(const std::vector<std::string>& v, const char* n) {
+    return std::binary_search(v.begin(), v.end(), std::string(n));
+}
+}  // namespace
+
+TEST_CASE("the python set allows what CPython needs and denies the dangerous groups") {
+    SeccompSet s = python_set();
+    for (const char* n : {"read", "write", "openat", "mmap", "futex", "clone", "execve", "wait4",
+                          "socket", "ioctl", "epoll_wait", "getrandom", "rseq"})
+        CHECK_MESSAGE(has(s.allow, n), n);
+    for (const char* n : {"ptrace", "process_vm_readv", "process_vm_writev", "bpf",
+                          "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+                          "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",
+                          "chroot", "open_by_handle_at", "init_module", "finit_module",
+                          "kexec_load", "reboot", "swapon", "acct", "quotactl",
+                          "settimeofday", "clock_settime", "unshare", "setns"})
+        CHECK_MESSAGE(has(s.deny, n), n);
+    CHECK_FALSE(has(s.allow, "clone3"));
+    CHECK(s.allow.size() > 150);
+}
+
+TEST_CASE("set errors name the file, the line and the name") {
+    std::string groups = "g = [\"read\"]\n";
+    CHECK_THROWS_WITH_AS(parse_seccomp_set("allow = [\"@nope\"]\n", "s.toml", groups, "g.toml"),
+                         "s.toml:1: no syscall group '@nope' in g.toml", UsageError);
+    CHECK_THROWS_WITH_AS(parse_seccomp_set("\nallow = [\"reed\"]\n", "s.toml", groups, "g.toml"),
+                         "s.toml:2: unknown syscall 'reed'", UsageError);
+    CHECK_THROWS_WITH_AS(parse_seccomp_set("allow = []\n", "s.toml", "g = [\"bogus\"]\n", "g.toml"),
+                         "g.toml:1: group 'g': unknown syscall 'bogus'", UsageError);
+    CHECK_THROWS_WITH_AS(parse_seccomp_set("allow = [\"read\"]\ndeny = [\"@g\"]\n", "s.toml", groups, "g.toml"),
+                         "s.toml: 'read' is both allowed and denied", UsageError);
+    CHECK_THROWS_AS(parse_seccomp_set("permit = []\n", "s.toml", groups, "g.toml"), UsageError);
+}
+
+TEST_CASE("the compiled filter (PFC)") {
+    SeccompSet s = python_set();
+    std::string pfc = seccomp_pfc(s, NetMode::None);
+    if (const char* out = std::getenv("PYJAIL_DUMP_PFC")) std::ofstream(out) << pfc;
+    // Default: notify the supervisor; other architectures: kill.
+    CHECK(pfc.find("# default action\n  action 0x7fc00000;") != std::string::npos);  // NOTIFY
+    CHECK(pfc.find("if ($arch == 3221225534)") != std::string::npos);  // AUDIT_ARCH_X86_64
+    CHECK(pfc.find("action KILL_PROCESS") != std::string::npos);
+    // x32 syscall numbers (0x40000000 and up) never reach the allow rules: the BPF checks
+    // for them right after the architecture (PFC does not show that check).
+    auto bpf = compile_seccomp(s, NetMode::None);
+    CHECK(std::any_of(bpf.begin(), bpf.end(), [](const sock_filter& f) {
+        return f.code == (BPF_JMP | BPF_JGE | BPF_K) && f.k == 0x40000000;
+    }));
+    CHECK(pfc.find("# filter for syscall \"clone3\"") != std::string::npos);
+    CHECK(pfc.find("action ERRNO(38)") != std::string::npos);  // clone3 -> ENOSYS
+    // socket: only AF_UNIX without the network.
+    std::string loop = seccomp_pfc(s, NetMode::Loopback);
+    CHECK(pfc.find("if ($a0.hi32 == 0)\n        if ($a0.lo32 == 2)") == std::string::npos);
+    CHECK(loop.size() > pfc.size());
+}
+
+TEST_CASE("answers and descriptions of refused syscalls") {
+    SeccompSet s = python_set();
+    CHECK(seccomp_errno_for(s, SYS_ptrace) == EPERM);
+    CHECK(seccomp_errno_for(s, SYS_socket) == EPERM);  // allowed by family only
+    CHECK(seccomp_errno_for(s, SYS_add_key) == EPERM);
+    CHECK(seccomp_errno_for(s, SYS_kcmp) == EPERM);
+    CHECK(seccomp_errno_for(s, SYS_lookup_dcookie) == EPERM);
+    CHECK(seccomp_errno_for(s, SYS_vserver) == ENOSYS);  // not named by the set
+    std::uint64_t a[6] = {2, 1, 0, 0, 0, 0};
+    CHECK(describe_syscall(SYS_socket, a) == "socket(AF_INET)");
+    std::uint64_t i[6] = {0, 0x100005412ULL, 0, 0, 0, 0};
+    CHECK(describe_syscall(SYS_ioctl, i) == "ioctl(TIOCSTI)");
+    std::uint64_t c[6] = {0x10000000 | 17, 0, 0, 0, 0, 0};
+    CHECK(describe_syscall(SYS_clone, c) == "clone(CLONE_NEWUSER)");
+    CHECK(describe_syscall(SYS_ptrace, a) == "ptrace");
+    CHECK(summarize_denied({{"ptrace", 1}, {"socket(AF_INET)", 3}}) == "ptrace x1, socket(AF_INET) x3");
+}
+
+TEST_CASE("ioctl: every 32-bit request but TIOCSTI and TIOCLINUX, never with high bits") {
+    auto blocks = ioctl_allowed_blocks();
+    auto allowed = [&](std::uint64_t req) {
+        return std::any_of(blocks.begin(), blocks.end(),
+                           [&](const auto& b) { return (req & b.first) == b.second; });
+    };
+    CHECK_FALSE(allowed(0x5412));                // TIOCSTI
+    CHECK_FALSE(allowed(0x541C));                // TIOCLINUX
+    CHECK_FALSE(allowed(0x100005412ULL));        // TIOCSTI with junk the kernel ignores
+    CHECK_FALSE(allowed(0xffffffff00005412ULL));
+    CHECK_FALSE(allowed(0x100000000ULL));        // no high bits at all
+    for (std::uint64_t r : {0x0ULL, 0x5401ULL, 0x5411ULL, 0x5413ULL, 0x541BULL, 0x541DULL,
+                            0x5421ULL, 0x5451ULL, 0x80045430ULL, 0xffffffffULL})
+        CHECK_MESSAGE(allowed(r), r);
+    // Blocks do not overlap and are few enough to keep the filter small.
+    CHECK(blocks.size() < 48);
+    std::uint64_t total = 0;
+    for (const auto& b : blocks) total += (~b.first & 0xffffffffULL) + 1;
+    CHECK(total == (1ULL << 32) - 2);
+}
