@@ -14,7 +14,7 @@ build=${PYJAIL_BUILD_DIR:-$root/build}
 say() { printf '==> %s\n' "$*"; }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
-      doctest-dev python3 python3-pytest util-linux)
+      doctest-dev python3 python3-pytest python3-numpy util-linux)
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then

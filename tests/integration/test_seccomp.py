@@ -258,3 +258,37 @@ def test_a_broken_set_file_names_the_line(run_jail, world_tmp, as_user):
     r = run_jail(["--seccomp", str(bad), "--", "python3", "-c", "print(1)"], user=as_user)
     assert r.returncode == 125
     assert f"{bad}:2: unknown syscall 'reed'" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def numpy_rootfs():
+    """A rootfs with the host's numpy in it (Debian: python3-numpy), built for this module."""
+    import os
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from conftest import skip_or_fail
+
+    if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode:
+        skip_or_fail("numpy is not installed on the host (apt-get install python3-numpy)")
+    top = tempfile.mkdtemp(prefix="pyjail-numpy-")
+    os.chmod(top, 0o755)
+    out = Path(top) / "rootfs"
+    builder = Path(__file__).resolve().parents[2] / "rootfs" / "build-rootfs.py"
+    r = subprocess.run(["/usr/bin/python3", str(builder), "--out", str(out), "--with", "numpy",
+                        "--quiet"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    yield out
+    shutil.rmtree(top)
+
+
+def test_numpy_computes_under_the_filter(run_jail, numpy_rootfs, as_user):
+    program = ("import numpy as np\n"
+               "a = np.arange(1_000_000, dtype=np.float64).reshape(1000, 1000)\n"
+               "print(int(np.linalg.matrix_rank(a[:50, :50] + np.eye(50))), int((a @ a.T).trace() % 1000))\n")
+    r = run_jail(["--rootfs", str(numpy_rootfs), "--verbose", "--", "python3", "-c", program],
+                 user=as_user, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split()[0] == "50"
+    assert "denied:" not in r.stderr

@@ -1,0 +1,438 @@
+"""Shared fixtures of the integration tests.
+
+These tests run the real pyjail binary on real Python programs and show each isolation
+property by trying to break it. Every test that can runs twice, through the `as_user`
+fixture: as root (pyjail's jail then runs as --host-user, nobody) and as an unprivileged
+user (65534 via setpriv when the tests run as root, else the current user).
+
+Environment:
+  PYJAIL_BIN=PATH       the binary to test (default: build/pyjail of this checkout)
+  PYJAIL_ROOTFS=DIR     pass --rootfs DIR to every run (default: the binary finds its own)
+  PYJAIL_MUST_WORK=1    a test that would be skipped for lack of a host feature (root,
+                        setpriv, user namespaces, a rootfs, a pty) fails instead
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import pwd
+import shutil
+import signal
+import stat
+import subprocess
+import tempfile
+import textwrap
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+MUST_WORK = os.environ.get("PYJAIL_MUST_WORK") == "1"
+
+# Every temporary file or directory these tests make under /tmp starts with this, so the
+# checks for things left behind can tell them from anything pyjail might create.
+TMP_PREFIX = "pyjail-it-"
+
+# The uid/gid the "unprivileged" runs use when the tests run as root.
+UNPRIVILEGED_ID = 65534
+
+RESULT_MARK = "@@RESULT@@"
+
+# Prepended to the code of `run_py`: small helpers for the programs that probe the jail.
+PRELUDE = '''\
+import errno as _errno, json as _json, os, sys
+def attempt(fn, *args, **kwargs):
+    """Calls fn; returns "ok", or the errno name of the OSError it raised."""
+    try:
+        fn(*args, **kwargs)
+        return "ok"
+    except OSError as e:
+        return _errno.errorcode.get(e.errno, str(e.errno))
+def emit(obj):
+    print("@@RESULT@@" + _json.dumps(obj), flush=True)
+'''
+
+
+def skip_or_fail(reason: str) -> None:
+    """Skips the current test for lack of a host feature, or fails it under PYJAIL_MUST_WORK=1."""
+    if MUST_WORK:
+        pytest.fail(f"PYJAIL_MUST_WORK=1, but: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    # A safety net for PYJAIL_MUST_WORK=1: a skip that did not go through skip_or_fail (a
+    # skipif, a skip in a helper) is a failure too. Expected failures stay what they are.
+    outcome = yield
+    report = outcome.get_result()
+    if MUST_WORK and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"PYJAIL_MUST_WORK=1, but the test was skipped: {reason}"
+
+
+# --------------------------------------------------------------------------------------------
+# The binary
+
+
+def _binary_path() -> Path:
+    env = os.environ.get("PYJAIL_BIN")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "build" / "pyjail"
+
+
+def _extra_args() -> list[str]:
+    rootfs = os.environ.get("PYJAIL_ROOTFS")
+    return ["--rootfs", rootfs] if rootfs else []
+
+
+@pytest.fixture(scope="session")
+def pyjail_bin() -> Path:
+    path = _binary_path()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        how = "PYJAIL_BIN" if os.environ.get("PYJAIL_BIN") else "build it (cmake + ninja) or set PYJAIL_BIN"
+        skip_or_fail(f"no pyjail binary at {path} ({how})")
+    return path
+
+
+# --------------------------------------------------------------------------------------------
+# Who runs pyjail
+
+
+@dataclasses.dataclass(frozen=True)
+class JailUser:
+    name: str  # "root" or "unprivileged": the test id
+    prefix: tuple[str, ...]  # what runs pyjail as this user
+    invoker_uid: int  # the uid pyjail runs as
+    host_uid: int  # the uid the jailed program has on the host
+    host_gid: int
+
+    @property
+    def is_root(self) -> bool:
+        return self.invoker_uid == 0
+
+
+def _nobody_ids() -> tuple[int, int]:
+    try:
+        pw = pwd.getpwnam("nobody")
+        return pw.pw_uid, pw.pw_gid
+    except KeyError:
+        return UNPRIVILEGED_ID, UNPRIVILEGED_ID
+
+
+def _make_user(name: str) -> JailUser:
+    if name == "root":
+        if os.geteuid() != 0:
+            skip_or_fail("the tests do not run as root, so pyjail cannot be run as root")
+        uid, gid = _nobody_ids()  # --host-user defaults to nobody
+        return JailUser("root", (), 0, uid, gid)
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            skip_or_fail("setpriv (util-linux) is missing: cannot run pyjail as an unprivileged user")
+        prefix = (setpriv, f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
+                  "--clear-groups", "--")
+        return JailUser("unprivileged", prefix, UNPRIVILEGED_ID, UNPRIVILEGED_ID, UNPRIVILEGED_ID)
+    return JailUser("unprivileged", (), os.geteuid(), os.geteuid(), os.getegid())
+
+
+def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None, pass_fds=(),
+         env=None) -> subprocess.CompletedProcess:
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    cmd = [*user.prefix, str(binary), *_extra_args(), *[str(a) for a in args]]
+    return subprocess.run(cmd, input=input, timeout=timeout, cwd=str(cwd) if cwd else "/",
+                          pass_fds=pass_fds, env=full_env, text=True, capture_output=True)
+
+
+# Markers of a host that cannot run pyjail at all (as opposed to a broken pyjail).
+_ENVIRONMENT_TROUBLE = ("cannot create the jail's namespaces", "rootfs:", "mount /proc",
+                        "failed to execute", "Permission denied")
+
+
+@pytest.fixture(scope="session")
+def _preflight(pyjail_bin):
+    """Whether a trivial program runs, per user: cached for the session."""
+    cache: dict[str, JailUser] = {}
+
+    def check(name: str) -> JailUser:
+        if name in cache:
+            return cache[name]
+        user = _make_user(name)
+        r = _run(pyjail_bin, ["--", "python", "-c", "print('pyjail-preflight-ok')"], user=user)
+        if r.returncode != 0 or r.stdout != "pyjail-preflight-ok\n":
+            what = (f"pyjail cannot run a trivial program as {name} "
+                    f"(exit {r.returncode}): {r.stderr.strip()}")
+            if any(t in r.stderr for t in _ENVIRONMENT_TROUBLE):
+                skip_or_fail(what)
+            pytest.fail(what, pytrace=False)
+        cache[name] = user
+        return user
+
+    return check
+
+
+@pytest.fixture(params=["root", "unprivileged"])
+def as_user(request, _preflight) -> JailUser:
+    """The user who runs pyjail: root, then an unprivileged user."""
+    return _preflight(request.param)
+
+
+@pytest.fixture
+def root_user(_preflight) -> JailUser:
+    """For the few tests that are about pyjail run by root only."""
+    return _preflight("root")
+
+
+@pytest.fixture
+def current_user(_preflight) -> JailUser:
+    """Whoever runs the tests (for tests whose point does not depend on the user)."""
+    return _preflight("root" if os.geteuid() == 0 else "unprivileged")
+
+
+# --------------------------------------------------------------------------------------------
+# Running pyjail
+
+
+@pytest.fixture
+def run_jail(pyjail_bin):
+    """run_jail(args, *, user, input=None, timeout=30, cwd=None, pass_fds=(), env=None)
+
+    Runs `pyjail ARGS...` as `user` (text mode, output captured) and returns the
+    CompletedProcess. `cwd` defaults to /; `env` holds variables added to the caller's
+    environment.
+    """
+
+    def run_jail(args, *, user, input=None, timeout=30, cwd=None, pass_fds=(), env=None):
+        return _run(pyjail_bin, args, user=user, input=input, timeout=timeout, cwd=cwd,
+                    pass_fds=pass_fds, env=env)
+
+    return run_jail
+
+
+def describe(r: subprocess.CompletedProcess) -> str:
+    return f"exit {r.returncode}\n--- stdout:\n{r.stdout}\n--- stderr:\n{r.stderr}"
+
+
+@pytest.fixture
+def run_py(run_jail):
+    """run_py(code, *, user, setup="", opts=(), argv=(), check=True, **run_jail_kwargs)
+
+    Runs `pyjail OPTS -- python -c PROGRAM ARGV`, where PROGRAM is PRELUDE, then `setup`
+    (shared helper code, as is), then `code` (dedented). Returns the CompletedProcess with
+    `.result`: what the program passed to emit(), or None. With check, the program must have
+    exited 0 and emitted a result.
+    """
+
+    def run_py(code, *, user, setup="", opts=(), argv=(), check=True, **kwargs):
+        program = PRELUDE + textwrap.dedent(setup) + textwrap.dedent(code)
+        r = run_jail([*opts, "--", "python", "-c", program, *argv], user=user, **kwargs)
+        r.result = None
+        for line in r.stdout.splitlines():
+            if line.startswith(RESULT_MARK):
+                r.result = json.loads(line[len(RESULT_MARK):])
+        if check:
+            assert r.returncode == 0, describe(r)
+            assert r.result is not None, f"the program emitted no result\n{describe(r)}"
+        return r
+
+    return run_py
+
+
+@pytest.fixture
+def popen_jail(pyjail_bin):
+    """popen_jail(args, *, user, **popen_kwargs): pyjail started, not waited for (binary pipes).
+
+    Whatever is still running at the end of the test is killed.
+    """
+    started: list[subprocess.Popen] = []
+
+    def popen_jail(args, *, user, **kwargs):
+        kwargs.setdefault("stdin", subprocess.DEVNULL)
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        kwargs.setdefault("cwd", "/")
+        p = subprocess.Popen([*user.prefix, str(pyjail_bin), *_extra_args(), *map(str, args)],
+                             **kwargs)
+        started.append(p)
+        return p
+
+    yield popen_jail
+    for p in started:
+        if p.poll() is None:
+            p.kill()
+        p.communicate()
+
+
+def read_line(stream, timeout: float) -> bytes:
+    """One line from a binary pipe, waiting at most `timeout` seconds (b"" on EOF/time-out)."""
+    import select
+
+    fd = stream.fileno()
+    data = b""
+    deadline = time.monotonic() + timeout
+    while not data.endswith(b"\n"):
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            break
+        chunk = os.read(fd, 1)
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# World-readable temporary files
+
+
+class WorldTmp:
+    """Directories and files under /tmp that any user can read (pyjail may run as nobody)."""
+
+    def __init__(self):
+        self._made: list[Path] = []
+
+    def dir(self, mode: int = 0o755) -> Path:
+        d = Path(tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/tmp"))
+        os.chmod(d, mode)
+        self._made.append(d)
+        return d
+
+    def file(self, name: str, content: str | bytes = "", *, dir: Path | None = None,
+             mode: int = 0o644) -> Path:
+        path = (dir or self.dir()) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+        os.chmod(path, mode)
+        return path
+
+    def script(self, code: str, name: str = "prog.py", *, dir: Path | None = None) -> Path:
+        return self.file(name, textwrap.dedent(code), dir=dir)
+
+    def cleanup(self) -> None:
+        def make_writable_and_retry(func, path, _exc):
+            parent = os.path.dirname(path)
+            os.chmod(parent, os.stat(parent).st_mode | stat.S_IWUSR | stat.S_IXUSR)
+            func(path)
+
+        for d in self._made:
+            shutil.rmtree(d, onerror=make_writable_and_retry)
+
+
+@pytest.fixture
+def world_tmp():
+    tmp = WorldTmp()
+    yield tmp
+    tmp.cleanup()
+
+
+# --------------------------------------------------------------------------------------------
+# What the jail looks like, and what must not be left behind
+
+
+@pytest.fixture(scope="session")
+def jail_rootfs(pyjail_bin, _preflight) -> Path:
+    """The rootfs pyjail runs in, as its --explain reports it."""
+    user = _preflight("root" if os.geteuid() == 0 else "unprivileged")
+    r = _run(pyjail_bin, ["--explain"], user=user)
+    assert r.returncode == 0, describe(r)
+    for line in r.stdout.splitlines():
+        if line.startswith("rootfs = "):
+            return Path(json.loads(line.split("=", 1)[1].split("#", 1)[0].strip()))
+    pytest.fail(f"--explain does not name the rootfs:\n{r.stdout}")
+
+
+def processes_with(text: str) -> dict[int, str]:
+    """Host processes whose command line contains `text` (what `pgrep -f` matches)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmdline:
+            found[int(entry)] = cmdline
+    return found
+
+
+def kill_processes_with(text: str) -> dict[int, str]:
+    """Kills what processes_with(text) finds; returns what it killed."""
+    found = processes_with(text)
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return found
+
+
+@pytest.fixture
+def token():
+    """A unique word to put in a jailed process's command line; such processes are killed at
+    the end of the test, whatever happened."""
+    word = "pjtoken" + uuid.uuid4().hex[:12]
+    yield word
+    kill_processes_with(word)
+
+
+def wait_until_gone(text: str, timeout: float = 3.0) -> dict[int, str]:
+    """Waits for the host processes with `text` in their command line to end; returns those
+    still there after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = processes_with(text)
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.02)
+
+
+def _tmp_entries() -> set[str]:
+    return {n for n in os.listdir("/tmp") if not n.startswith(TMP_PREFIX)}
+
+
+@pytest.fixture
+def no_leftovers(pyjail_bin):
+    """Asserts that the test left no new /tmp entry (other than the tests' own) and no pyjail
+    process behind."""
+    tmp_before = _tmp_entries()
+    procs_before = set(processes_with(str(pyjail_bin)))
+    yield
+    new_tmp = _tmp_entries() - tmp_before
+    new_procs = {pid: cmd for pid, cmd in processes_with(str(pyjail_bin)).items()
+                 if pid not in procs_before}
+    assert not new_tmp, f"new entries in /tmp: {sorted(new_tmp)}"
+    assert not new_procs, f"pyjail processes left running: {new_procs}"
+
+
+@pytest.fixture(scope="session")
+def host_namespaces() -> dict[str, str]:
+    return {n: os.readlink(f"/proc/self/ns/{n}")
+            for n in ("user", "mnt", "pid", "net", "ipc", "uts", "cgroup")}
+
+
+@pytest.fixture
+def helpers():
+    """This conftest's helper functions, for the test modules (importing a conftest by name is
+    unreliable when another test directory has one too)."""
+    return _Helpers
+
+
+class _Helpers:
+    describe = staticmethod(describe)
+    read_line = staticmethod(read_line)
+    processes_with = staticmethod(processes_with)
+    wait_until_gone = staticmethod(wait_until_gone)
+    skip_or_fail = staticmethod(skip_or_fail)
+    must_work = MUST_WORK

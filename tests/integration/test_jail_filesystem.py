@@ -1,0 +1,328 @@
+"""Filesystem: nothing of the host is visible or writable unless bound, and the mounts stay put."""
+
+import json
+import os
+import platform
+import textwrap
+import uuid
+
+import pytest
+
+JAIL_OWNED = {"proc", "dev", "tmp", "work"}
+
+# A program's view of the whole tree: every name it can reach (without /proc), and each
+# readable small file's text.
+WALK = """\
+def walk_names():
+    names, files = set(), 0
+    for top, dirs, filenames in os.walk("/", followlinks=False):
+        if top == "/":
+            dirs[:] = [d for d in dirs if d != "proc"]
+        for n in dirs + filenames:
+            names.add(n)
+            files += 1
+    return names, files
+"""
+
+
+def expected_root(rootfs):
+    """What / holds in the jail: the rootfs's top directories and symlinks, and the jail's own
+    mount points."""
+    names = set()
+    for entry in os.scandir(rootfs):
+        if entry.name in JAIL_OWNED or entry.name == "sys":
+            continue
+        if entry.is_symlink() or entry.is_dir(follow_symlinks=False):
+            names.add(entry.name)
+    return names | JAIL_OWNED
+
+
+def test_host_files_are_invisible(run_jail, as_user, world_tmp, helpers):
+    tag = "marker" + uuid.uuid4().hex[:10]
+    elsewhere = world_tmp.file(f"{tag}-elsewhere.txt", f"{tag} secret elsewhere\n")
+    cwd = world_tmp.dir()
+    beside = world_tmp.file(f"{tag}-beside.txt", f"{tag} secret beside\n", dir=cwd)
+    world_tmp.file("sibling.py", "X = 1\n", dir=cwd)
+    script = world_tmp.script("import json, os, sys\n" + WALK + textwrap.dedent("""\
+        tag, paths = sys.argv[1], sys.argv[2:]
+        names, count = walk_names()
+        hostname = None
+        try:
+            hostname = open("/etc/hostname").read()
+        except OSError as e:
+            hostname = "error " + str(e.errno)
+        print(json.dumps({
+            "found": sorted(n for n in names if tag in n),
+            "count": count,
+            "has_python": "python3" in names,
+            "reachable": [p for p in paths if os.path.exists(p)
+                          or os.path.exists("/work" + p) or os.path.exists("/tmp" + p)],
+            "work": sorted(os.listdir("/work")),
+            "home": os.listdir("/home"),
+            "hostname": hostname,
+        }))
+        """), dir=cwd)
+    host_hostname = open("/etc/hostname").read() if os.path.exists("/etc/hostname") else None
+    r = run_jail(["--", "python", "prog.py", tag, str(elsewhere), str(beside), str(cwd)],
+                 user=as_user, cwd=cwd)
+    assert r.returncode == 0, helpers.describe(r)
+    got = json.loads(r.stdout)
+    # The walk did see the jail's own files, so not finding the markers means something.
+    assert got["has_python"] and got["count"] > 100, got
+    assert got["found"] == []
+    assert got["reachable"] == []
+    assert got["work"] == ["prog.py"]  # the script's copy, not its directory
+    assert got["home"] == []
+    if host_hostname is not None:
+        assert got["hostname"] != host_hostname
+    assert script.exists()
+
+
+def test_root_holds_exactly_the_jails_entries(run_py, as_user, jail_rootfs):
+    r = run_py("""\
+        emit({"root": sorted(os.listdir("/")), "dev": sorted(os.listdir("/dev")),
+              "null": [os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev)],
+              "full": attempt(lambda: open("/dev/full", "wb", buffering=0).write(b"x"))})
+        """, user=as_user)
+    got = r.result
+    assert set(got["root"]) == expected_root(jail_rootfs)
+    for host_only in ("root", "var", "run", "sys", "boot", "srv", "opt", "mnt", "media"):
+        assert host_only not in got["root"]
+    assert sorted(got["dev"]) == sorted(["null", "zero", "full", "random", "urandom", "fd",
+                                         "stdin", "stdout", "stderr", "shm"])
+    assert got["null"] == [1, 3]
+    assert got["full"] == "ENOSPC"
+
+
+def test_rootfs_and_root_are_not_writable(run_py, as_user, jail_rootfs):
+    python = sorted(p.name for p in (jail_rootfs / "usr/bin").iterdir()
+                    if p.name.startswith("python3."))[0]
+    r = run_py(f"""\
+        python = "/usr/bin/{python}"
+        def create(path):
+            with open(path, "w") as f:
+                f.write("x")
+        results = {{}}
+        for d in ["/", "/usr", "/usr/bin", "/usr/lib", "/etc", "/home", "/dev", "/bin"]:
+            results["create " + d] = attempt(create, os.path.join(d, "pyjail-probe"))
+            results["mkdir " + d] = attempt(os.mkdir, os.path.join(d, "pyjail-probe-dir"))
+        results["append /etc/passwd"] = attempt(lambda: open("/etc/passwd", "a").write("x"))
+        results["unlink /etc/passwd"] = attempt(os.unlink, "/etc/passwd")
+        results["rename python"] = attempt(os.rename, python, "/usr/bin/renamed")
+        results["chmod python"] = attempt(os.chmod, python, 0o777)
+        results["utime python"] = attempt(os.utime, python, (0, 0))
+        results["symlink in /"] = attempt(os.symlink, "/tmp", "/pyjail-link")
+        results["rmdir /work"] = attempt(os.rmdir, "/work")
+        results["rename /tmp"] = attempt(os.rename, "/tmp", "/tmp2")
+        emit(results)
+        """, user=as_user)
+    bad = {k: v for k, v in r.result.items() if v not in ("EROFS", "EACCES", "EPERM", "EBUSY")}
+    assert not bad, f"these succeeded or failed oddly: {bad}"
+
+
+def test_private_scratch_space_is_writable(run_py, as_user):
+    r = run_py("""\
+        out = {}
+        for d in ["/tmp", "/work", "/dev/shm"]:
+            p = os.path.join(d, "scratch")
+            with open(p, "w") as f:
+                f.write(d)
+            out[d] = open(p).read()
+        mounts = {}
+        for line in open("/proc/self/mounts"):
+            dev, point, fstype, opts = line.split()[:4]
+            mounts[point] = [fstype, opts.split(",")]
+        emit({"read": out, "mounts": {k: mounts.get(k) for k in ["/tmp", "/work", "/dev/shm", "/"]}})
+        """, user=as_user)
+    assert r.result["read"] == {"/tmp": "/tmp", "/work": "/work", "/dev/shm": "/dev/shm"}
+    for point in ("/tmp", "/work", "/dev/shm"):
+        fstype, opts = r.result["mounts"][point]
+        assert fstype == "tmpfs", (point, fstype)
+        assert "nosuid" in opts and "nodev" in opts and any(o.startswith("size=") for o in opts)
+    assert "ro" in r.result["mounts"]["/"][1]
+
+
+MOUNT_ATTACKS = """\
+import ctypes, ctypes.util
+libc = ctypes.CDLL(None, use_errno=True)
+MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 1, 32, 4096, 16384
+def call(fn, *args):
+    ctypes.set_errno(0)
+    rc = fn(*args)
+    return "ok" if rc == 0 else _errno.errorcode.get(ctypes.get_errno(), "?")
+def mount(src, target, fstype, flags):
+    return call(libc.mount, src, target, fstype, ctypes.c_ulong(flags), None)
+"""
+
+
+def test_cannot_mount_remount_or_unmount(run_py, as_user):
+    r = run_py("""\
+        emit({
+            "tmpfs on /tmp": mount(b"tmpfs", b"/tmp", b"tmpfs", 0),
+            "proc on /work": mount(b"proc", b"/work", b"proc", 0),
+            "remount / rw": mount(None, b"/", None, MS_REMOUNT | MS_BIND),
+            "remount /usr rw": mount(None, b"/usr", None, MS_REMOUNT | MS_BIND),
+            "remount /etc rw": mount(None, b"/etc", None, MS_REMOUNT),
+            "bind / on /work": mount(b"/", b"/work", None, MS_BIND | MS_REC),
+            "umount /usr": call(libc.umount2, b"/usr", 2),
+            "umount /proc": call(libc.umount2, b"/proc", 0),
+            "unshare mount ns": call(libc.unshare, 0x00020000),
+        })
+        """, setup=MOUNT_ATTACKS, user=as_user)
+    bad = {k: v for k, v in r.result.items() if v not in ("EPERM", "EACCES")}
+    assert not bad, f"these mount operations were not refused: {bad}"
+
+
+def test_cannot_create_device_nodes(run_py, as_user):
+    r = run_py("""\
+        import stat
+        out = {}
+        for d in ["/tmp", "/work", "/dev/shm"]:
+            out[d + " char"] = attempt(os.mknod, d + "/mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
+            out[d + " block"] = attempt(os.mknod, d + "/disk", 0o666 | stat.S_IFBLK, os.makedev(8, 0))
+        emit(out)
+        """, user=as_user)
+    assert set(r.result.values()) == {"EPERM"}, r.result
+
+
+def test_pid1_cannot_be_read_or_traced(run_py, as_user):
+    r = run_py("""\
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        out = {}
+        for name in ["environ", "mem", "maps", "auxv", "stack", "syscall"]:
+            out[name] = attempt(lambda: open("/proc/1/" + name, "rb").read(64))
+        for name in ["root", "cwd", "fd"]:
+            out[name] = attempt(os.listdir, "/proc/1/" + name)
+        out["exe"] = attempt(os.readlink, "/proc/1/exe")
+        ctypes.set_errno(0)
+        rc = libc.ptrace(16, 1, None, None)  # PTRACE_ATTACH
+        out["ptrace"] = "ok" if rc == 0 else _errno.errorcode[ctypes.get_errno()]
+        emit({"me": os.getpid(), "out": out})
+        """, user=as_user)
+    assert r.result["me"] == 2
+    bad = {k: v for k, v in r.result["out"].items() if v not in ("EACCES", "EPERM")}
+    assert not bad, f"pid 1 (the reaper) let these through: {bad}"
+
+
+def _pivot_root_nr():
+    return {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}.get(
+        platform.machine())
+
+
+def test_chroot_and_pivot_root_fail(run_py, as_user):
+    nr = _pivot_root_nr()
+    r = run_py(f"""\
+        os.makedirs("/tmp/newroot/old", exist_ok=True)
+        out = {{"os.chroot": attempt(os.chroot, "/tmp/newroot"),
+                "libc chroot": call(libc.chroot, b"/tmp")}}
+        if {nr!r} is not None:
+            out["pivot_root"] = call(libc.syscall, {nr!r}, b"/tmp/newroot", b"/tmp/newroot/old")
+            out["pivot_root ."] = call(libc.syscall, {nr!r}, b".", b".")
+        out["root after"] = sorted(os.listdir("/"))
+        emit(out)
+        """, setup=MOUNT_ATTACKS, user=as_user)
+    root_after = r.result.pop("root after")
+    assert "newroot" not in root_after and "tmp" in root_after
+    bad = {k: v for k, v in r.result.items() if v != "EPERM"}
+    assert not bad, f"not refused: {bad}"
+
+
+def test_dotdot_does_not_leave_the_jail(run_py, as_user, world_tmp):
+    host_dir = world_tmp.dir()
+    marker = world_tmp.file("dotdot-marker.txt", "host\n", dir=host_dir)
+    r = run_py("""\
+        marker = sys.argv[1]
+        os.chdir("/work")
+        for _ in range(20):
+            os.chdir("..")
+        deep = "/work/" + "../" * 20
+        emit({"cwd": os.getcwd(), "deep": sorted(os.listdir(deep)), "root": sorted(os.listdir("/")),
+              "via work": os.path.exists("/work/" + "../" * 20 + marker.lstrip("/")),
+              "via tmp": os.path.exists("/tmp/../../.." + marker),
+              "relative": os.path.exists("../" * 20 + marker.lstrip("/")),
+              "realpath": os.path.realpath("/work/../../..")})
+        """, user=as_user, argv=[str(marker)])
+    got = r.result
+    assert got["cwd"] == "/"
+    assert got["deep"] == got["root"]
+    assert got["realpath"] == "/"
+    assert not got["via work"] and not got["via tmp"] and not got["relative"]
+
+
+def test_symlinks_in_a_bound_directory_resolve_inside_the_jail(run_py, as_user, world_tmp):
+    secret_dir = world_tmp.dir()
+    secret = world_tmp.file("secret.txt", "host secret\n", dir=secret_dir)
+    exposed = world_tmp.dir()
+    links = {
+        "shadow": "/etc/shadow",
+        "absolute": str(secret),
+        "relative": os.path.relpath(secret, exposed),  # ../pyjail-it-xxx/secret.txt
+        "deep": "../../../../../../.." + str(secret),
+        "etc": "/etc",
+    }
+    for name, target in links.items():
+        os.symlink(target, exposed / name)
+    # On the host, the links do lead to the secret (so the jail would show it if it resolved
+    # them on the host's side).
+    assert (exposed / "absolute").read_text() == "host secret\n"
+    assert (exposed / "relative").read_text() == "host secret\n"
+    assert (exposed / "deep").read_text() == "host secret\n"
+    host_shadow = None
+    try:
+        host_shadow = open("/etc/shadow").read()
+    except OSError:
+        pass
+    for target in ("/mnt/exposed", str(exposed)):
+        r = run_py("""\
+            d = sys.argv[1]
+            out = {}
+            for name in ["shadow", "absolute", "relative", "deep"]:
+                try:
+                    out[name] = open(os.path.join(d, name)).read()
+                except OSError as e:
+                    out[name] = _errno.errorcode[e.errno]
+            out["etc"] = sorted(os.listdir(os.path.join(d, "etc")))
+            out["jail etc"] = sorted(os.listdir("/etc"))
+            emit(out)
+            """, user=as_user, opts=["--ro-bind", f"{exposed}:{target}"], argv=[target])
+        got = r.result
+        for name in ("shadow", "absolute", "relative", "deep"):
+            assert got[name] == "ENOENT", (target, name, got[name])
+            assert got[name] != host_shadow
+        assert got["etc"] == got["jail etc"]
+        assert "shadow" not in got["etc"]
+
+
+def test_ro_bind_is_read_only_and_bind_is_writable(run_py, as_user, world_tmp):
+    ro = world_tmp.dir()
+    world_tmp.file("data.txt", "read me\n", dir=ro)
+    os.chmod(ro, 0o777)  # the host would let the jail's user write: the mount must not
+    rw = world_tmp.dir(0o777)
+    r = run_py("""\
+        out = {"read": open("/mnt/ro/data.txt").read(),
+               "write ro": attempt(lambda: open("/mnt/ro/new.txt", "w").write("x")),
+               "unlink ro": attempt(os.unlink, "/mnt/ro/data.txt"),
+               "remount ro rw": mount(None, b"/mnt/ro", None, MS_REMOUNT | MS_BIND),
+               "write rw": attempt(lambda: open("/mnt/rw/new.txt", "w").write("from the jail"))}
+        emit(out)
+        """, setup=MOUNT_ATTACKS, user=as_user,
+        opts=["--ro-bind", f"{ro}:/mnt/ro", "--bind", f"{rw}:/mnt/rw"])
+    got = r.result
+    assert got["read"] == "read me\n"
+    assert got["write ro"] == "EROFS"
+    assert got["unlink ro"] == "EROFS"
+    assert got["remount ro rw"] == "EPERM"
+    assert got["write rw"] == "ok"
+    assert sorted(os.listdir(ro)) == ["data.txt"]
+    assert (rw / "new.txt").read_text() == "from the jail"
+
+
+def test_a_bind_onto_the_rootfs_work_mount_point(run_py, as_user, world_tmp, jail_rootfs):
+    # The rootfs ships /work as a mount point; a bind there must still land (regression).
+    src = world_tmp.dir()
+    world_tmp.file("data.txt", "bound at /work\n", dir=src)
+    r = run_py("""\
+        emit({"cwd": os.getcwd(), "data": open("/work/data.txt").read()})
+        """, user=as_user, opts=["--ro-bind", f"{src}:/work"])
+    assert r.result == {"cwd": "/work", "data": "bound at /work\n"}

@@ -1,0 +1,395 @@
+"""Tests for rootfs/build-rootfs.py.
+
+One rootfs is built per module and shared by most tests; the
+reproducibility, --with and replacement tests build more. The bwrap tests
+run the interpreter inside the tree and are skipped where bwrap is missing
+or cannot create namespaces.
+"""
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+BUILDER = REPO / "rootfs" / "build-rootfs.py"
+TARGET_PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") \
+    else os.path.realpath(sys.executable)
+EPOCH = "1234567890"
+UID, GID = 1234, 1235
+
+SUMMARY = re.compile(r"^rootfs: (.+): (\d+) files, ([0-9.]+) MiB, built in ([0-9.]+) s$")
+
+
+def build(out, *extra, env_extra=None):
+    env = dict(os.environ, SOURCE_DATE_EPOCH=EPOCH)
+    env.update(env_extra or {})
+    return subprocess.run(
+        [sys.executable, str(BUILDER), "--out", str(out), "--python", TARGET_PYTHON,
+         "--jail-uid", str(UID), "--jail-gid", str(GID), "--quiet"] + list(extra),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+        env=env, timeout=300)
+
+
+def read_info(root):
+    info = {}
+    for line in (root / "etc/pyjail-rootfs").read_text().splitlines():
+        key, _, value = line.partition("=")
+        info[key] = value.strip('"')
+    return info
+
+
+def target(*code):
+    """Run the target interpreter on the host (for what pytest's Python may not know)."""
+    return subprocess.run([TARGET_PYTHON, "-I", "-c"] + list(code), check=True,
+                          stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+
+
+def listing(root):
+    """(path, mode, size, mtime, symlink target, sha256) for every entry."""
+    rows = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in [""] + dirnames + filenames:
+            full = os.path.join(dirpath, name) if name else dirpath
+            if not name and dirpath != str(root):
+                continue  # directories are listed by their parent
+            st = os.lstat(full)
+            rel = os.path.relpath(full, root)
+            link = os.readlink(full) if stat.S_ISLNK(st.st_mode) else ""
+            digest = ""
+            if stat.S_ISREG(st.st_mode):
+                digest = hashlib.sha256(Path(full).read_bytes()).hexdigest()
+            rows.append((rel, oct(st.st_mode), st.st_size if not link else 0,
+                         st.st_mtime_ns, link, digest))
+    return sorted(rows)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    out = tmp_path_factory.mktemp("a") / "rootfs"
+    proc = build(out)
+    assert proc.returncode == 0, proc.stderr
+    return out, proc
+
+
+@pytest.fixture(scope="module")
+def root(built):
+    return built[0]
+
+
+@pytest.fixture(scope="module")
+def info(root):
+    return read_info(root)
+
+
+@pytest.fixture(scope="module")
+def stdlib(root, info):
+    return root / info["STDLIB"].lstrip("/")
+
+
+def bwrap_works():
+    if shutil.which("bwrap") is None:
+        return "bwrap is not on PATH"
+    probe = subprocess.run(["bwrap", "--unshare-all", "--ro-bind", "/", "/", "true"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           universal_newlines=True)
+    if probe.returncode != 0:
+        return "bwrap cannot create namespaces here: " + probe.stderr.strip()
+    return None
+
+
+def jail(root, code, *python_args):
+    cmd = ["bwrap", "--unshare-all", "--ro-bind", str(root), "/", "--proc", "/proc",
+           "--dev", "/dev", "--tmpfs", "/tmp", "--uid", str(UID), "--gid", str(GID),
+           "--setenv", "HOME", "/tmp", "--chdir", "/tmp",
+           "/usr/bin/python3"] + list(python_args) + ["-c", code]
+    return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, env={"PATH": "/usr/bin"}, timeout=60)
+
+
+needs_bwrap = pytest.mark.skipif(bwrap_works() is not None,
+                                 reason=str(bwrap_works()))
+
+
+# --------------------------------------------------------------------------
+
+
+def test_summary_line(built):
+    out, proc = built
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 1, proc.stdout
+    m = SUMMARY.match(lines[0])
+    assert m, lines[0]
+    assert m.group(1) == str(out)
+    nfiles = sum(1 for p in out.rglob("*") if p.is_file() and not p.is_symlink())
+    assert int(m.group(2)) == nfiles
+    assert proc.stderr == ""
+
+
+def test_layout(root, info):
+    for d in ("usr/bin", "usr/lib", "usr/lib64", "etc", "proc", "dev", "tmp", "work",
+              "home"):
+        assert (root / d).is_dir() and not (root / d).is_symlink(), d
+    for d in ("proc", "dev", "tmp", "work", "home"):
+        assert list((root / d).iterdir()) == [], d
+    for link, dest in (("bin", "usr/bin"), ("lib", "usr/lib"), ("lib64", "usr/lib64"),
+                       ("sbin", "usr/bin")):
+        assert os.readlink(root / link) == dest
+    real = os.path.realpath(TARGET_PYTHON)
+    assert info["PYTHON"] == real  # /usr/bin/python3.11
+    assert (root / real.lstrip("/")).is_file()
+    assert not (root / real.lstrip("/")).is_symlink()
+    for name in ("python3", "python"):
+        p = root / "usr/bin" / name
+        assert p.is_symlink()
+        assert os.path.realpath(p) == os.path.realpath(root / real.lstrip("/"))
+    assert info["PYTHON_VERSION"] == target(
+        "import sys; print('%d.%d.%d' % sys.version_info[:3])")
+    assert info["WITH"] == ""
+
+
+def test_libraries(root):
+    names = {p.name for p in root.rglob("*.so*")}
+    for lib in ("libc.so.6", "libm.so.6", "libgcc_s.so.1", "libssl.so.3",
+                "libsqlite3.so.0", "libffi.so.8"):
+        assert lib in names, lib
+    # The PT_INTERP path of the binary resolves inside the tree.
+    loader = root / "lib64/ld-linux-x86-64.so.2"
+    if os.uname().machine == "x86_64":
+        assert loader.exists()
+    # Every symlink stays inside the tree and is relative.
+    for p in root.rglob("*"):
+        if p.is_symlink():
+            assert not os.readlink(p).startswith("/"), p
+            assert os.path.realpath(p).startswith(str(root) + "/"), p
+            assert p.exists(), "dangling %s" % p
+
+
+def test_no_dead_weight(root, stdlib):
+    for d in ("test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
+              "site-packages", "dist-packages"):
+        assert not (stdlib / d).exists(), d
+    assert not (stdlib / "turtle.py").exists()
+    assert not list(stdlib.glob("config-3.*"))
+    for p in root.rglob("*"):
+        if p.is_dir():
+            assert p.name not in ("test", "tests"), p
+    dynload = {p.name for p in (stdlib / "lib-dynload").iterdir()}
+    assert any(n.startswith("_ssl.") for n in dynload)
+    assert not [n for n in dynload if n.startswith(("_tkinter", "_test", "xxlimited"))]
+    assert not (root / "usr/lib/python3").exists()   # no host dist-packages
+
+
+def test_pyc_unchecked_hash(stdlib, info):
+    tag = target("import sys; print(sys.implementation.cache_tag)")
+    magic = bytes.fromhex(target("import importlib.util; "
+                                 "print(importlib.util.MAGIC_NUMBER.hex())"))
+    sources = [p for p in stdlib.rglob("*.py")]
+    assert len(sources) > 300
+    for src in sources:
+        pyc = src.parent / "__pycache__" / ("%s.%s.pyc" % (src.stem, tag))
+        assert pyc.is_file(), pyc
+        head = pyc.read_bytes()[:16]
+        assert head[:4] == magic, pyc
+        flags = int.from_bytes(head[4:8], "little")
+        assert flags == 0b01, "%s: flags %#x, want unchecked-hash" % (pyc, flags)
+    # The recorded source path is the in-jail one, not the build directory.
+    pyc = stdlib / "json" / "__pycache__" / ("decoder.%s.pyc" % tag)
+    filename = target("import marshal, sys; "
+                      "print(marshal.loads(open(sys.argv[1], 'rb').read()[16:]).co_filename)",
+                      str(pyc))
+    assert filename == info["STDLIB"] + "/json/decoder.py"
+    assert str(stdlib) not in filename and ".tmp-" not in filename
+
+
+def test_permissions(root):
+    for dirpath, dirnames, filenames in os.walk(root):
+        assert stat.S_IMODE(os.lstat(dirpath).st_mode) == 0o755, dirpath
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISLNK(st.st_mode):
+                continue
+            assert stat.S_ISREG(st.st_mode), p
+            mode = stat.S_IMODE(st.st_mode)
+            assert mode in (0o644, 0o755), (p, oct(mode))
+            assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), p
+            with open(p, "rb") as f:
+                if f.read(4) == b"\x7fELF":
+                    assert mode == 0o755, p
+
+
+def test_etc(root):
+    passwd = (root / "etc/passwd").read_text().splitlines()
+    assert "jail:x:%d:%d:pyjail sandbox user:/tmp:/bin/sh" % (UID, GID) in passwd
+    assert passwd[0] == "root:x:0:0:root:/root:/usr/sbin/nologin"
+    assert "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin" in passwd
+    group = (root / "etc/group").read_text().splitlines()
+    assert "jail:x:%d:" % GID in group and "nogroup:x:65534:" in group
+    nss = (root / "etc/nsswitch.conf").read_text()
+    for db in ("passwd", "group", "hosts"):
+        assert re.search(r"^%s:\s+files$" % db, nss, re.M)
+    assert "127.0.0.1\tlocalhost" in (root / "etc/hosts").read_text()
+
+
+def test_manifest(root):
+    lines = (root / "etc/pyjail-manifest.sha256").read_text().splitlines()
+    entries = [l.split("  ", 1) for l in lines]
+    paths = [p for _, p in entries]
+    assert paths == sorted(paths)
+    files = sorted("./" + str(p.relative_to(root)) for p in root.rglob("*")
+                   if p.is_file() and not p.is_symlink())
+    assert paths == [f for f in files if f != "./etc/pyjail-manifest.sha256"]
+    for digest, path in entries:
+        assert hashlib.sha256((root / path).read_bytes()).hexdigest() == digest, path
+    links = (root / "etc/pyjail-manifest.symlinks").read_text().splitlines()
+    found = sorted("./%s -> %s" % (p.relative_to(root), os.readlink(p))
+                   for p in root.rglob("*") if p.is_symlink())
+    assert links == found
+    assert "./lib64 -> usr/lib64" in links
+
+
+def test_mtimes(root):
+    for row in listing(root):
+        assert row[3] == int(EPOCH) * 10**9, row
+
+
+def test_reproducible(root, tmp_path):
+    out = tmp_path / "rootfs"
+    proc = build(out)
+    assert proc.returncode == 0, proc.stderr
+    first, second = listing(root), listing(out)
+    assert len(first) == len(second)
+    assert [r for r in first if r not in second] == []
+
+
+def test_replaces_previous_build(tmp_path):
+    out = tmp_path / "rootfs"
+    assert build(out).returncode == 0
+    (out / "etc/stale").write_text("x")
+    proc = build(out)
+    assert proc.returncode == 0, proc.stderr
+    assert not (out / "etc/stale").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rootfs"]
+
+
+def test_refuses_foreign_directory(tmp_path):
+    out = tmp_path / "precious"
+    out.mkdir()
+    (out / "data").write_text("keep me")
+    proc = build(out)
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1
+    assert proc.stderr.startswith("build-rootfs: ")
+    assert (out / "data").read_text() == "keep me"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["precious"]
+
+
+def test_missing_package_fails_cleanly(tmp_path):
+    out = tmp_path / "rootfs"
+    proc = build(out, "--with", "no_such_package_xyz")
+    assert proc.returncode == 1
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert re.match(r"^build-rootfs: .*no_such_package_xyz.*: .* \(.*\)$", lines[0])
+    assert proc.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_option_fails_with_one_line(tmp_path):
+    proc = build(tmp_path / "rootfs", "--jail-uid", "0")
+    assert proc.returncode == 1
+    assert len(proc.stderr.splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+# -------------------------------------------------------------- --with PKG
+
+def find_with_package():
+    for name in ("yaml", "numpy"):
+        if subprocess.run([TARGET_PYTHON, "-I", "-c", "import " + name],
+                          stderr=subprocess.DEVNULL).returncode == 0:
+            return name
+    return None
+
+
+WITH_PKG = find_with_package()
+
+
+@pytest.fixture(scope="module")
+def with_root(tmp_path_factory):
+    if WITH_PKG is None:
+        pytest.skip("neither yaml nor numpy is importable by %s" % TARGET_PYTHON)
+    out = tmp_path_factory.mktemp("w") / "rootfs"
+    proc = build(out, "--with", WITH_PKG)
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_with_package(with_root):
+    info = read_info(with_root)
+    assert info["WITH"] == WITH_PKG
+    assert info["DISTRIBUTIONS"]
+    pkg_dir = os.path.dirname(target("import %s; print(%s.__file__)" % (WITH_PKG, WITH_PKG)))
+    copied = with_root / pkg_dir.lstrip("/")
+    assert (copied / "__init__.py").is_file()
+    parent = copied.parent
+    assert list(parent.glob("*.dist-info")) + list(parent.glob("*.egg-info"))
+    tag = target("import sys; print(sys.implementation.cache_tag)")
+    pyc = copied / "__pycache__" / ("__init__.%s.pyc" % tag)
+    assert int.from_bytes(pyc.read_bytes()[4:8], "little") == 0b01
+    # Only what was asked for: no other host package came along.
+    assert sorted(p.name for p in parent.iterdir()
+                  if not p.name.endswith((".dist-info", ".egg-info", ".libs"))) == [WITH_PKG]
+
+
+@needs_bwrap
+def test_with_package_imports_in_jail(with_root):
+    code = {"yaml": "import yaml; print(yaml.safe_load('a: [1, 2]'))",
+            "numpy": "import numpy; print(int(numpy.arange(4).sum()))"}[WITH_PKG]
+    proc = jail(with_root, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() in ("{'a': [1, 2]}", "6")
+
+
+# ------------------------------------------------------------------- bwrap
+
+@needs_bwrap
+def test_runs_in_jail(root):
+    proc = jail(root, "import json, re, decimal, ssl, sqlite3, ctypes, hashlib, threading, "
+                      "multiprocessing, asyncio, zlib, lzma, bz2, uuid, getpass, pathlib; "
+                      "print('ok', getpass.getuser())")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "ok jail\n"
+
+
+@needs_bwrap
+def test_threads_and_ctypes_in_jail(root):
+    # pthread_exit unwinds the thread through libgcc_s.so.1, which glibc
+    # dlopen()s; without it the process aborts.
+    code = ("import ctypes, os, threading, time\n"
+            "t = threading.Thread(target=lambda: None); t.start(); t.join()\n"
+            "libc = ctypes.CDLL(None)\n"
+            "assert libc.getpid() == os.getpid()\n"
+            "u = threading.Thread(target=lambda: libc.pthread_exit(None), daemon=True)\n"
+            "u.start(); time.sleep(0.2)\n"
+            "print('threads ok')\n")
+    proc = jail(root, code)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "threads ok\n"
+
+
+@needs_bwrap
+def test_jail_uses_pyc(root):
+    proc = jail(root, "import json, asyncio, decimal", "-v")
+    assert proc.returncode == 0, proc.stderr
+    loaded = [l for l in proc.stderr.splitlines() if l.startswith("# code object from")]
+    assert len(loaded) > 20
+    assert all(".pyc" in l for l in loaded), [l for l in loaded if ".pyc" not in l]
+    assert "could not create" not in proc.stderr
