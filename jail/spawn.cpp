@@ -30,6 +30,8 @@
 #include "spawn.hpp"
 
 #include <fcntl.h>
+#include <linux/seccomp.h>
+#include <sys/syscall.h>
 #include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
@@ -167,6 +169,16 @@ void warn_unwritable_binds(const std::vector<BindSpec>& binds, const IdMaps& ids
     }
 }
 
+// Fail closed, and early, on a kernel that cannot filter syscalls or notify us of refusals.
+void probe_seccomp_from_parent() {
+    std::uint32_t action = SECCOMP_RET_USER_NOTIF;
+    if (::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) != 0) {
+        int e = errno;
+        throw JailError("seccomp", "this kernel cannot filter syscalls with user notification", e,
+                        child_step_hint("seccomp", e == EOPNOTSUPP ? EINVAL : e));
+    }
+}
+
 }  // namespace
 
 Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
@@ -241,6 +253,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
 
     // The filter is compiled here, so a broken set fails before any process exists.
     if (policy.seccomp != "off") {
+        probe_seccomp_from_parent();
         std::string set_path = find_seccomp_set(policy.seccomp, dirs);
         std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
         p.seccomp = parse_seccomp_set(read_file(set_path, "seccomp"), set_path,

@@ -292,3 +292,38 @@ def test_numpy_computes_under_the_filter(run_jail, numpy_rootfs, as_user):
     assert r.returncode == 0, r.stderr
     assert r.stdout.split()[0] == "50"
     assert "denied:" not in r.stderr
+
+
+# Runs pyjail under a filter of its own that makes seccomp() fail with ENOSYS, as on a kernel
+# built without seccomp filters.
+WITHOUT_SECCOMP = '''
+import ctypes, os, struct, sys
+def insn(code, jt, jf, k):
+    return struct.pack("HBBI", code, jt, jf, k)
+prog = b"".join([
+    insn(0x20, 0, 0, 0),                  # A = syscall number
+    insn(0x15, 0, 1, 317),                # if A == seccomp
+    insn(0x06, 0, 0, 0x00050000 | 38),    #   return ERRNO(ENOSYS)
+    insn(0x06, 0, 0, 0x7fff0000),         # return ALLOW
+])
+buf = ctypes.create_string_buffer(prog)
+class Fprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+fprog = Fprog(len(prog) // 8, ctypes.addressof(buf))
+libc = ctypes.CDLL(None, use_errno=True)
+assert libc.prctl(38, 1, 0, 0, 0) == 0                       # PR_SET_NO_NEW_PRIVS
+assert libc.prctl(22, 2, ctypes.byref(fprog), 0, 0) == 0     # PR_SET_SECCOMP, filter
+os.execv(sys.argv[1], sys.argv[1:])
+'''
+
+
+def test_without_seccomp_in_the_kernel_pyjail_refuses_to_run(pyjail_bin, as_user):
+    cmd = ["/usr/bin/python3", "-c", WITHOUT_SECCOMP, str(pyjail_bin), "--", "python3", "-c",
+           "print('ran without a filter')"]
+    r = subprocess.run([*as_user.prefix, *cmd], capture_output=True, text=True, cwd="/", timeout=30)
+    assert r.returncode == 125, r.stderr
+    assert r.stdout == ""
+    assert r.stderr.startswith("pyjail: seccomp: this kernel cannot filter syscalls with user "
+                               "notification: Function not implemented (this kernel lacks "
+                               "seccomp filters"), r.stderr
+    assert "--seccomp off" in r.stderr
