@@ -46,6 +46,8 @@ def time_once(cmd: list[str]) -> float:
     start = time.perf_counter_ns()
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
+    r.stderr = r.stderr.replace(b"pyjail: WARNING: --seccomp off: the program can make every "
+                                b"syscall the kernel allows in a user namespace\n", b"")
     elapsed = (time.perf_counter_ns() - start) / 1e6
     if r.returncode != 0:
         sys.exit(f"startup.py: {cmd[0]} failed ({r.returncode}): {r.stderr.decode().strip()}")
@@ -80,10 +82,13 @@ def main() -> int:
         "python3 -c 'import json, re, decimal'": [args.python] + imports,
         "pyjail strict: python -c 'import json, re, decimal'":
             [args.pyjail, "--profile", "strict", "--", "python"] + imports,
+        "pyjail strict --seccomp off: python -I -S -c pass":
+            [args.pyjail, "--profile", "strict", "--seccomp", "off", "--", "python"] + lean,
         "pyjail --version": [args.pyjail, "--version"],
     }
     baseline = {
         "pyjail strict: python -I -S -c pass": "python3 -I -S -c pass",
+        "pyjail strict --seccomp off: python -I -S -c pass": "python3 -I -S -c pass",
         "pyjail strict: python -c 'import json, re, decimal'": "python3 -c 'import json, re, decimal'",
     }
     if shutil.which("bwrap"):
