@@ -1,0 +1,830 @@
+#!/usr/bin/env python3
+"""Assemble a minimal, read-only root filesystem that can run Python.
+
+pyjail runs untrusted Python with a private root filesystem instead of the
+host's. This script builds that root from an interpreter already installed on
+the host: the interpreter binary, the ELF libraries it and its extension
+modules need (found with ldd), a trimmed standard library with pre-compiled
+hash-based bytecode (so nothing is stat'ed or rewritten at import time on the
+read-only root), a few files in /etc, and a sha256 manifest.
+
+The build is reproducible (same inputs give a byte-identical tree, mtimes
+included) and atomic: it happens in DIR.tmp-XXXX next to DIR, which is renamed
+into place only once everything succeeded.
+
+Usage: build-rootfs.py --out DIR [--python /usr/bin/python3] [--with PKG ...]
+                       [--jail-uid 1000] [--jail-gid 1000] [--quiet]
+
+Only the standard library of any python3 >= 3.9 is used.
+"""
+
+import argparse
+import ctypes
+import errno
+import fnmatch
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+BUILDER_VERSION = "1.0.0"
+
+# Bytecode optimisation level passed to compileall's -o. 0 gives plain .pyc
+# (asserts and docstrings kept); 1 or 2 would give .opt-N.pyc, which the
+# interpreter only loads when started with -O / -OO.
+PYC_OPTIMIZATION = 0
+
+# mtime given to every entry when SOURCE_DATE_EPOCH is not set. 1 rather than
+# 0 because some tools read an mtime of 0 as "unknown".
+DEFAULT_EPOCH = 1
+
+# Standard library parts that are dead weight in a sandbox. Names are relative
+# to the stdlib directory; directories called test/tests and __pycache__ are
+# dropped at any depth (this covers distutils/tests, unittest/test,
+# ctypes/test, sqlite3/test, ...).
+STDLIB_EXCLUDE_TOP_DIRS = (
+    "test", "idlelib", "tkinter", "turtledemo", "ensurepip", "lib2to3",
+    "config-3.*",                       # static libpython, for building
+    "site-packages", "dist-packages",   # host packages: only via --with
+)
+STDLIB_EXCLUDE_TOP_FILES = ("turtle.py",)
+ANY_DEPTH_EXCLUDE_DIRS = ("__pycache__", "test", "tests")
+# Extension modules in lib-dynload that only the test suite (or Tk) uses.
+DYNLOAD_EXCLUDE = (
+    "_tkinter*", "_test*", "_ctypes_test*", "_xxtestfuzz*", "xxlimited*",
+)
+
+# Loaded with dlopen() by glibc (pthread_cancel, thread exit unwinding), so
+# ldd never lists it, but threads need it.
+DLOPENED_LIBS = ("libgcc_s.so.1",)
+
+MERGED_USR = (("/bin", "/usr/bin"), ("/sbin", "/usr/bin"),
+              ("/lib64", "/usr/lib64"), ("/lib32", "/usr/lib32"),
+              ("/libx32", "/usr/libx32"), ("/lib", "/usr/lib"))
+TOP_SYMLINKS = (("bin", "usr/bin"), ("sbin", "usr/bin"),
+                ("lib", "usr/lib"), ("lib64", "usr/lib64"),
+                ("lib32", "usr/lib32"), ("libx32", "usr/libx32"))
+MOUNT_POINTS = ("proc", "dev", "tmp", "work", "home")
+
+MANIFEST = "etc/pyjail-manifest.sha256"
+SYMLINKS = "etc/pyjail-manifest.symlinks"
+INFO = "etc/pyjail-rootfs"
+
+ELF_MAGIC = b"\x7fELF"
+
+
+class BuildError(Exception):
+    """A failure reported as `build-rootfs: WHAT: WHY (FIX)`."""
+
+    def __init__(self, what, why, fix):
+        super().__init__(what)
+        self.what, self.why, self.fix = what, why, fix
+
+    def line(self):
+        return "build-rootfs: %s: %s (%s)" % (self.what, self.why, self.fix)
+
+
+def one_line(text, limit=300):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+# --------------------------------------------------------------------------
+# helpers
+
+
+def usr_path(path):
+    """Map a host path to its place in a merged-/usr tree (/lib/x -> /usr/lib/x)."""
+    for top, usr in MERGED_USR:
+        if path == top or path.startswith(top + "/"):
+            return usr + path[len(top):]
+    return path
+
+
+def is_elf(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read(4) == ELF_MAGIC
+    except OSError:
+        return False
+
+
+def raise_error(err):
+    """os.walk() onerror: an unreadable directory must fail the build."""
+    raise err
+
+
+def inside(path, root):
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+class Builder:
+    def __init__(self, args):
+        self.args = args
+        self.python = args.python
+        self.quiet = args.quiet
+        self.out = os.path.abspath(args.out)
+        self.root = None            # the DIR.tmp-XXXX being filled
+        self.elf_sources = set()    # host ELF files whose dependencies we need
+        self.dists = []             # dist-info/egg-info names copied via --with
+        self.compile_dirs = []      # in-root directories/files to byte-compile
+        self.package_compile = []   # same, for --with packages
+
+    # ---------------------------------------------------------------- output
+
+    def say(self, msg):
+        if not self.quiet:
+            print("build-rootfs: " + msg, flush=True)
+
+    def warn(self, msg):
+        print("build-rootfs: warning: " + msg, file=sys.stderr, flush=True)
+
+    # ------------------------------------------------------------ tree writes
+
+    def dest(self, path):
+        """Absolute host path inside the tree for an absolute in-jail path."""
+        assert os.path.isabs(path), path
+        return os.path.join(self.root, path.lstrip("/"))
+
+    def makedirs(self, path):
+        d = self.dest(path)
+        if not os.path.isdir(d):
+            os.makedirs(d, mode=0o755, exist_ok=True)
+
+    def copy_file(self, src, path):
+        """Copy host file src (symlinks followed) to in-jail path."""
+        d = self.dest(path)
+        if os.path.lexists(d):
+            return
+        self.makedirs(os.path.dirname(path))
+        shutil.copyfile(src, d)
+        elf = is_elf(d)
+        mode = 0o755 if (os.stat(src).st_mode & 0o111) or elf else 0o644
+        os.chmod(d, mode)
+        if elf:
+            self.elf_sources.add(os.path.realpath(src))
+
+    def symlink(self, path, target):
+        d = self.dest(path)
+        if os.path.lexists(d):
+            return
+        self.makedirs(os.path.dirname(path))
+        os.symlink(target, d)
+
+    def write_text(self, path, text):
+        d = self.dest(path)
+        self.makedirs(os.path.dirname(path))
+        with open(d, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+        os.chmod(d, 0o644)
+
+    def copy_tree(self, src, path, skip=lambda rel, is_dir: False):
+        """Copy directory src to in-jail path, leaving out what skip() rejects.
+
+        Symlinks that point inside src (to something copied) are kept as
+        relative symlinks; any other symlink is replaced by a copy of what
+        it points to, so nothing in the tree points back at the host.
+        """
+        real_src = os.path.realpath(src)
+        self.makedirs(path)
+        for dirpath, dirnames, filenames in os.walk(real_src, onerror=raise_error):
+            reldir = os.path.relpath(dirpath, real_src)
+            reldir = "" if reldir == "." else reldir
+            keep = []
+            for name in sorted(dirnames):
+                rel = os.path.join(reldir, name)
+                if skip(rel, True):
+                    continue
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full):   # os.walk does not descend into it
+                    self.copy_link(full, rel, real_src, path, skip)
+                else:
+                    self.makedirs(os.path.join(path, rel))
+                    keep.append(name)
+            dirnames[:] = keep
+            for name in sorted(filenames):
+                rel = os.path.join(reldir, name)
+                if skip(rel, False):
+                    continue
+                full = os.path.join(dirpath, name)
+                if os.path.islink(full):
+                    self.copy_link(full, rel, real_src, path, skip)
+                elif stat.S_ISREG(os.lstat(full).st_mode):
+                    self.copy_file(full, os.path.join(path, rel))
+
+    def copy_link(self, full, rel, real_src, path, skip):
+        resolved = os.path.realpath(full)
+        if not os.path.exists(resolved):
+            return  # dangling: nothing to copy
+        rel_res = os.path.relpath(resolved, real_src)
+        parts = rel_res.split("/")
+        if inside(resolved, real_src) and not any(
+                skip("/".join(parts[:i + 1]),
+                     i < len(parts) - 1 or os.path.isdir(resolved))
+                for i in range(len(parts))):
+            target = os.path.relpath(rel_res, os.path.dirname(rel) or ".")
+            self.symlink(os.path.join(path, rel), target)
+        elif os.path.isdir(resolved):
+            self.copy_tree(resolved, os.path.join(path, rel),
+                           lambda r, d: d and os.path.basename(r) == "__pycache__")
+        else:
+            self.copy_file(resolved, os.path.join(path, rel))
+
+    # --------------------------------------------------------- subprocesses
+
+    def run(self, cmd, what, fix, env=None, check=True):
+        try:
+            proc = subprocess.run(cmd, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env, universal_newlines=True)
+        except OSError as e:
+            raise BuildError(what, "cannot run %s: %s" % (cmd[0], e.strerror), fix)
+        if check and proc.returncode != 0:
+            why = (proc.stderr.strip() or proc.stdout.strip()).splitlines()
+            why = why[-1] if why else "exit status %d" % proc.returncode
+            raise BuildError(what, "%s exited %d: %s" % (
+                os.path.basename(cmd[0]), proc.returncode, one_line(why)), fix)
+        return proc
+
+    # ----------------------------------------------------------- the steps
+
+    def query_python(self):
+        py = self.python
+        if "/" not in py:
+            py = shutil.which(py) or py
+        if not os.path.isfile(py) or not os.access(py, os.X_OK):
+            raise BuildError("interpreter %s" % py, "not an executable file",
+                             "pass --python with the path of a python3 binary")
+        script = (
+            "import json, os, sys, sysconfig\n"
+            "dyn = sysconfig.get_config_var('DESTSHARED')\n"
+            "if not dyn or not os.path.isdir(dyn):\n"
+            "    dyn = next((p for p in sys.path\n"
+            "                if os.path.basename(p) == 'lib-dynload'), None)\n"
+            "print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3],\n"
+            "    'hexversion': sys.hexversion,\n"
+            "    'implementation': sys.implementation.name,\n"
+            "    'executable': sys.executable,\n"
+            "    'stdlib': sysconfig.get_paths()['stdlib'],\n"
+            "    'dynload': dyn}))\n")
+        proc = self.run([py, "-I", "-S", "-c", script], "query %s" % py,
+                        "check that %s is a working CPython >= 3.9" % py)
+        try:
+            info = json.loads(proc.stdout)
+        except ValueError:
+            raise BuildError("query %s" % py, "unexpected output %r" % one_line(proc.stdout, 80),
+                             "check that %s is a working CPython >= 3.9" % py)
+        if info["implementation"] != "cpython" or info["hexversion"] < 0x03090000:
+            raise BuildError("interpreter %s" % py,
+                             "%s %s is not supported" % (info["implementation"],
+                                                         info["version"]),
+                             "use CPython 3.9 or newer")
+        if not info["dynload"] or not os.path.isdir(info["dynload"]):
+            raise BuildError("interpreter %s" % py, "no lib-dynload directory found",
+                             "use an interpreter with a standard installation layout")
+        # The binary to copy, and to run from now on: sys.executable resolved,
+        # which also sees through wrappers such as pyenv shims.
+        binary = os.path.realpath(info["executable"] or py)
+        if not is_elf(binary):
+            raise BuildError("interpreter %s" % py, "%s is not an ELF binary" % binary,
+                             "pass the real interpreter, as printed by "
+                             "python3 -c 'import sys; print(sys.executable)'")
+        self.binary = binary
+        self.info = info
+
+    def check_out(self):
+        """Refuse to replace anything that is not an earlier build (or empty)."""
+        out = self.out
+        if not os.path.lexists(out):
+            return
+        if os.path.islink(out) or not os.path.isdir(out):
+            raise BuildError("output %s" % out, "exists and is not a directory",
+                             "remove it or choose another --out")
+        if os.listdir(out) and not os.path.isfile(os.path.join(out, INFO)):
+            raise BuildError("output %s" % out,
+                             "exists and is not a rootfs made by this script",
+                             "remove it yourself or choose another --out")
+
+    def make_layout(self):
+        for d in ("usr/bin", "usr/lib", "etc") + MOUNT_POINTS:
+            self.makedirs("/" + d)
+
+    def copy_interpreter(self):
+        real = self.binary
+        jail_real = usr_path(real)
+        self.copy_file(real, jail_real)
+        os.chmod(self.dest(jail_real), 0o755)
+        self.elf_sources.add(real)
+        self.interpreter = jail_real
+        for name in ("python3", "python"):
+            link = "/usr/bin/" + name
+            if link != jail_real:
+                self.symlink(link, os.path.relpath(jail_real, "/usr/bin"))
+
+    def copy_stdlib(self):
+        stdlib = self.info["stdlib"]
+        dynload = os.path.realpath(self.info["dynload"])
+        real_stdlib = os.path.realpath(stdlib)
+        dyn_rel = (os.path.relpath(dynload, real_stdlib)
+                   if inside(dynload, real_stdlib) else None)
+
+        def skip(rel, is_dir):
+            parts = rel.split("/")
+            name = parts[-1]
+            if is_dir:
+                if rel == dyn_rel or name in ANY_DEPTH_EXCLUDE_DIRS:
+                    return True
+                return len(parts) == 1 and any(
+                    fnmatch.fnmatchcase(name, p) for p in STDLIB_EXCLUDE_TOP_DIRS)
+            if name.endswith((".pyc", ".pyo")):
+                return True   # stray bytecode: we compile our own
+            return len(parts) == 1 and name in STDLIB_EXCLUDE_TOP_FILES
+
+        self.say("copying standard library %s" % stdlib)
+        jail_stdlib = usr_path(stdlib)
+        self.copy_tree(stdlib, jail_stdlib, skip)
+        self.compile_dirs.append(jail_stdlib)
+
+        jail_dyn = usr_path(self.info["dynload"])
+        self.copy_tree(dynload, jail_dyn, lambda rel, is_dir: is_dir or any(
+            fnmatch.fnmatchcase(rel, p) for p in DYNLOAD_EXCLUDE))
+        if jail_dyn not in self.compile_dirs and not inside(jail_dyn, jail_stdlib):
+            self.compile_dirs.append(jail_dyn)
+
+    def find_packages(self):
+        """Ask the target interpreter where each --with package lives."""
+        self.packages = []
+        names = sorted(set(self.args.with_))
+        if not names:
+            return
+        for name in names:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+                raise BuildError("--with %s" % name, "not a top-level module name",
+                                 "pass the import name of a package, e.g. --with numpy")
+        # find_spec locates a package without running its code.
+        script = (
+            "import importlib.util, json, sys\n"
+            "out = {}\n"
+            "for name in sys.argv[1:]:\n"
+            "    try:\n"
+            "        spec = importlib.util.find_spec(name)\n"
+            "    except Exception as e:\n"
+            "        out[name] = {'error': '%s: %s' % (type(e).__name__, e)}\n"
+            "        continue\n"
+            "    if spec is None:\n"
+            "        out[name] = {'error': 'no module named %s' % name}\n"
+            "        continue\n"
+            "    out[name] = {'origin': spec.origin if spec.has_location else None,\n"
+            "                 'locations': list(spec.submodule_search_locations or [])}\n"
+            "print(json.dumps(out))\n")
+        py = self.python
+        proc = self.run([self.binary, "-I", "-c", script] + names, "look up --with packages",
+                        "check that %s works" % py)
+        found = json.loads(proc.stdout)
+        for name in names:
+            entry = found[name]
+            if "error" in entry:
+                raise BuildError("--with %s" % name,
+                                 "%s cannot find it (%s)" % (py, entry["error"]),
+                                 "install it for %s, e.g. apt-get install python3-%s, "
+                                 "or drop --with %s"
+                                 % (py, name.lower().replace("_", "-"), name))
+            if entry["locations"]:
+                sources = entry["locations"]           # package (maybe namespace)
+            elif entry["origin"]:
+                sources = [entry["origin"]]            # single-file module
+            else:
+                sources = []                           # built into the interpreter
+            for src in sources:
+                if not os.path.exists(src):
+                    raise BuildError("--with %s" % name, "%s does not exist" % src,
+                                     "reinstall the package")
+            self.packages.append((name, sources))
+
+    def copy_packages(self):
+        for name, sources in self.packages:
+            if not sources:
+                self.say("%s is built into the interpreter, nothing to copy" % name)
+            for src in sources:
+                self.copy_package_path(name, src)
+
+    def copy_package_path(self, name, src):
+        self.say("adding %s from %s" % (name, src))
+        jail = usr_path(os.path.abspath(src))
+        if inside(jail, usr_path(self.info["stdlib"])) and os.path.lexists(self.dest(jail)):
+            return  # already there as part of the standard library
+        no_cache = lambda rel, is_dir: os.path.basename(rel) == "__pycache__"
+        if os.path.isdir(src):
+            self.copy_tree(src, jail, no_cache)
+        else:
+            self.copy_file(src, jail)
+        self.package_compile.append(jail)
+        parent = os.path.dirname(os.path.abspath(src))
+        dist_names = []
+        for entry in sorted(os.listdir(parent)):
+            if not entry.endswith((".dist-info", ".egg-info")):
+                continue
+            full = os.path.join(parent, entry)
+            if name in self.dist_top_levels(full, entry):
+                dist_names.append(entry.split("-")[0])
+                jail_entry = usr_path(full)
+                if os.path.isdir(full):
+                    self.copy_tree(full, jail_entry, no_cache)
+                else:
+                    self.copy_file(full, jail_entry)
+                self.dists.append(entry.rsplit(".", 1)[0])
+        # Vendored libraries of wheels repaired by auditwheel (numpy.libs).
+        for libs in sorted({name + ".libs"} | {d + ".libs" for d in dist_names}):
+            full = os.path.join(parent, libs)
+            if os.path.isdir(full):
+                self.copy_tree(full, usr_path(full))
+
+    @staticmethod
+    def dist_top_levels(full, entry):
+        """Top-level import names a *.dist-info / *.egg-info provides."""
+        def first_parts(lines):
+            tops = set()
+            for line in lines:
+                p = line.split(",")[0].strip().replace("\\", "/")
+                while p.startswith("../"):
+                    p = p[3:]
+                top = p.split("/")[0]
+                if top and not top.endswith((".dist-info", ".egg-info", ".pth", ".data")):
+                    tops.add(re.sub(r"(\.[^.]*)?\.(py|so|pyd|pyc)$", "", top))
+            return tops
+
+        dist = re.sub(r"[-_.]+", "_", entry.split("-")[0]).lower()
+        tops = {dist}
+        if os.path.isdir(full):
+            for fname in ("top_level.txt", "RECORD", "installed-files.txt"):
+                p = os.path.join(full, fname)
+                if os.path.isfile(p):
+                    with open(p, encoding="utf-8", errors="replace") as f:
+                        lines = f.read().splitlines()
+                    if fname == "top_level.txt":
+                        return {l.strip() for l in lines if l.strip()}
+                    return first_parts(lines) | tops
+        return tops
+
+    # ------------------------------------------------------------ libraries
+
+    @staticmethod
+    def ldd(path):
+        env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C"}
+        try:
+            proc = subprocess.run(["ldd", path], stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  env=env, universal_newlines=True)
+        except OSError as e:
+            raise BuildError("ldd %s" % path, "cannot run ldd: %s" % e.strerror,
+                             "install ldd (package libc-bin)")
+        text = proc.stdout + proc.stderr
+        if proc.returncode != 0:
+            if "not a dynamic executable" in text or "statically linked" in text:
+                return []
+            raise BuildError("ldd %s" % path, one_line(text or "exit status %d"
+                                                       % proc.returncode),
+                             "check that the file is a readable ELF object")
+        deps = []
+        for line in proc.stdout.splitlines():
+            line = line.strip()
+            m = re.match(r"^(\S+) => not found$", line)
+            if m:
+                raise BuildError("ldd %s" % path, "library %s not found" % m.group(1),
+                                 "install the package that provides %s" % m.group(1))
+            m = re.match(r"^(\S+) => (/\S+) \(0x[0-9a-fA-F]+\)$", line)
+            if m:
+                deps.append(m.group(2))
+                continue
+            m = re.match(r"^(/\S+) \(0x[0-9a-fA-F]+\)$", line)
+            if m:
+                deps.append(m.group(1))   # the dynamic loader
+        return deps
+
+    def copy_libraries(self):
+        self.say("resolving shared libraries of %d ELF files" % len(self.elf_sources))
+        done = set()
+        libs = set()
+        pending = sorted(self.elf_sources)
+        extra_added = False
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            while pending:
+                done.update(pending)
+                for deps in pool.map(self.ldd, pending):
+                    libs.update(deps)
+                pending = []
+                if not extra_added:
+                    extra_added = True
+                    dirs = sorted({os.path.dirname(p) for p in libs
+                                   if os.path.basename(p).startswith("libc.so")})
+                    for name in DLOPENED_LIBS:
+                        hit = next((os.path.join(d, name) for d in dirs
+                                    if os.path.exists(os.path.join(d, name))), None)
+                        if hit is None and dirs:
+                            raise BuildError("find %s" % name,
+                                             "not next to libc in %s" % (dirs or "?"),
+                                             "install it (Debian: libgcc-s1)")
+                        if hit is None:
+                            continue    # no glibc: nothing dlopens it
+                        libs.add(hit)
+                        if os.path.realpath(hit) not in done:
+                            pending.append(os.path.realpath(hit))
+        for lib in sorted(libs):
+            real = os.path.realpath(lib)
+            jail_real = usr_path(real)
+            self.copy_file(real, jail_real)
+            jail_name = usr_path(lib)
+            if jail_name != jail_real:
+                self.symlink(jail_name, os.path.relpath(
+                    jail_real, os.path.dirname(jail_name)))
+        for name, target in TOP_SYMLINKS:
+            if os.path.isdir(self.dest("/" + target)):
+                self.symlink("/" + name, target)
+
+    # -------------------------------------------------------------- bytecode
+
+    def compile(self, dirs, strict):
+        if not dirs:
+            return
+        # Reproducible bytecode:
+        # - PYTHONHASHSEED=0: before 3.11, marshal writes (frozen)sets, e.g.
+        #   the constant in `x in {"a", "b"}`, in hash order, which changes
+        #   from run to run with randomised string hashing (measured: 22 of
+        #   the 3.9 stdlib's pyc files differ between two builds without it).
+        #   3.11 sorts them, so this is a no-op there.
+        # - -j 1: marshal only emits back-references for objects whose
+        #   refcount is > 1, and refcounts can depend on what the same
+        #   process compiled before, so with parallel workers the bytes could
+        #   depend on scheduling. No difference was observed with -j 2, but
+        #   one process compiles the whole stdlib in about a second anyway.
+        # - --invalidation-mode unchecked-hash: the pyc records a hash of the
+        #   source instead of its mtime and size, and the interpreter never
+        #   looks at the source to validate it.
+        # - -s ROOT -p /: co_filename is the in-jail path
+        #   (/usr/lib/python3.11/os.py), not the build directory.
+        env = {"PATH": os.environ.get("PATH", os.defpath),
+               "PYTHONHASHSEED": "0", "LC_ALL": "C.UTF-8"}
+        cmd = [self.binary, "-B", "-s", "-m", "compileall", "-q", "-j", "1",
+               "-o", str(PYC_OPTIMIZATION), "--invalidation-mode", "unchecked-hash",
+               "-s", self.root, "-p", "/"] + [self.dest(d) for d in dirs]
+        proc = self.run(cmd, "byte-compile", "", env=env, check=False)
+        if proc.returncode == 0:
+            return
+        errors = [l for l in (proc.stdout + proc.stderr).splitlines()
+                  if l.startswith("***") or "Error" in l]
+        why = one_line(errors[0] if errors else proc.stderr or proc.stdout)
+        why = why.replace(self.root, "")
+        if strict:
+            raise BuildError("byte-compile %s" % " ".join(dirs), why,
+                             "check that %s can compile its own standard library"
+                             % self.python)
+        self.warn("some files of --with packages did not compile (%s); "
+                  "they stay source-only" % why)
+
+    # ------------------------------------------------------------------- etc
+
+    def write_etc(self):
+        uid, gid = self.args.jail_uid, self.args.jail_gid
+        self.write_text("/etc/passwd",
+                        "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+                        "jail:x:%d:%d:pyjail sandbox user:/tmp:/bin/sh\n"
+                        "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+                        % (uid, gid))
+        self.write_text("/etc/group",
+                        "root:x:0:\n"
+                        "jail:x:%d:\n"
+                        "nogroup:x:65534:\n" % gid)
+        self.write_text("/etc/nsswitch.conf",
+                        "passwd: files\n"
+                        "group: files\n"
+                        "hosts: files\n")
+        self.write_text("/etc/hosts",
+                        "127.0.0.1\tlocalhost\n"
+                        "::1\tlocalhost\n"
+                        "127.0.1.1\tpyjail\n")
+        info = self.info
+        self.write_text("/" + INFO, "".join("%s=%s\n" % kv for kv in (
+            ("NAME", '"pyjail rootfs"'),
+            ("BUILDER_VERSION", '"%s"' % BUILDER_VERSION),
+            ("PYTHON_IMPLEMENTATION", info["implementation"]),
+            ("PYTHON_VERSION", info["version"]),
+            ("PYTHON", '"%s"' % self.interpreter),
+            ("STDLIB", '"%s"' % usr_path(info["stdlib"])),
+            ("PYC_INVALIDATION_MODE", "unchecked-hash"),
+            ("PYC_OPTIMIZATION", str(PYC_OPTIMIZATION)),
+            ("WITH", '"%s"' % " ".join(sorted(set(self.args.with_)))),
+            ("DISTRIBUTIONS", '"%s"' % " ".join(sorted(set(self.dists)))),
+            ("JAIL_UID", str(uid)),
+            ("JAIL_GID", str(gid)),
+            ("SOURCE_DATE_EPOCH", str(self.epoch)),
+        )))
+
+    # ---------------------------------------------------------- finalising
+
+    def finalize(self):
+        """Normalise modes, write the manifests, count, then set mtimes."""
+        files, links = [], []
+        total = 0
+        for dirpath, dirnames, filenames in os.walk(self.root):
+            os.chmod(dirpath, 0o755)
+            for name in dirnames + filenames:
+                full = os.path.join(dirpath, name)
+                rel = "./" + os.path.relpath(full, self.root)
+                if "\n" in rel or "\\" in rel or " -> " in rel:
+                    raise BuildError("manifest", "file name %r cannot be listed" % rel,
+                                     "leave the package with that file out")
+                st = os.lstat(full)
+                if stat.S_ISLNK(st.st_mode):
+                    links.append((rel, os.readlink(full)))
+                elif stat.S_ISREG(st.st_mode):
+                    mode = 0o755 if st.st_mode & 0o111 else 0o644
+                    if stat.S_IMODE(st.st_mode) != mode:
+                        os.chmod(full, mode)
+                    files.append(rel)
+                    total += st.st_size
+                elif not stat.S_ISDIR(st.st_mode):
+                    raise BuildError("finalise", "unexpected special file %s" % rel,
+                                     "this is a bug in build-rootfs.py")
+        files.sort()
+        lines = []
+        for rel in files:
+            h = hashlib.sha256()
+            with open(os.path.join(self.root, rel), "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    h.update(chunk)
+            lines.append("%s  %s\n" % (h.hexdigest(), rel))
+        self.write_text("/" + SYMLINKS,
+                        "".join("%s -> %s\n" % l for l in sorted(links)))
+        with open(self.dest("/" + SYMLINKS), "rb") as f:
+            lines.append("%s  ./%s\n" % (hashlib.sha256(f.read()).hexdigest(), SYMLINKS))
+            total += os.fstat(f.fileno()).st_size
+        lines.sort(key=lambda l: l.split("  ", 1)[1])
+        self.write_text("/" + MANIFEST, "".join(lines))
+        total += os.path.getsize(self.dest("/" + MANIFEST))
+        self.nfiles = len(files) + 2
+        self.nbytes = total
+        # mtimes last: children before their directory, the root at the end.
+        t = (self.epoch, self.epoch)
+        for dirpath, dirnames, filenames in os.walk(self.root, topdown=False):
+            for name in filenames + dirnames:
+                os.utime(os.path.join(dirpath, name), t, follow_symlinks=False)
+            os.utime(dirpath, t)
+
+    def install(self):
+        """Move the finished tree to --out, replacing an earlier build."""
+        out, tmp = self.out, self.root
+        self.check_out()
+        if not os.path.lexists(out):
+            os.rename(tmp, out)
+            self.root = None
+            return
+        if not exchange(tmp, out):
+            # No renameat2 (old kernel or libc): two renames, with a short
+            # moment where DIR does not exist.
+            old = tmp + ".old"
+            os.rename(out, old)
+            try:
+                os.rename(tmp, out)
+            except OSError:
+                os.rename(old, out)
+                raise
+            tmp = old
+        self.root = tmp   # now the previous tree: cleanup() removes it
+        self.cleanup()
+
+    # ------------------------------------------------------------------ main
+
+    def build(self):
+        start = time.monotonic()
+        sde = os.environ.get("SOURCE_DATE_EPOCH")
+        if sde is None:
+            self.epoch = DEFAULT_EPOCH
+        elif re.match(r"^[0-9]+$", sde):
+            self.epoch = int(sde)
+        else:
+            raise BuildError("SOURCE_DATE_EPOCH", "%r is not a number of seconds" % sde,
+                             "unset it or set it to an integer")
+        self.query_python()
+        self.find_packages()
+        self.check_out()
+        parent = os.path.dirname(self.out)
+        try:
+            os.makedirs(parent, exist_ok=True)
+            self.root = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".tmp-",
+                                         dir=parent)
+        except OSError as e:
+            raise BuildError("create build directory in %s" % parent, e.strerror,
+                             "choose an --out in a writable directory")
+        self.make_layout()
+        self.say("interpreter %s (Python %s)" % (self.binary, self.info["version"]))
+        self.copy_interpreter()
+        self.copy_stdlib()
+        self.copy_packages()
+        self.copy_libraries()
+        self.write_etc()
+        self.say("byte-compiling")
+        self.compile(self.compile_dirs, strict=True)
+        self.compile(self.package_compile, strict=False)
+        self.finalize()
+        self.install()
+        elapsed = time.monotonic() - start
+        print("rootfs: %s: %d files, %.1f MiB, built in %.1f s"
+              % (self.args.out, self.nfiles, self.nbytes / 1048576.0, elapsed),
+              flush=True)
+
+    def cleanup(self):
+        if self.root and os.path.isdir(self.root):
+            shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
+
+
+def exchange(a, b):
+    """Atomically swap two paths with renameat2(RENAME_EXCHANGE).
+
+    Returns False when the kernel or file system does not support it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    fn.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p,
+                   ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if fn(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), b)
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """Report command line errors like every other failure: one line, exit 1."""
+
+    def error(self, message):
+        print("build-rootfs: command line: %s (see %s --help)" % (message, self.prog),
+              file=sys.stderr, flush=True)
+        sys.exit(1)
+
+
+def parse_args(argv):
+    p = ArgumentParser(
+        prog="build-rootfs.py",
+        description="Build a minimal read-only root filesystem containing Python "
+                    "for pyjail.")
+    p.add_argument("--out", required=True, metavar="DIR",
+                   help="where to put the tree (replaced atomically if it exists)")
+    p.add_argument("--python", default="/usr/bin/python3", metavar="PATH",
+                   help="host interpreter to copy (default: %(default)s)")
+    p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
+                   help="also copy this importable package (repeatable)")
+    p.add_argument("--jail-uid", type=int, default=1000, metavar="UID",
+                   help="uid of the 'jail' user in etc/passwd (default: %(default)s)")
+    p.add_argument("--jail-gid", type=int, default=1000, metavar="GID",
+                   help="gid of the 'jail' group (default: %(default)s)")
+    p.add_argument("--quiet", action="store_true",
+                   help="print only the final summary line (and errors)")
+    args = p.parse_args(argv)
+    for opt, v in (("--jail-uid", args.jail_uid), ("--jail-gid", args.jail_gid)):
+        if not 0 < v < 2**32 - 1 or v == 65534:
+            p.error("%s %d: must be between 1 and 4294967294 and not 65534" % (opt, v))
+    return args
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    builder = Builder(args)
+
+    def on_term(signum, frame):
+        raise BuildError("build", "terminated by signal %d" % signum, "run it again")
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGHUP, on_term)
+    try:
+        builder.build()
+        return 0
+    except BuildError as e:
+        msg = e.line()
+    except KeyboardInterrupt:
+        msg = "build-rootfs: build: interrupted (run it again)"
+    except OSError as e:
+        msg = "build-rootfs: %s: %s (check free space and permissions)" % (
+            e.filename or "I/O", e.strerror or e)
+    finally:
+        # Runs on success too, where root is already None.
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        builder.cleanup()
+    print(msg, file=sys.stderr, flush=True)
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
