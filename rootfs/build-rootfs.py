@@ -702,6 +702,15 @@ class Builder:
 
     # ------------------------------------------------------------------ main
 
+    def copy_locale(self):
+        """The C.UTF-8 locale data, so LANG=C.UTF-8 (the jail's default) names a real locale
+        and locale.setlocale() works; glibc does not build it in."""
+        src = "/usr/lib/locale/C.utf8"
+        if os.path.isdir(src):
+            self.copy_tree(src, src)
+        else:
+            self.warn("no %s on this host: the jail will have no C.UTF-8 locale data" % src)
+
     def build(self):
         start = time.monotonic()
         sde = os.environ.get("SOURCE_DATE_EPOCH")
@@ -729,6 +738,7 @@ class Builder:
         self.copy_stdlib()
         self.copy_packages()
         self.copy_libraries()
+        self.copy_locale()
         self.write_etc()
         self.say("byte-compiling")
         self.compile(self.compile_dirs, strict=True)
