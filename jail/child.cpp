@@ -247,11 +247,22 @@ void step_network(const ChildPlan& p) {
     ::close(s);
 }
 
-void step_rlimits() {
-    // No core dumps: a core file would hold the program's memory outside its control, and
-    // the hard limit keeps the program from raising it again.
-    rlimit none{0, 0};
-    if (::setrlimit(RLIMIT_CORE, &none) != 0) fail("rlimits", errno, kExitJailError, "RLIMIT_CORE");
+void step_rlimits(const ChildPlan& p) {
+    // Soft and hard alike, so the program cannot raise them. Among them RLIMIT_CORE=0: a core
+    // file would hold the program's memory outside its control.
+    for (const auto& r : p.rlimits) {
+        rlimit v{r.value, r.value};
+        if (::setrlimit(static_cast<__rlimit_resource>(r.resource), &v) != 0)
+            fail("rlimits", errno, kExitJailError, "%s=%llu", r.name,
+                 static_cast<unsigned long long>(r.value));
+    }
+}
+
+void step_output_pipes(const ChildPlan& p) {
+    // --output-limit: the program writes into pipes the supervisor reads and counts.
+    if (p.stdout_fd < 0) return;
+    if (::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0)
+        fail("output pipes", errno, kExitJailError, "dup2");
 }
 
 void step_new_session() {
@@ -378,7 +389,8 @@ void run_child(const ChildPlan& p) noexcept {
     step_mounts(p);
     step_hostname(p);
     step_network(p);
-    step_rlimits();
+    step_rlimits(p);
+    step_output_pipes(p);
     step_new_session();
     step_close_fds();
     step_drop_capabilities();

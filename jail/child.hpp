@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "limits.hpp"
 #include "mountplan.hpp"
 
 namespace pyjail {
@@ -26,6 +27,8 @@ struct ChildPlan {
     std::string hostname;
     bool loopback_up = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
+    std::vector<RlimitValue> rlimits;
+    int stdout_fd = -1, stderr_fd = -1;       // --output-limit: pipes to the supervisor
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

@@ -63,6 +63,11 @@ std::string explain_text(const ExplainInput& in) {
     out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
                                                 ? fmt::format("{} s", in.policy.wall_time)
                                                 : std::string("no limit"));
+    out += fmt::format("# cgroup:    {}\n", in.cgroup);
+    out += "# Limits:\n";
+    for (const auto& l : in.limits)
+        out += fmt::format("#   {:<9} {:<12} {} ({})\n", l.name, l.value, mechanism_name(l.mechanism),
+                           l.detail);
     if (in.seccomp == nullptr) {
         out += "# Seccomp:   OFF (--seccomp off): every syscall the kernel allows\n";
     } else {

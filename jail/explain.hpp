@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "idmap.hpp"
+#include "limits.hpp"
 #include "mountplan.hpp"
 #include "policy.hpp"
 #include "seccomp.hpp"
@@ -22,6 +23,8 @@ struct ExplainInput {
     const std::vector<std::string>& argv;
     const std::vector<std::string>& env;
     const SeccompSet* seccomp;  // null: --seccomp off
+    const std::vector<LimitEntry>& limits;
+    std::string cgroup;         // the delegated cgroup, or "none: why"
 };
 
 std::string explain_text(const ExplainInput& in);

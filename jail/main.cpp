@@ -44,17 +44,37 @@ int run(int argc, char** argv) {
     if (::getcwd(cwd, sizeof cwd) == nullptr)
         throw JailError("cwd", "cannot read the current directory", errno);
     Policy policy = make_policy(settings, cli.command, cwd);
-
-    Prepared prepared = prepare_from_parent(std::move(policy), dirs);
-    if (prepared.policy.explain) {
-        std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts, prepared.ids,
-                                 prepared.command.exec_path, prepared.argv, prepared.env,
-                                 prepared.seccomp ? &*prepared.seccomp : nullptr})
-                       .c_str(),
-                   stdout);
-        return 0;
+    ReportTarget report = ReportTarget::open_from_parent(policy);
+    RunFacts facts;
+    facts.profile = policy.profile;
+    facts.command = policy.command;
+    try {
+        Prepared prepared = prepare_from_parent(std::move(policy), dirs);
+        if (prepared.policy.explain) {
+            std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts,
+                                     prepared.ids, prepared.command.exec_path, prepared.argv,
+                                     prepared.env, prepared.seccomp ? &*prepared.seccomp : nullptr,
+                                     prepared.limits.entries, prepared.cgroup.ok
+                                         ? prepared.cgroup.base
+                                         : "none: " + prepared.cgroup.why_not})
+                           .c_str(),
+                       stdout);
+            return 0;
+        }
+        int code = spawn_and_supervise_from_parent(prepared, argv, facts);
+        report.write(facts);
+        return code;
+    } catch (const JailError& e) {
+        // The report says what failed too: a cron job or an agent reads it, not stderr.
+        facts.setup_error = true;
+        facts.exit_code = e.exit_code();
+        facts.error_step = e.step();
+        facts.error_message = e.message();
+        facts.error_errno = e.err();
+        facts.error_hint = e.hint();
+        report.write(facts);
+        throw;
     }
-    return spawn_and_supervise_from_parent(prepared, argv);
 }
 
 // With stdin, stdout or stderr closed (as under some cron daemons), the next file pyjail

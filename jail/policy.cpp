@@ -209,6 +209,58 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         p.hostname = h.value;
     }
     {
+        auto optional_size = [&](std::string_view key) -> std::optional<std::uint64_t> {
+            const auto& it = item(key);
+            if (it.value.empty()) return std::nullopt;
+            return parse_size(it.value, where(it, key));
+        };
+        auto count = [&](std::string_view key, bool allow_empty) -> std::optional<std::uint64_t> {
+            const auto& it = item(key);
+            if (it.value.empty() && allow_empty) return std::nullopt;
+            bool ok = !it.value.empty() && it.value.size() <= 9;
+            for (char c : it.value)
+                if (!std::isdigit(static_cast<unsigned char>(c))) ok = false;
+            if (!ok || std::stoull(it.value) == 0)
+                throw UsageError(fmt::format("{}: '{}' is not a whole number above 0",
+                                             where(it, key), it.value));
+            return std::stoull(it.value);
+        };
+        p.limits.memory = optional_size("memory");
+        p.limits.fsize = optional_size("fsize");
+        p.limits.output = optional_size("output-limit");
+        p.limits.pids = count("pids", true);
+        p.limits.nofile = *count("nofile", false);
+        const auto& c = item("cpus");
+        if (!c.value.empty()) {
+            double v = parse_seconds(c.value, where(c, "cpus"));
+            if (v < 0.01 || v > 4096)
+                throw UsageError(fmt::format("{}: '{}' CPUs is out of range", where(c, "cpus"), c.value),
+                                 "give a number of CPUs from 0.01 up, e.g. 0.5 or 2");
+            p.limits.cpus = v;
+        }
+        const auto& t = item("cpu-time");
+        p.limits.cpu_time = parse_seconds(t.value, where(t, "cpu-time"));
+        const auto& m = item("cgroup");
+        if (m.value == "auto") p.cgroup = CgroupMode::Auto;
+        else if (m.value == "require") p.cgroup = CgroupMode::Require;
+        else if (m.value == "off") p.cgroup = CgroupMode::Off;
+        else
+            throw UsageError(fmt::format("{}: '{}' is not a cgroup mode", where(m, "cgroup"), m.value),
+                             "use auto, require or off");
+        const auto& cp = item("cgroup-parent");
+        if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
+        const auto& r = item("report");
+        if (!r.value.empty()) p.report_path = absolute_path(r.value, cwd);
+        const auto& rf = item("report-fd");
+        if (!rf.value.empty()) {
+            auto fd = count("report-fd", true);
+            if (*fd < 3)
+                throw UsageError(fmt::format("{}: use a descriptor above 2 (0-2 are the program's)",
+                                             where(rf, "report-fd")));
+            p.report_fd = static_cast<int>(*fd);
+        }
+    }
+    {
         const auto& sc = item("seccomp");
         if (sc.value.empty())
             throw UsageError(fmt::format("{}: empty", where(sc, "seccomp")),

@@ -9,11 +9,13 @@
 #include <utility>
 #include <vector>
 
+#include "limits.hpp"
 #include "options.hpp"
 
 namespace pyjail {
 
 enum class NetMode { None, Loopback };
+enum class CgroupMode { Auto, Require, Off };
 
 struct BindSpec {
     std::string source;  // host path, absolute (made so against the current directory)
@@ -39,6 +41,11 @@ struct Policy {
     double wall_time = 0;                                   // seconds; 0 means no limit
     std::string hostname;
     std::string seccomp;  // set name or file; "off" turns the filter off
+    Limits limits;
+    CgroupMode cgroup = CgroupMode::Auto;
+    std::string cgroup_parent;  // "" : pyjail's own cgroup
+    std::string report_path;    // "" : none
+    int report_fd = -1;
     HostUser host_user;
     bool explain = false;
     bool verbose = false;

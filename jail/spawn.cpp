@@ -45,6 +45,8 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstring>
+#include <sys/resource.h>
 
 #include "child.hpp"
 #include "error.hpp"
@@ -261,11 +263,64 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         p.seccomp->name = policy.seccomp;
         p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
     }
+
+    // Limits: cgroup v2 where a delegated cgroup can be had, rlimits otherwise.
+    const Limits& l = policy.limits;
+    bool wants_cgroup = l.memory || l.pids || l.cpus || l.cpu_time > 0;
+    if (policy.cgroup != CgroupMode::Off) {
+        std::vector<std::string> controllers;
+        if (l.memory) controllers.push_back("memory");
+        if (l.pids) controllers.push_back("pids");
+        if (l.cpus) controllers.push_back("cpu");
+        p.cgroup = find_cgroup_site_from_parent(controllers, policy.cgroup_parent);
+        if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
+            throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
+                            0, "or run with --cgroup auto to fall back to rlimits");
+    } else {
+        p.cgroup.why_not = "--cgroup off";
+    }
+    if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
+    p.limits = plan_limits(l, p.cgroup.ok);
     p.policy = std::move(policy);
     return p;
 }
 
-int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
+ReportTarget ReportTarget::open_from_parent(const Policy& policy) {
+    ReportTarget t;
+    if (!policy.report_path.empty()) {
+        t.owned_.reset(::open(policy.report_path.c_str(),
+                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644));
+        if (!t.owned_)
+            throw JailError("report", fmt::format("cannot write {}", policy.report_path), errno);
+        t.fd_ = t.owned_.get();
+        t.name_ = policy.report_path;
+    } else if (policy.report_fd >= 0) {
+        if (::fcntl(policy.report_fd, F_GETFD) < 0)
+            throw JailError("report", fmt::format("--report-fd {} is not open", policy.report_fd),
+                            errno);
+        t.fd_ = policy.report_fd;
+        t.name_ = fmt::format("fd {}", policy.report_fd);
+    }
+    return t;
+}
+
+void ReportTarget::write(const RunFacts& facts) const {
+    if (fd_ < 0) return;
+    std::string text = report_json(facts);
+    std::size_t done = 0;
+    while (done < text.size()) {
+        ssize_t n = ::write(fd_, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            std::fprintf(stderr, "pyjail: report: cannot write %s: %s\n", name_.c_str(),
+                         std::strerror(errno));
+            return;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+}
+
+int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& facts) {
     const bool verbose = p.policy.verbose;
     ChildPlan plan;
     plan.host_argv = host_argv;
@@ -278,6 +333,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     plan.loopback_up = p.policy.net == NetMode::Loopback;
     plan.exec_path = p.command.exec_path;
     plan.seccomp_filter = p.seccomp_filter;
+    plan.rlimits = p.limits.rlimits;
+    facts.limits = p.limits.entries;
     if (!p.seccomp)
         std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "
                              "the kernel allows in a user namespace\n");
@@ -294,6 +351,38 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     plan.sync_fd = child_end.get();
     plan.parent_end_fd = parent_end.get();
 
+    // --output-limit: the program's stdout and stderr go through pipes we read and count.
+    UniqueFd out_read, out_write, err_read, err_write;
+    if (p.policy.limits.output) {
+        int a[2], b[2];
+        if (::pipe2(a, O_CLOEXEC) != 0 || ::pipe2(b, O_CLOEXEC) != 0)
+            throw JailError("output pipes", "cannot create the output pipes", errno);
+        out_read.reset(a[0]);
+        out_write.reset(a[1]);
+        err_read.reset(b[0]);
+        err_write.reset(b[1]);
+        plan.stdout_fd = out_write.get();
+        plan.stderr_fd = err_write.get();
+    }
+
+    // The jail's cgroup, if we have one: limits written before the jail exists, and the jail
+    // born into it, so not one instruction of it runs outside its limits.
+    std::optional<CgroupLeaf> leaf;
+    if (p.cgroup.ok) {
+        leaf.emplace(p.cgroup, p.limits.cgroup_files);
+        facts.cgroup = leaf->relative_path();
+        if (verbose) std::fprintf(stderr, "pyjail: cgroup %s\n", leaf->path().c_str());
+    } else if (!p.cgroup.why_not.empty()) {
+        std::string fallback;
+        for (const auto& e : p.limits.entries)
+            if (e.name != "nofile" && e.name != "fsize" && e.name != "output")
+                fallback += fmt::format("{}{} {}", fallback.empty() ? "" : ", ", e.name,
+                                        e.mechanism == Mechanism::NotEnforced ? "NOT enforced"
+                                                                               : "by " + e.detail);
+        std::fprintf(stderr, "pyjail: no cgroup v2 for the limits (%s); falling back: %s\n",
+                     p.cgroup.why_not.c_str(), fallback.c_str());
+    }
+
     SignalRelay signals;
 
     // root's supplementary groups would follow the jail (setgroups is denied inside it):
@@ -308,6 +397,10 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
                  CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
     args.exit_signal = SIGCHLD;
+    if (leaf) {
+        args.flags |= kCloneIntoCgroup;
+        args.cgroup = static_cast<std::uint64_t>(leaf->dir_fd());
+    }
     std::fflush(nullptr);  // nothing buffered may be written twice
     pid_t pid = sys_clone3(args);
     if (pid < 0) {
@@ -318,6 +411,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
 
     JailHandle jail(pidfd);
     child_end.reset();
+    out_write.reset();
+    err_write.reset();
 
     // The id maps. setgroups must be denied first, or an unprivileged writer may not write a
     // gid_map -- and denying it keeps the jail from dropping groups to escape deny-ACLs.
@@ -331,10 +426,57 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     char go = 1;
     if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
 
-    Supervised s = supervise_from_parent(pidfd, parent_end.get(), signals.fd(),
-                                         p.policy.wall_time, started,
-                                         p.seccomp ? &*p.seccomp : nullptr);
+    SuperviseArgs sa;
+    sa.pidfd = pidfd;
+    sa.sync_fd = parent_end.get();
+    sa.signal_fd = signals.fd();
+    sa.started_ms = started;
+    sa.wall_time = p.policy.wall_time;
+    sa.seccomp = p.seccomp ? &*p.seccomp : nullptr;
+    if (leaf) {
+        sa.cpu_time = p.policy.limits.cpu_time;
+        sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
+        sa.kill_all = [&] { leaf->kill_all(); };
+    }
+    sa.out_fd = out_read ? out_read.get() : -1;
+    sa.err_fd = err_read ? err_read.get() : -1;
+    sa.output_limit = p.policy.limits.output;
+    Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();
+
+    facts.outcome = s.outcome;
+    facts.denied = s.denied;
+    facts.setup_ms = s.setup_ms;
+    facts.wall_s = s.wall_s;
+    facts.cpu_timeout = s.cpu_timeout;
+    facts.output_limit = s.output_limit;
+    if (leaf) {
+        CgroupStats st = leaf->stats();
+        facts.user_s = st.user_s;
+        facts.system_s = st.system_s;
+        facts.memory_peak = st.memory_peak;
+        facts.memory_peak_source = "memory.peak";
+        facts.oom_kills = st.oom_kills;
+        facts.pids_limit_hits = st.pids_limit_hits;
+    }
+    if (!facts.user_s || !facts.memory_peak) {
+        // Without a cgroup: what the kernel accounted to our reaped children -- the jail's
+        // pid 1 and, through it, every process of the jail.
+        rusage ru{};
+        if (::getrusage(RUSAGE_CHILDREN, &ru) == 0) {
+            auto secs = [](const timeval& tv) {
+                return static_cast<double>(tv.tv_sec) + static_cast<double>(tv.tv_usec) / 1e6;
+            };
+            if (!facts.user_s) {
+                facts.user_s = secs(ru.ru_utime);
+                facts.system_s = secs(ru.ru_stime);
+            }
+            if (!facts.memory_peak) {
+                facts.memory_peak = static_cast<std::uint64_t>(ru.ru_maxrss) * 1024;
+                facts.memory_peak_source = "ru_maxrss (largest single process)";
+            }
+        }
+    }
 
     if (s.error) {
         const JailMessage& m = *s.error;
@@ -344,11 +486,22 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv) {
     if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.setup_ms);
     if (verbose && !s.denied.empty())
         std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.denied).c_str());
-    std::string what = describe(s.outcome, p.policy.wall_time);
-    if (!what.empty() && (verbose || s.outcome.kind != Outcome::Kind::Signaled ||
-                          s.outcome.signal == SIGKILL))
+    std::string status = run_status(facts);
+    std::string what;
+    if (status == "cpu-timeout")
+        what = fmt::format("CPU time limit of {}s reached; the jail was killed", p.policy.limits.cpu_time);
+    else if (status == "output-limit")
+        what = fmt::format("output limit of {} bytes reached; the jail was killed",
+                           *p.policy.limits.output);
+    else if (status == "oom")
+        what = "out of memory: the jail reached its memory limit and was killed";
+    else
+        what = describe(s.outcome, p.policy.wall_time);
+    if (!what.empty() && (verbose || status != "signal" || s.outcome.signal == SIGKILL))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());
-    return exit_code_for(s.outcome);
+    // Both time limits end like timeout(1).
+    facts.exit_code = status == "cpu-timeout" ? kExitWallTimeout : exit_code_for(s.outcome);
+    return facts.exit_code;
 }
 
 }  // namespace pyjail

@@ -5,11 +5,14 @@
 #include <string>
 #include <vector>
 
+#include "cgroup.hpp"
 #include "command.hpp"
 #include "idmap.hpp"
 #include "mountplan.hpp"
 #include "paths.hpp"
+#include "limits.hpp"
 #include "policy.hpp"
+#include "report.hpp"
 #include "seccomp.hpp"
 #include "sys.hpp"
 
@@ -27,6 +30,8 @@ struct Prepared {
     IdMaps ids;
     std::optional<SeccompSet> seccomp;        // none: --seccomp off
     std::vector<sock_filter> seccomp_filter;  // compiled here, before any process exists
+    CgroupSite cgroup;              // where the jail's cgroup goes, or why it cannot
+    LimitPlan limits;               // every limit and the mechanism enforcing it
     std::vector<int> content_fds;   // per mounts.sources: fd of a copied-in source, else -1
     std::vector<UniqueFd> owned_fds;
 };
@@ -34,7 +39,22 @@ struct Prepared {
 // Steps 1-3 of a run: gather facts, plan, open what the child needs. Throws JailError.
 Prepared prepare_from_parent(Policy policy, const DataDirs& dirs);
 
-// Steps 4-6: create the jail, release it, supervise it. Returns pyjail's exit status.
-int spawn_and_supervise_from_parent(Prepared& prepared, char** host_argv);
+// Steps 4-6: create the jail, release it, supervise it. Returns pyjail's exit status and
+// fills `facts` for the report.
+int spawn_and_supervise_from_parent(Prepared& prepared, char** host_argv, RunFacts& facts);
+
+// Where the result report goes (--report FILE, --report-fd N), opened before anything runs
+// so that an unwritable report fails the run up front.
+class ReportTarget {
+public:
+    static ReportTarget open_from_parent(const Policy& policy);
+    bool wanted() const { return fd_ >= 0; }
+    void write(const RunFacts& facts) const;  // failures are reported on stderr
+
+private:
+    UniqueFd owned_;
+    int fd_ = -1;
+    std::string name_;
+};
 
 }  // namespace pyjail

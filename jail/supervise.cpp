@@ -103,47 +103,105 @@ private:
 
 }  // namespace
 
-Supervised supervise_from_parent(int pidfd, int sync_fd, int signal_fd, double wall_time,
-                                 double started_ms, const SeccompSet* seccomp) {
-    Supervisor sv(sync_fd, started_ms, seccomp);
-    bool timed_out = false;
-    double deadline = wall_time > 0 ? started_ms + wall_time * 1e3 : 0;
+namespace {
+
+// Relays one of the program's output pipes to our own stdout/stderr, counting bytes against
+// --output-limit. Returns false at EOF.
+bool relay(int from, int to, std::uint64_t& total, const std::optional<std::uint64_t>& limit,
+           bool& over) {
+    char buf[65536];
+    ssize_t n = ::read(from, buf, sizeof buf);
+    if (n < 0) return errno == EINTR || errno == EAGAIN;
+    if (n == 0) return false;
+    auto len = static_cast<std::uint64_t>(n);
+    if (limit && total + len > *limit) {
+        len = *limit > total ? *limit - total : 0;
+        over = true;
+    }
+    total += len;
+    for (std::uint64_t done = 0; done < len;) {
+        ssize_t w = ::write(to, buf + done, len - done);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;  // our reader went away: drop the rest, keep supervising
+        done += static_cast<std::uint64_t>(w);
+    }
+    return true;
+}
+
+}  // namespace
+
+Supervised supervise_from_parent(const SuperviseArgs& a) {
+    Supervisor sv(a.sync_fd, a.started_ms, a.seccomp);
+    bool timed_out = false, killed = false;
+    double deadline = a.wall_time > 0 ? a.started_ms + a.wall_time * 1e3 : 0;
+    int out_fd = a.out_fd, err_fd = a.err_fd;
+    std::uint64_t output = 0;
+    bool over_output = false, over_cpu = false;
+    auto kill_jail = [&] {
+        if (killed) return;
+        killed = true;
+        // SIGKILL to pid 1 ends the whole pid namespace at once.
+        sys_pidfd_send_signal(a.pidfd, SIGKILL);
+        if (a.kill_all) a.kill_all();
+    };
 
     while (true) {
         int timeout = -1;
-        if (deadline > 0 && !timed_out) {
-            double left = deadline - monotonic_ms();
+        double now = monotonic_ms();
+        if (deadline > 0 && !killed) {
+            double left = deadline - now;
             timeout = left <= 0 ? 0 : static_cast<int>(std::ceil(left));
         }
-        pollfd fds[4] = {{pidfd, POLLIN, 0},
-                         {sync_fd, POLLIN, 0},
-                         {signal_fd, POLLIN, 0},
-                         {sv.listener ? sv.listener.get() : -1, POLLIN, 0}};
-        int n = ::poll(fds, 4, timeout);
+        // --cpu-time is checked ten times a second: the jail can overrun it by that much.
+        if (a.cpu_time > 0 && a.cpu_usage && !killed && (timeout < 0 || timeout > 100)) timeout = 100;
+        pollfd fds[6] = {{a.pidfd, POLLIN, 0},
+                         {a.sync_fd, POLLIN, 0},
+                         {a.signal_fd, POLLIN, 0},
+                         {sv.listener ? sv.listener.get() : -1, POLLIN, 0},
+                         {out_fd, POLLIN, 0},
+                         {err_fd, POLLIN, 0}};
+        int n = ::poll(fds, 6, timeout);
         if (n < 0 && errno == EINTR) continue;
-        if (n == 0) {
-            // Wall time is up: SIGKILL to pid 1 ends the whole pid namespace at once.
+        if (deadline > 0 && !killed && monotonic_ms() >= deadline) {
             timed_out = true;
-            sys_pidfd_send_signal(pidfd, SIGKILL);
-            continue;
+            kill_jail();
         }
+        if (a.cpu_time > 0 && a.cpu_usage && !killed) {
+            auto used = a.cpu_usage();
+            if (used && *used >= a.cpu_time) {
+                over_cpu = true;
+                kill_jail();
+            }
+        }
+        if (n <= 0) continue;
         if (fds[1].revents & POLLIN) sv.drain_messages();
         if (fds[2].revents & POLLIN) {
             signalfd_siginfo si{};
-            if (::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
-                sys_pidfd_send_signal(pidfd, static_cast<int>(si.ssi_signo));
+            if (::read(a.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+                sys_pidfd_send_signal(a.pidfd, static_cast<int>(si.ssi_signo));
         }
         if (fds[3].revents & POLLIN) sv.answer_notification();
         else if (fds[3].revents & (POLLHUP | POLLERR | POLLNVAL)) sv.listener.reset();
+        if (fds[4].revents & (POLLIN | POLLHUP) && !relay(out_fd, 1, output, a.output_limit, over_output)) out_fd = -1;
+        if (fds[5].revents & (POLLIN | POLLHUP) && !relay(err_fd, 2, output, a.output_limit, over_output)) err_fd = -1;
+        if (over_output && !killed) kill_jail();
         if (fds[0].revents & POLLIN) break;
     }
     sv.drain_messages();
+    // Whatever the jail wrote before it ended (its processes are gone: the pipes reach EOF).
+    while (out_fd >= 0 && relay(out_fd, 1, output, a.output_limit, over_output)) {
+    }
+    while (err_fd >= 0 && relay(err_fd, 2, output, a.output_limit, over_output)) {
+    }
 
     siginfo_t info{};
-    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd), &info, WEXITED) != 0 &&
+    while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd), &info, WEXITED) != 0 &&
            errno == EINTR) {
     }
     Supervised s = std::move(sv.result);
+    s.wall_s = (monotonic_ms() - a.started_ms) / 1e3;
+    s.cpu_timeout = over_cpu;
+    s.output_limit = over_output;
     if (timed_out) {
         s.outcome.kind = Outcome::Kind::WallTimeout;
     } else if (sv.status) {

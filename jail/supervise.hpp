@@ -2,6 +2,8 @@
 // filter refused, and the wall-time deadline, until the jail's pid 1 is gone.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 
 #include "exitstatus.hpp"
@@ -14,15 +16,30 @@ struct Supervised {
     Outcome outcome;
     std::optional<JailMessage> error;  // a set-up step failed
     double setup_ms = 0;               // clone to "ready"
+    double wall_s = 0;                 // clone to the end of pid 1
     DeniedCounts denied;               // syscalls the filter refused
+    bool cpu_timeout = false;
+    bool output_limit = false;
 };
 
-// `pidfd`: the jail's pid 1. `sync_fd`: the supervisor's end of the sync socket.
-// `signal_fd`: a signalfd for the signals to relay. `wall_time`: seconds, 0 for none.
-// `seccomp`: the set in force (decides the error for refused syscalls), or null.
+struct SuperviseArgs {
+    int pidfd = -1;      // the jail's pid 1
+    int sync_fd = -1;    // the supervisor's end of the sync socket
+    int signal_fd = -1;  // a signalfd of the signals to relay
+    double started_ms = 0;
+    double wall_time = 0;                 // seconds; 0: none
+    const SeccompSet* seccomp = nullptr;  // decides the error for refused syscalls
+    // --cpu-time over the whole jail (cgroup v2): the jail's CPU seconds so far.
+    double cpu_time = 0;
+    std::function<std::optional<double>()> cpu_usage;
+    // --output-limit: the read ends of the program's stdout and stderr pipes, relayed to ours.
+    int out_fd = -1, err_fd = -1;
+    std::optional<std::uint64_t> output_limit;
+    std::function<void()> kill_all;  // besides SIGKILL to pid 1 (cgroup.kill)
+};
+
 // Reaps pid 1 before returning.
-Supervised supervise_from_parent(int pidfd, int sync_fd, int signal_fd, double wall_time,
-                                 double started_ms, const SeccompSet* seccomp);
+Supervised supervise_from_parent(const SuperviseArgs& args);
 
 double monotonic_ms();
 

@@ -51,6 +51,9 @@ struct CloneArgs {
     std::uint64_t cgroup = 0;
 };
 
+// clone3's flag to start the child in the cgroup given by CloneArgs::cgroup (Linux 5.7).
+inline constexpr std::uint64_t kCloneIntoCgroup = 0x200000000ULL;
+
 // fork()-like clone3: returns 0 in the child, the pid in the parent, -1 with errno on failure.
 pid_t sys_clone3(CloneArgs& args) noexcept;
 int sys_pidfd_send_signal(int pidfd, int sig) noexcept;

@@ -1,0 +1,293 @@
+#include "cgroup.hpp"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <csignal>
+#include <sstream>
+#include <thread>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+namespace {
+
+constexpr const char* kSupervisorLeaf = "pyjail-supervisor";
+constexpr const char* kRunPrefix = "pyjail-run-";
+constexpr const char* kDelegateHint =
+    "run pyjail in a delegated cgroup, e.g. `systemd-run --user --scope -p Delegate=yes pyjail "
+    "...`, or name one with --cgroup-parent";
+
+std::string trim(std::string s) {
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+}
+
+std::vector<std::string> words(const std::string& s) {
+    std::istringstream in(s);
+    std::vector<std::string> out;
+    for (std::string w; in >> w;) out.push_back(w);
+    return out;
+}
+
+bool has(const std::vector<std::string>& v, const std::string& w) {
+    return std::find(v.begin(), v.end(), w) != v.end();
+}
+
+// The mount point of the cgroup2 hierarchy: /sys/fs/cgroup (unified) or
+// /sys/fs/cgroup/unified (hybrid).
+std::string cgroup2_mount() {
+    std::string info;
+    if (!try_read_file("/proc/self/mountinfo", info)) return {};
+    std::istringstream in(info);
+    for (std::string line; std::getline(in, line);) {
+        auto dash = line.find(" - ");
+        if (dash == std::string::npos) continue;
+        auto after = words(line.substr(dash + 3));
+        auto before = words(line.substr(0, dash));
+        if (!after.empty() && after[0] == "cgroup2" && before.size() > 4) return before[4];
+    }
+    return {};
+}
+
+// Our own cgroup, from the "0::/path" line of /proc/self/cgroup.
+std::string own_cgroup() {
+    std::string text;
+    if (!try_read_file("/proc/self/cgroup", text)) return {};
+    std::istringstream in(text);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("0::", 0) == 0) return line.substr(3);
+    return {};
+}
+
+std::string read_or_empty(const std::string& path) {
+    std::string s;
+    return try_read_file(path, s) ? trim(s) : std::string();
+}
+
+std::uint64_t keyed(const std::string& text, const std::string& key) {
+    std::istringstream in(text);
+    for (std::string k, v; in >> k >> v;)
+        if (k == key) return std::stoull(v);
+    return 0;
+}
+
+// Removes a leaf whose processes are dying: rmdir fails with EBUSY until they are gone.
+bool remove_leaf(const std::string& path) {
+    for (int i = 0; i < 400; ++i) {
+        if (::rmdir(path.c_str()) == 0 || errno == ENOENT) return true;
+        if (errno != EBUSY) return false;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return false;
+}
+
+void kill_leaf(const std::string& path) {
+    if (write_file(path + "/cgroup.kill", "1") == 0) return;
+    // Before Linux 5.14: freeze, so nothing forks while we kill, then kill what is there.
+    write_file(path + "/cgroup.freeze", "1");
+    std::string procs;
+    if (try_read_file(path + "/cgroup.procs", procs)) {
+        std::istringstream in(procs);
+        for (pid_t pid; in >> pid;) ::kill(pid, SIGKILL);
+    }
+    write_file(path + "/cgroup.freeze", "0");
+}
+
+// Leaves of supervisors that no longer exist (SIGKILLed before they could clean up).
+void remove_stale_leaves(const std::string& base) {
+    DIR* d = ::opendir(base.c_str());
+    if (d == nullptr) return;
+    std::vector<std::string> stale;
+    while (dirent* e = ::readdir(d)) {
+        std::string name = e->d_name;
+        if (name.rfind(kRunPrefix, 0) != 0) continue;
+        pid_t pid = static_cast<pid_t>(std::atoi(name.c_str() + std::strlen(kRunPrefix)));
+        if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) stale.push_back(base + "/" + name);
+    }
+    ::closedir(d);
+    for (const auto& path : stale) {
+        kill_leaf(path);
+        remove_leaf(path);
+    }
+}
+
+// Moves every process of `base` into its supervisor leaf, so that `base` may enable
+// controllers for its children.
+void vacate(const std::string& base) {
+    std::string leaf = base + "/" + kSupervisorLeaf;
+    if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST)
+        throw JailError("cgroup", fmt::format("cannot create {}", leaf), errno, kDelegateHint);
+    for (int round = 0; round < 10; ++round) {
+        std::string procs = read_or_empty(base + "/cgroup.procs");
+        if (procs.empty()) return;
+        std::istringstream in(procs);
+        for (std::string pid; in >> pid;) {
+            int e = write_file(leaf + "/cgroup.procs", pid);
+            if (e != 0 && e != ESRCH)
+                throw JailError("cgroup",
+                                fmt::format("cannot move process {} out of {} (a cgroup with "
+                                            "children may hold no processes)",
+                                            pid, base),
+                                e, kDelegateHint);
+        }
+    }
+}
+
+std::atomic<unsigned> g_leaf_counter{0};
+
+}  // namespace
+
+CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
+                                        const std::string& parent) {
+    CgroupSite site;
+    std::string mount = cgroup2_mount();
+    if (mount.empty()) {
+        site.why_not = "no cgroup2 file system is mounted";
+        return site;
+    }
+    std::string root_controllers = read_or_empty(mount + "/cgroup.controllers");
+    std::string base = parent;
+    if (base.empty()) {
+        std::string own = own_cgroup();
+        if (own.empty()) {
+            site.why_not = "this process is in no cgroup v2";
+            return site;
+        }
+        base = own == "/" ? mount : mount + own;
+        // Started from a cgroup pyjail itself made: the delegated cgroup is its parent.
+        if (base.size() > std::strlen(kSupervisorLeaf) &&
+            base.compare(base.size() - std::strlen(kSupervisorLeaf), std::string::npos,
+                         kSupervisorLeaf) == 0)
+            base = base.substr(0, base.rfind('/'));
+    } else if (base != mount && base.rfind(mount + "/", 0) != 0) {
+        site.why_not = fmt::format("--cgroup-parent {} is not inside the cgroup2 hierarchy at {}",
+                                   base, mount);
+        return site;
+    }
+    auto available = words(read_or_empty(base + "/cgroup.controllers"));
+    std::vector<std::string> missing;
+    for (const auto& c : wanted)
+        if (!has(available, c)) missing.push_back(c);
+    if (!missing.empty()) {
+        std::string list;
+        for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
+        auto at_root = words(root_controllers);
+        bool none_at_root = std::none_of(missing.begin(), missing.end(),
+                                         [&](const std::string& c) { return has(at_root, c); });
+        if (none_at_root)
+            site.why_not = fmt::format("the cgroup2 hierarchy at {} lacks the {} controller(s): "
+                                       "this host binds them to cgroup v1 (boot with "
+                                       "systemd.unified_cgroup_hierarchy=1 for cgroup v2)",
+                                       mount, list);
+        else
+            site.why_not = fmt::format("the {} controller(s) are not delegated to {}; {}", list,
+                                       base, kDelegateHint);
+        return site;
+    }
+    if (::access(base.c_str(), W_OK) != 0 ||
+        ::access((base + "/cgroup.procs").c_str(), W_OK) != 0 ||
+        ::access((base + "/cgroup.subtree_control").c_str(), W_OK) != 0) {
+        site.why_not = fmt::format("cgroup {} is not delegated to uid {}; {}", base, ::geteuid(),
+                                   kDelegateHint);
+        return site;
+    }
+    site.ok = true;
+    site.base = base;
+    return site;
+}
+
+CgroupLeaf::CgroupLeaf(const CgroupSite& site,
+                       const std::vector<std::pair<std::string, std::string>>& files) {
+    const std::string& base = site.base;
+    remove_stale_leaves(base);
+
+    auto enabled = words(read_or_empty(base + "/cgroup.subtree_control"));
+    std::string enable;
+    for (const auto& [file, value] : files) {
+        std::string controller = file.substr(0, file.find('.'));
+        if (!has(enabled, controller) && enable.find("+" + controller) == std::string::npos)
+            enable += (enable.empty() ? "+" : " +") + controller;
+    }
+    if (!enable.empty()) {
+        vacate(base);
+        if (int e = write_file(base + "/cgroup.subtree_control", enable); e != 0)
+            throw JailError("cgroup", fmt::format("cannot enable {} in {}/cgroup.subtree_control",
+                                                  enable, base),
+                            e, kDelegateHint);
+    }
+
+    path_ = fmt::format("{}/{}{}-{}", base, kRunPrefix, ::getpid(), g_leaf_counter++);
+    if (::mkdir(path_.c_str(), 0755) != 0) {
+        int e = errno;
+        path_.clear();
+        throw JailError("cgroup", fmt::format("cannot create the jail's cgroup in {}", base), e,
+                        kDelegateHint);
+    }
+    for (const auto& [file, value] : files) {
+        std::string full = path_ + "/" + file;
+        int e = write_file(full, value);
+        // No swap accounting in this kernel: there is nothing to limit.
+        if (e == ENOENT && file == "memory.swap.max") continue;
+        if (e != 0) {
+            std::string failed = full;
+            kill_all();
+            remove_leaf(path_);
+            path_.clear();
+            throw JailError("cgroup", fmt::format("cannot set {} to {}", failed, value), e);
+        }
+    }
+    dir_.reset(::open(path_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir_) {
+        int e = errno;
+        remove_leaf(path_);
+        path_.clear();
+        throw JailError("cgroup", "cannot open the jail's cgroup", e);
+    }
+    std::string mount = cgroup2_mount();
+    mount_ = mount;
+}
+
+CgroupLeaf::~CgroupLeaf() {
+    if (path_.empty()) return;
+    kill_all();
+    dir_.reset();
+    remove_leaf(path_);
+}
+
+std::string CgroupLeaf::relative_path() const {
+    return path_.rfind(mount_, 0) == 0 ? path_.substr(mount_.size()) : path_;
+}
+
+void CgroupLeaf::kill_all() noexcept {
+    if (!path_.empty()) kill_leaf(path_);
+}
+
+std::optional<double> CgroupLeaf::cpu_usage_s() const {
+    std::string s;
+    if (!try_read_file(path_ + "/cpu.stat", s)) return std::nullopt;
+    return static_cast<double>(keyed(s, "usage_usec")) / 1e6;
+}
+
+CgroupStats CgroupLeaf::stats() const {
+    CgroupStats st;
+    std::string s;
+    if (try_read_file(path_ + "/memory.peak", s)) st.memory_peak = std::stoull(s);
+    if (try_read_file(path_ + "/cpu.stat", s)) {
+        st.usage_s = static_cast<double>(keyed(s, "usage_usec")) / 1e6;
+        st.user_s = static_cast<double>(keyed(s, "user_usec")) / 1e6;
+        st.system_s = static_cast<double>(keyed(s, "system_usec")) / 1e6;
+    }
+    if (try_read_file(path_ + "/memory.events", s)) st.oom_kills = keyed(s, "oom_kill");
+    if (try_read_file(path_ + "/pids.events", s)) st.pids_limit_hits = keyed(s, "max");
+    return st;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,91 @@
+#include "limits.hpp"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <cmath>
+
+namespace pyjail {
+
+const char* mechanism_name(Mechanism m) {
+    switch (m) {
+        case Mechanism::CgroupV2: return "cgroup-v2";
+        case Mechanism::Rlimit: return "rlimit";
+        case Mechanism::Supervisor: return "supervisor";
+        case Mechanism::NotEnforced: return "not-enforced";
+    }
+    return "";
+}
+
+std::string cpu_max_value(double cpus) {
+    constexpr std::uint64_t period = 100000;
+    auto quota = static_cast<std::uint64_t>(std::llround(cpus * static_cast<double>(period)));
+    if (quota < 1000) quota = 1000;  // the kernel's minimum quota
+    return fmt::format("{} {}", quota, period);
+}
+
+LimitPlan plan_limits(const Limits& l, bool cgroup) {
+    LimitPlan p;
+    // Always: no core files, a bounded number of open files.
+    p.rlimits.push_back({RLIMIT_CORE, 0, "RLIMIT_CORE"});
+    p.rlimits.push_back({RLIMIT_NOFILE, l.nofile, "RLIMIT_NOFILE"});
+    p.entries.push_back({"nofile", std::to_string(l.nofile), Mechanism::Rlimit, "RLIMIT_NOFILE"});
+
+    if (l.memory) {
+        std::string v = std::to_string(*l.memory);
+        if (cgroup) {
+            p.cgroup_files.push_back({"memory.max", v});
+            // No swap: a limit that can spill to swap is no limit on a loaded host. One OOM
+            // kill takes the whole jail, so no half-dead process tree is left running.
+            p.cgroup_files.push_back({"memory.swap.max", "0"});
+            p.cgroup_files.push_back({"memory.oom.group", "1"});
+            p.entries.push_back({"memory", v, Mechanism::CgroupV2, "memory.max, memory.swap.max=0"});
+        } else {
+            // The last resort: per process, and it counts private writable mappings rather
+            // than address space, so runtimes that reserve address space still start.
+            p.rlimits.push_back({RLIMIT_DATA, *l.memory, "RLIMIT_DATA"});
+            p.entries.push_back({"memory", v, Mechanism::Rlimit, "RLIMIT_DATA (per process)"});
+        }
+    }
+    if (l.pids) {
+        std::string v = std::to_string(*l.pids);
+        if (cgroup) {
+            p.cgroup_files.push_back({"pids.max", v});
+            p.entries.push_back({"pids", v, Mechanism::CgroupV2, "pids.max"});
+        } else {
+            p.rlimits.push_back({RLIMIT_NPROC, *l.pids, "RLIMIT_NPROC"});
+            p.entries.push_back({"pids", v, Mechanism::Rlimit,
+                                 "RLIMIT_NPROC (per host user, not per jail)"});
+        }
+    }
+    if (l.cpus) {
+        std::string v = fmt::format("{}", *l.cpus);
+        if (cgroup) {
+            p.cgroup_files.push_back({"cpu.max", cpu_max_value(*l.cpus)});
+            p.entries.push_back({"cpus", v, Mechanism::CgroupV2, "cpu.max"});
+        } else {
+            p.entries.push_back({"cpus", v, Mechanism::NotEnforced, "needs cgroup v2"});
+        }
+    }
+    if (l.cpu_time > 0) {
+        std::string v = fmt::format("{}", l.cpu_time);
+        if (cgroup) {
+            p.entries.push_back({"cpu-time", v, Mechanism::CgroupV2,
+                                 "cpu.stat usage, whole tree, checked by the supervisor"});
+        } else {
+            auto secs = static_cast<std::uint64_t>(std::ceil(l.cpu_time));
+            p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU"});
+            p.entries.push_back({"cpu-time", v, Mechanism::Rlimit, "RLIMIT_CPU (per process)"});
+        }
+    }
+    if (l.fsize) {
+        p.rlimits.push_back({RLIMIT_FSIZE, *l.fsize, "RLIMIT_FSIZE"});
+        p.entries.push_back({"fsize", std::to_string(*l.fsize), Mechanism::Rlimit, "RLIMIT_FSIZE"});
+    }
+    if (l.output)
+        p.entries.push_back({"output", std::to_string(*l.output), Mechanism::Supervisor,
+                             "stdout and stderr relayed and counted"});
+    return p;
+}
+
+}  // namespace pyjail

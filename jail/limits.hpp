@@ -1,0 +1,56 @@
+// Resource limits: which kernel mechanism enforces each limit, and with what values. Pure:
+// the cgroup files and rlimits are computed here and written by cgroup.cpp and the child.
+//
+// cgroup v2 is the real mechanism: memory.max (no swap, the whole tree killed on OOM),
+// pids.max, cpu.max, counted over the whole jail. Where no delegated cgroup v2 can be had,
+// rlimits are the documented fallback: per process (RLIMIT_DATA for memory, RLIMIT_CPU) or
+// per host user (RLIMIT_NPROC), and CPU share cannot be limited at all.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace pyjail {
+
+struct Limits {
+    std::optional<std::uint64_t> memory;       // bytes
+    std::optional<std::uint64_t> pids;         // processes and threads
+    std::optional<double> cpus;                // CPUs' worth of time per period
+    double cpu_time = 0;                       // seconds of CPU, whole tree; 0: none
+    std::optional<std::uint64_t> fsize;        // bytes per file written
+    std::optional<std::uint64_t> output;       // bytes of stdout+stderr
+    std::uint64_t nofile = 1024;               // open files per process
+};
+
+enum class Mechanism { CgroupV2, Rlimit, Supervisor, NotEnforced };
+const char* mechanism_name(Mechanism m);
+
+struct RlimitValue {
+    int resource;
+    std::uint64_t value;  // soft and hard
+    const char* name;     // "RLIMIT_NOFILE"
+};
+
+struct LimitEntry {
+    std::string name;      // "memory", "pids", ... as in the report
+    std::string value;     // as the report shows it (bytes, count, seconds)
+    Mechanism mechanism;
+    std::string detail;    // "memory.max", "RLIMIT_DATA (per process)", ...
+};
+
+struct LimitPlan {
+    std::vector<std::pair<std::string, std::string>> cgroup_files;  // file -> value, in order
+    std::vector<RlimitValue> rlimits;                                // set in the child
+    std::vector<LimitEntry> entries;                                 // for the report/explain
+};
+
+// `cgroup`: whether a delegated cgroup v2 leaf with the needed controllers is available.
+LimitPlan plan_limits(const Limits& limits, bool cgroup);
+
+// "200000 100000" for 2 CPUs (quota and period in microseconds).
+std::string cpu_max_value(double cpus);
+
+}  // namespace pyjail
