@@ -1,0 +1,131 @@
+#include <doctest/doctest.h>
+#include <sys/resource.h>
+
+#include <csignal>
+
+#include "limits.hpp"
+#include "report.hpp"
+
+using namespace pyjail;
+
+namespace {
+const LimitEntry* entry(const LimitPlan& p, const std::string& name) {
+    for (const auto& e : p.entries)
+        if (e.name == name) return &e;
+    return nullptr;
+}
+bool has_rlimit(const LimitPlan& p, int resource, std::uint64_t value) {
+    for (const auto& r : p.rlimits)
+        if (r.resource == resource && r.value == value) return true;
+    return false;
+}
+}  // namespace
+
+TEST_CASE("with cgroup v2, limits are cgroup files") {
+    Limits l;
+    l.memory = 512ULL << 20;
+    l.pids = 64;
+    l.cpus = 1.5;
+    l.cpu_time = 10;
+    LimitPlan p = plan_limits(l, true);
+    CHECK(p.cgroup_files == std::vector<std::pair<std::string, std::string>>{
+                                {"memory.max", "536870912"},
+                                {"memory.swap.max", "0"},
+                                {"memory.oom.group", "1"},
+                                {"pids.max", "64"},
+                                {"cpu.max", "150000 100000"}});
+    CHECK(entry(p, "memory")->mechanism == Mechanism::CgroupV2);
+    CHECK(entry(p, "cpu-time")->mechanism == Mechanism::CgroupV2);
+    CHECK_FALSE(has_rlimit(p, RLIMIT_DATA, 512ULL << 20));
+    CHECK_FALSE(has_rlimit(p, RLIMIT_NPROC, 64));
+    // Always: no core dumps, bounded open files.
+    CHECK(has_rlimit(p, RLIMIT_CORE, 0));
+    CHECK(has_rlimit(p, RLIMIT_NOFILE, 1024));
+}
+
+TEST_CASE("without cgroup v2, the rlimit fallback, and what it cannot do") {
+    Limits l;
+    l.memory = 1ULL << 30;
+    l.pids = 32;
+    l.cpus = 2;
+    l.cpu_time = 2.5;
+    l.fsize = 1 << 20;
+    LimitPlan p = plan_limits(l, false);
+    CHECK(p.cgroup_files.empty());
+    CHECK(has_rlimit(p, RLIMIT_DATA, 1ULL << 30));
+    CHECK(has_rlimit(p, RLIMIT_NPROC, 32));
+    CHECK(has_rlimit(p, RLIMIT_CPU, 3));  // rounded up
+    CHECK(has_rlimit(p, RLIMIT_FSIZE, 1 << 20));
+    CHECK(entry(p, "memory")->mechanism == Mechanism::Rlimit);
+    CHECK(entry(p, "pids")->detail == "RLIMIT_NPROC (per host user, not per jail)");
+    CHECK(entry(p, "cpus")->mechanism == Mechanism::NotEnforced);
+}
+
+TEST_CASE("cpu.max") {
+    CHECK(cpu_max_value(1) == "100000 100000");
+    CHECK(cpu_max_value(0.5) == "50000 100000");
+    CHECK(cpu_max_value(0.001) == "1000 100000");  // the kernel's minimum quota
+}
+
+TEST_CASE("status of a run") {
+    RunFacts f;
+    CHECK(run_status(f) == "ok");
+    f.outcome.code = 3;
+    CHECK(run_status(f) == "exit");
+    f.outcome = outcome_from_wait_status(SIGSEGV);
+    CHECK(run_status(f) == "signal");
+    f.outcome = outcome_from_wait_status(SIGKILL);
+    f.oom_kills = 1;
+    CHECK(run_status(f) == "oom");
+    f.oom_kills = 0;
+    f.pids_limit_hits = 2;
+    CHECK(run_status(f) == "pids-limit");
+    f.outcome = outcome_from_wait_status(0);
+    CHECK(run_status(f) == "ok");  // it hit the pids limit and coped
+    f.pids_limit_hits = 0;
+    f.denied["socket(AF_INET)"] = 1;
+    CHECK(run_status(f) == "ok");  // refused, and coped
+    f.outcome.code = 1;
+    CHECK(run_status(f) == "seccomp-denied");
+    f.output_limit = true;
+    CHECK(run_status(f) == "output-limit");
+    f.cpu_timeout = true;
+    CHECK(run_status(f) == "cpu-timeout");
+    f.outcome.kind = Outcome::Kind::WallTimeout;
+    CHECK(run_status(f) == "wall-timeout");
+    f.setup_error = true;
+    CHECK(run_status(f) == "setup-error");
+}
+
+TEST_CASE("the report is JSON with stable fields") {
+    RunFacts f;
+    f.outcome = outcome_from_wait_status(SIGKILL);
+    f.exit_code = 137;
+    f.wall_s = 1.5;
+    f.user_s = 0.25;
+    f.system_s = 0.125;
+    f.memory_peak = 1024;
+    f.memory_peak_source = "memory.peak";
+    f.limits = {{"memory", "1024", Mechanism::CgroupV2, "memory.max"}};
+    f.denied = {{"ptrace", 2}};
+    f.command = {"python3", "-c", "print(\"x\")\n"};
+    f.profile = "strict";
+    std::string j = report_json(f);
+    CHECK(j.find("\"status\": \"seccomp-denied\"") != std::string::npos);  // failed after a refusal
+    CHECK(j.find("\"exit_code\": 137") != std::string::npos);
+    CHECK(j.find("\"program_exit_code\": null") != std::string::npos);
+    CHECK(j.find("\"signal\": 9") != std::string::npos);
+    CHECK(j.find("\"signal_name\": \"SIGKILL\"") != std::string::npos);
+    CHECK(j.find("\"wall_time_s\": 1.500000") != std::string::npos);
+    CHECK(j.find("\"cpu_user_s\": 0.250000") != std::string::npos);
+    CHECK(j.find("\"memory_peak_bytes\": 1024") != std::string::npos);
+    CHECK(j.find("\"memory\": {\"value\": \"1024\", \"mechanism\": \"cgroup-v2\", \"detail\": "
+                 "\"memory.max\"}") != std::string::npos);
+    CHECK(j.find("\"denied_syscalls\": [{\"syscall\": \"ptrace\", \"count\": 2}]") != std::string::npos);
+    CHECK(j.find("\"command\": [\"python3\", \"-c\", \"print(\\\"x\\\")\\n\"]") != std::string::npos);
+    CHECK(j.find("\"error\": null") != std::string::npos);
+}
+
+TEST_CASE("json strings escape control characters") {
+    CHECK(json_string("a\"b\\c\n\x01") == "\"a\\\"b\\\\c\\n\\u0001\"");
+}
