@@ -251,7 +251,7 @@ void step_rlimits(const ChildPlan& p) {
     // Soft and hard alike, so the program cannot raise them. Among them RLIMIT_CORE=0: a core
     // file would hold the program's memory outside its control.
     for (const auto& r : p.rlimits) {
-        rlimit v{r.value, r.value};
+        rlimit v{r.value, r.hard != 0 ? r.hard : r.value};
         if (::setrlimit(static_cast<__rlimit_resource>(r.resource), &v) != 0)
             fail("rlimits", errno, kExitJailError, "%s=%llu", r.name,
                  static_cast<unsigned long long>(r.value));

@@ -74,7 +74,9 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
                                  "cpu.stat usage, whole tree, checked by the supervisor"});
         } else {
             auto secs = static_cast<std::uint64_t>(std::ceil(l.cpu_time));
-            p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU"});
+            // SIGXCPU at the soft limit says why the process ended; SIGKILL a second later
+            // if it ignores that.
+            p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU", secs + 1});
             p.entries.push_back({"cpu-time", v, Mechanism::Rlimit, "RLIMIT_CPU (per process)"});
         }
     }

@@ -30,8 +30,9 @@ const char* mechanism_name(Mechanism m);
 
 struct RlimitValue {
     int resource;
-    std::uint64_t value;  // soft and hard
+    std::uint64_t value;  // soft limit, and hard unless `hard` is set
     const char* name;     // "RLIMIT_NOFILE"
+    std::uint64_t hard = 0;
 };
 
 struct LimitEntry {

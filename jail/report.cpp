@@ -29,7 +29,9 @@ std::string run_status(const RunFacts& f) {
     bool failed = !(o.kind == Outcome::Kind::Exited && o.code == 0);
     if (f.setup_error) return "setup-error";
     if (o.kind == Outcome::Kind::WallTimeout) return "wall-timeout";
-    if (f.cpu_timeout) return "cpu-timeout";
+    // RLIMIT_CPU (the fallback) ends a process with SIGXCPU.
+    if (f.cpu_timeout || (o.kind == Outcome::Kind::Signaled && o.signal == SIGXCPU))
+        return "cpu-timeout";
     if (f.output_limit) return "output-limit";
     if (f.oom_kills > 0) return "oom";
     if (f.pids_limit_hits > 0 && failed) return "pids-limit";

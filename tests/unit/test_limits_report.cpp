@@ -74,6 +74,8 @@ TEST_CASE("status of a run") {
     CHECK(run_status(f) == "exit");
     f.outcome = outcome_from_wait_status(SIGSEGV);
     CHECK(run_status(f) == "signal");
+    f.outcome = outcome_from_wait_status(SIGXCPU);
+    CHECK(run_status(f) == "cpu-timeout");  // RLIMIT_CPU
     f.outcome = outcome_from_wait_status(SIGKILL);
     f.oom_kills = 1;
     CHECK(run_status(f) == "oom");

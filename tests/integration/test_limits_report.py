@@ -1,0 +1,193 @@
+"""Limits and the result report on this host, whichever mechanism it has: cgroup v2 where a
+delegated cgroup exists, the rlimit fallback (which must say so) where it does not. The
+cgroup v2 limits themselves are tested in the VM (tests/vm)."""
+
+import json
+import os
+
+import pytest
+
+FALLBACK = "pyjail: no cgroup v2 for the limits ("
+
+
+def run_with_report(run_jail, world_tmp, args, user, **kwargs):
+    d = world_tmp.dir(0o777)
+    path = d / "report.json"
+    r = run_jail(["--report", str(path), *args], user=user, **kwargs)
+    assert path.exists(), r.stderr
+    r.report = json.loads(path.read_text())
+    return r
+
+
+def test_a_plain_run_reports_ok_with_times_and_limits(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp, ["--", "python3", "-c", "print('hi')"], as_user)
+    assert r.returncode == 0 and r.stdout == "hi\n"
+    rep = r.report
+    assert rep["status"] == "ok"
+    assert rep["exit_code"] == 0 and rep["program_exit_code"] == 0 and rep["signal"] is None
+    assert 0 < rep["wall_time_s"] < 30
+    assert rep["cpu_user_s"] is not None and rep["memory_peak_bytes"] > 1_000_000
+    assert 0 < rep["setup_time_ms"] < 5000
+    assert rep["pyjail_version"] and rep["profile"] == "strict"
+    assert rep["command"] == ["python3", "-c", "print('hi')"]
+    assert rep["denied_syscalls"] == [] and rep["error"] is None
+    # strict's limits, each with the mechanism that enforced it.
+    limits = rep["limits"]
+    assert limits["memory"]["value"] == str(512 << 20)
+    assert limits["pids"]["value"] == "128"
+    if rep["cgroup"] is None:
+        assert limits["memory"]["mechanism"] == "rlimit"
+        assert limits["cpus"]["mechanism"] == "not-enforced"
+        # The fallback is never silent: one line says so and why.
+        assert r.stderr.count(FALLBACK) == 1, r.stderr
+    else:
+        assert limits["memory"]["mechanism"] == "cgroup-v2"
+        assert FALLBACK not in r.stderr
+
+
+def test_exit_and_signal(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp, ["--", "python3", "-c", "raise SystemExit(3)"], as_user)
+    assert (r.returncode, r.report["status"], r.report["program_exit_code"]) == (3, "exit", 3)
+    r = run_with_report(run_jail, world_tmp,
+                        ["--", "python3", "-c", "import os; os.kill(os.getpid(), 11)"], as_user)
+    assert r.returncode == 139
+    assert (r.report["status"], r.report["signal"], r.report["signal_name"]) == ("signal", 11, "SIGSEGV")
+
+
+def test_wall_timeout(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--wall-time", "0.5", "--", "python3", "-c", "while True: pass"], as_user)
+    assert r.returncode == 124
+    assert r.report["status"] == "wall-timeout"
+    assert 0.5 <= r.report["wall_time_s"] < 5
+
+
+def test_cpu_timeout(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--cpu-time", "1", "--wall-time", "20", "--", "python3", "-c",
+                         "while True: pass"], as_user)
+    assert r.returncode == 124, r.stderr
+    assert r.report["status"] == "cpu-timeout"
+    assert r.report["wall_time_s"] < 10
+
+
+def test_output_limit_stops_the_program(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--output-limit", "1000", "--", "python3", "-c",
+                         "import sys\nwhile True: sys.stdout.write('x' * 4096)"], as_user)
+    assert r.report["status"] == "output-limit"
+    assert r.stdout == "x" * 1000
+    assert r.report["limits"]["output"]["mechanism"] == "supervisor"
+    assert "output limit of 1000 bytes reached" in r.stderr
+
+
+def test_output_limit_passes_output_through_untouched(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--output-limit", "1M", "--", "python3", "-c",
+                         "import sys; print('out'); print('err', file=sys.stderr)"], as_user)
+    assert r.report["status"] == "ok"
+    assert r.stdout == "out\n"
+    assert "err\n" in r.stderr
+
+
+def test_a_refused_syscall_that_ends_the_program(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--", "python3", "-c", "import socket; socket.socket(socket.AF_INET)"], as_user)
+    assert r.returncode == 1
+    assert "PermissionError" in r.stderr
+    assert r.report["status"] == "seccomp-denied"
+    assert r.report["denied_syscalls"] == [{"syscall": "socket(AF_INET)", "count": 1}]
+
+
+def test_setup_errors_are_reported_too(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--ro-bind", "/nonexistent-pyjail-test:/mnt/x", "--", "python3", "-c", "1"],
+                        as_user)
+    assert r.returncode == 125
+    rep = r.report
+    assert rep["status"] == "setup-error" and rep["exit_code"] == 125
+    assert rep["error"]["step"] == "bind"
+    assert rep["error"]["errno_name"] == "ENOENT"
+    assert "/nonexistent-pyjail-test" in rep["error"]["message"]
+
+
+def test_report_fd(run_jail, as_user):
+    r_fd, w_fd = os.pipe()
+    try:
+        r = run_jail(["--report-fd", str(w_fd), "--", "python3", "-c", "print(1)"], user=as_user,
+                     pass_fds=(w_fd,))
+        os.close(w_fd)
+        w_fd = -1
+        data = os.read(r_fd, 1 << 20).decode()
+    finally:
+        os.close(r_fd)
+        if w_fd >= 0:
+            os.close(w_fd)
+    assert r.returncode == 0
+    assert json.loads(data)["status"] == "ok"
+
+
+def test_an_unwritable_report_fails_before_running(run_jail, as_user):
+    r = run_jail(["--report", "/proc/nonexistent/report.json", "--", "python3", "-c", "print(1)"],
+                 user=as_user)
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr.startswith("pyjail: report: cannot write /proc/nonexistent/report.json")
+
+
+def test_memory_limit_stops_an_allocation(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--memory", "64M", "--", "python3", "-c", "x = bytearray(256 << 20)"], as_user)
+    assert r.returncode != 0
+    if r.report["cgroup"] is None:
+        assert "MemoryError" in r.stderr
+    else:
+        assert r.report["status"] == "oom"
+
+
+def test_pids_limit_stops_a_fork_bomb(run_jail, world_tmp, as_user):
+    program = ("import os, time\n"
+               "n = 0\n"
+               "try:\n"
+               "    for _ in range(200):\n"
+               "        if os.fork() == 0:\n"
+               "            time.sleep(3); os._exit(0)\n"
+               "        n += 1\n"
+               "except OSError:\n"
+               "    pass\n"
+               "print(n)\n")
+    r = run_with_report(run_jail, world_tmp, ["--pids", "16", "--", "python3", "-c", program], as_user)
+    assert r.returncode == 0, r.stderr
+    assert int(r.stdout) < 16
+
+
+def test_fsize_limits_files(run_jail, as_user):
+    r = run_jail(["--fsize", "1M", "--", "python3", "-c",
+                  "import errno\n"
+                  "try:\n"
+                  "    open('/tmp/big', 'wb').write(b'x' * (2 << 20))\n"
+                  "except OSError as e:\n"
+                  "    print(errno.errorcode[e.errno])\n"], user=as_user)
+    assert r.stdout == "EFBIG\n", r.stderr
+
+
+def test_cgroup_require_refuses_where_there_is_none(run_jail, world_tmp, as_user):
+    probe = run_with_report(run_jail, world_tmp, ["--", "python3", "-c", "pass"], as_user)
+    r = run_jail(["--cgroup", "require", "--", "python3", "-c", "print(1)"], user=as_user)
+    if probe.report["cgroup"] is None:
+        assert r.returncode == 125 and r.stdout == ""
+        assert r.stderr.startswith("pyjail: cgroup: cgroup v2 is required (--cgroup require), but ")
+    else:
+        assert r.returncode == 0 and r.stdout == "1\n"
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--memory", "lots", "--memory: 'lots' is not a size"),
+    ("--pids", "0", "--pids: '0' is not a whole number above 0"),
+    ("--cpus", "0", "--cpus: '0' CPUs is out of range"),
+    ("--cgroup", "maybe", "--cgroup: 'maybe' is not a cgroup mode (use auto, require or off)"),
+    ("--report-fd", "1", "--report-fd: use a descriptor above 2"),
+])
+def test_bad_limit_values(run_jail, as_user, option, value, message):
+    r = run_jail([option, value, "--", "python3", "-c", "print(1)"], user=as_user)
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr.startswith("pyjail: " + message), r.stderr
