@@ -327,20 +327,8 @@ void step_seccomp(const ChildPlan& p) {
     JailMessage m{};
     m.kind = MsgKind::Listener;
     int fd = static_cast<int>(listener);
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{&m, sizeof m};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (::sendmsg(g_sync_fd, &msg, MSG_NOSIGNAL) < 0)
-        fail("seccomp", errno, kExitJailError, "cannot hand the filter's listener to pyjail");
+    if (int e = send_with_fd(g_sync_fd, &m, sizeof m, fd); e != 0)
+        fail("seccomp", e, kExitJailError, "cannot hand the filter's listener to pyjail");
     ::close(fd);
 }
 

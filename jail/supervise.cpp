@@ -41,21 +41,11 @@ public:
     void drain_messages() {
         while (true) {
             JailMessage m{};
-            alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-            iovec iov{&m, sizeof m};
-            msghdr msg{};
-            msg.msg_iov = &iov;
-            msg.msg_iovlen = 1;
-            msg.msg_control = control;
-            msg.msg_controllen = sizeof control;
-            ssize_t n = ::recvmsg(sync_fd_, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+            int fd = -1;
+            ssize_t n = recv_with_fd(sync_fd_, &m, sizeof m, fd, MSG_DONTWAIT);
+            UniqueFd passed(fd);
             if (n < 0 && errno == EINTR) continue;
             if (n != static_cast<ssize_t>(sizeof m)) return;
-            int fd = -1;
-            for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
-                if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-                    std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
-            UniqueFd passed(fd);
             m.step[sizeof m.step - 1] = '\0';
             m.text[sizeof m.text - 1] = '\0';
             switch (m.kind) {

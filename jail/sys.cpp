@@ -1,10 +1,12 @@
 #include "sys.hpp"
 
 #include <fcntl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "error.hpp"
 
@@ -29,6 +31,41 @@ int sys_pivot_root(const char* new_root, const char* put_old) noexcept {
 
 int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept {
     return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
+}
+
+int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{const_cast<void*>(data), len};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    if (fd >= 0) {
+        msg.msg_control = control;
+        msg.msg_controllen = sizeof control;
+        cmsghdr* c = CMSG_FIRSTHDR(&msg);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof(int));
+        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+    }
+    return ::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? errno : 0;
+}
+
+ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept {
+    fd = -1;
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{data, len};
+    msghdr msg{};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+    ssize_t n = ::recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+            std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    return n;
 }
 
 bool try_read_file(const std::string& path, std::string& out) noexcept {

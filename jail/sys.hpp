@@ -3,6 +3,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -59,6 +60,12 @@ pid_t sys_clone3(CloneArgs& args) noexcept;
 int sys_pidfd_send_signal(int pidfd, int sig) noexcept;
 int sys_pivot_root(const char* new_root, const char* put_old) noexcept;
 int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
+
+// One datagram on a SOCK_SEQPACKET socket, optionally carrying a file descriptor
+// (SCM_RIGHTS). send: returns 0 or an errno. recv: returns the bytes read (-1 with errno),
+// and the passed descriptor (close-on-exec) or -1 in `fd`.
+int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept;
+ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept;
 
 // Reads a small file whole; throws JailError naming `step`.
 std::string read_file(const std::string& path, const std::string& step);
