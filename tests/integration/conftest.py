@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import pwd
+import select
 import shutil
 import signal
 import stat
@@ -95,7 +96,8 @@ def _extra_args() -> list[str]:
 def pyjail_bin() -> Path:
     path = _binary_path()
     if not path.is_file() or not os.access(path, os.X_OK):
-        how = "PYJAIL_BIN" if os.environ.get("PYJAIL_BIN") else "build it (cmake + ninja) or set PYJAIL_BIN"
+        how = ("check PYJAIL_BIN" if os.environ.get("PYJAIL_BIN")
+               else "build it (cmake + ninja), or set PYJAIL_BIN")
         skip_or_fail(f"no pyjail binary at {path} ({how})")
     return path
 
@@ -134,7 +136,8 @@ def _make_user(name: str) -> JailUser:
     if os.geteuid() == 0:
         setpriv = shutil.which("setpriv")
         if setpriv is None:
-            skip_or_fail("setpriv (util-linux) is missing: cannot run pyjail as an unprivileged user")
+            skip_or_fail("setpriv (util-linux) is missing: "
+                         "cannot run pyjail as an unprivileged user")
         prefix = (setpriv, f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}",
                   "--clear-groups", "--")
         return JailUser("unprivileged", prefix, UNPRIVILEGED_ID, UNPRIVILEGED_ID, UNPRIVILEGED_ID)
@@ -152,8 +155,8 @@ def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None
 
 
 # Markers of a host that cannot run pyjail at all (as opposed to a broken pyjail).
-_ENVIRONMENT_TROUBLE = ("cannot create the jail's namespaces", "rootfs:", "mount /proc",
-                        "failed to execute", "Permission denied")
+_ENVIRONMENT_TROUBLE = ("cannot create the jail's namespaces", "pyjail: rootfs", "mount /proc",
+                        "setpriv: failed to execute")
 
 
 @pytest.fixture(scope="session")
@@ -220,6 +223,17 @@ def describe(r: subprocess.CompletedProcess) -> str:
     return f"exit {r.returncode}\n--- stdout:\n{r.stdout}\n--- stderr:\n{r.stderr}"
 
 
+# Notices pyjail prints by design on some hosts, before running the program: on a host without
+# a usable cgroup v2 it says, on every run, that it limits by rlimits instead.
+HOST_NOTICES = ("pyjail: no cgroup v2 for the limits",)
+
+
+def without_notices(stderr: str) -> str:
+    """stderr less pyjail's per-host notices (HOST_NOTICES)."""
+    return "".join(line for line in stderr.splitlines(keepends=True)
+                   if not line.startswith(HOST_NOTICES))
+
+
 @pytest.fixture
 def run_py(run_jail):
     """run_py(code, *, user, setup="", opts=(), argv=(), check=True, **run_jail_kwargs)
@@ -246,7 +260,18 @@ def run_py(run_jail):
 
 
 @pytest.fixture
-def popen_jail(pyjail_bin):
+def pyjail_command(pyjail_bin):
+    """pyjail_command(user) -> the argv that starts pyjail as `user`, for tests that start it in
+    their own way (before pyjail's own arguments)."""
+
+    def pyjail_command(user):
+        return [*user.prefix, str(pyjail_bin), *_extra_args()]
+
+    return pyjail_command
+
+
+@pytest.fixture
+def popen_jail(pyjail_command):
     """popen_jail(args, *, user, **popen_kwargs): pyjail started, not waited for (binary pipes).
 
     Whatever is still running at the end of the test is killed.
@@ -258,8 +283,7 @@ def popen_jail(pyjail_bin):
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
         kwargs.setdefault("cwd", "/")
-        p = subprocess.Popen([*user.prefix, str(pyjail_bin), *_extra_args(), *map(str, args)],
-                             **kwargs)
+        p = subprocess.Popen([*pyjail_command(user), *map(str, args)], **kwargs)
         started.append(p)
         return p
 
@@ -272,8 +296,6 @@ def popen_jail(pyjail_bin):
 
 def read_line(stream, timeout: float) -> bytes:
     """One line from a binary pipe, waiting at most `timeout` seconds (b"" on EOF/time-out)."""
-    import select
-
     fd = stream.fileno()
     data = b""
     deadline = time.monotonic() + timeout
@@ -398,18 +420,38 @@ def wait_until_gone(text: str, timeout: float = 3.0) -> dict[int, str]:
         time.sleep(0.02)
 
 
-def _tmp_entries() -> set[str]:
-    return {n for n in os.listdir("/tmp") if not n.startswith(TMP_PREFIX)}
+def _tmp_entries(owners: set[int]) -> set[str]:
+    """/tmp's entries owned by `owners`, less the tests' own."""
+    found = set()
+    for name in os.listdir("/tmp"):
+        if name.startswith(TMP_PREFIX):
+            continue
+        try:
+            if os.lstat(os.path.join("/tmp", name)).st_uid in owners:
+                found.add(name)
+        except FileNotFoundError:
+            pass
+    return found
 
 
 @pytest.fixture
-def no_leftovers(pyjail_bin):
+def no_leftovers(request, pyjail_bin):
     """Asserts that the test left no new /tmp entry (other than the tests' own) and no pyjail
     process behind."""
-    tmp_before = _tmp_entries()
+    user = (request.getfixturevalue("as_user") if "as_user" in request.fixturenames
+            else request.getfixturevalue("current_user"))
+    # Only pyjail (the invoking user) or the jail (its host user) could have made an entry.
+    owners = {user.invoker_uid, user.host_uid}
+    tmp_before = _tmp_entries(owners)
     procs_before = set(processes_with(str(pyjail_bin)))
     yield
-    new_tmp = _tmp_entries() - tmp_before
+    new_tmp = _tmp_entries(owners) - tmp_before
+    # Something else on the machine may be using /tmp meanwhile: what is left behind stays,
+    # what vanishes again within a few seconds was another program's temporary file.
+    deadline = time.monotonic() + 5
+    while new_tmp and time.monotonic() < deadline:
+        time.sleep(0.1)
+        new_tmp &= _tmp_entries(owners)
     new_procs = {pid: cmd for pid, cmd in processes_with(str(pyjail_bin)).items()
                  if pid not in procs_before}
     assert not new_tmp, f"new entries in /tmp: {sorted(new_tmp)}"
@@ -431,6 +473,7 @@ def helpers():
 
 class _Helpers:
     describe = staticmethod(describe)
+    without_notices = staticmethod(without_notices)
     read_line = staticmethod(read_line)
     processes_with = staticmethod(processes_with)
     wait_until_gone = staticmethod(wait_until_gone)

@@ -10,18 +10,29 @@ import pytest
 
 JAIL_OWNED = {"proc", "dev", "tmp", "work"}
 
-# A program's view of the whole tree: every name it can reach (without /proc), and each
-# readable small file's text.
+# The attacks on the mount namespace must fail by themselves: each runs with the syscall
+# filter (which refuses mount, chroot, ... outright) and without it.
+LAYERS = {"filtered": [], "unfiltered": ["--seccomp", "off"]}
+
+# A program's view of the whole tree (but /proc and /dev): every name it can reach, and the
+# paths of the readable files that hold `word`.
 WALK = """\
-def walk_names():
-    names, files = set(), 0
+def walk(word):
+    names, holding, count = set(), [], 0
     for top, dirs, filenames in os.walk("/", followlinks=False):
         if top == "/":
-            dirs[:] = [d for d in dirs if d != "proc"]
-        for n in dirs + filenames:
-            names.add(n)
-            files += 1
-    return names, files
+            dirs[:] = [d for d in dirs if d not in ("proc", "dev")]
+        names.update(dirs, filenames)
+        count += len(dirs) + len(filenames)
+        for n in filenames:
+            path = os.path.join(top, n)
+            try:
+                with open(path, "rb") as f:
+                    if word.encode() in f.read(1 << 20):
+                        holding.append(path)
+            except OSError:
+                pass
+    return names, holding, count
 """
 
 
@@ -45,14 +56,14 @@ def test_host_files_are_invisible(run_jail, as_user, world_tmp, helpers):
     world_tmp.file("sibling.py", "X = 1\n", dir=cwd)
     script = world_tmp.script("import json, os, sys\n" + WALK + textwrap.dedent("""\
         tag, paths = sys.argv[1], sys.argv[2:]
-        names, count = walk_names()
+        names, holding, count = walk(tag)
         hostname = None
         try:
             hostname = open("/etc/hostname").read()
         except OSError as e:
             hostname = "error " + str(e.errno)
         print(json.dumps({
-            "found": sorted(n for n in names if tag in n),
+            "found": sorted(n for n in names if tag in n) + holding,
             "count": count,
             "has_python": "python3" in names,
             "reachable": [p for p in paths if os.path.exists(p)
@@ -81,7 +92,7 @@ def test_host_files_are_invisible(run_jail, as_user, world_tmp, helpers):
 def test_root_holds_exactly_the_jails_entries(run_py, as_user, jail_rootfs):
     r = run_py("""\
         emit({"root": sorted(os.listdir("/")), "dev": sorted(os.listdir("/dev")),
-              "null": [os.major(os.stat("/dev/null").st_rdev), os.minor(os.stat("/dev/null").st_rdev)],
+              "null": [f(os.stat("/dev/null").st_rdev) for f in (os.major, os.minor)],
               "full": attempt(lambda: open("/dev/full", "wb", buffering=0).write(b"x"))})
         """, user=as_user)
     got = r.result
@@ -89,7 +100,7 @@ def test_root_holds_exactly_the_jails_entries(run_py, as_user, jail_rootfs):
     for host_only in ("root", "var", "run", "sys", "boot", "srv", "opt", "mnt", "media"):
         assert host_only not in got["root"]
     assert sorted(got["dev"]) == sorted(["null", "zero", "full", "random", "urandom", "fd",
-                                         "stdin", "stdout", "stderr", "shm"])
+                                         "stdin", "stdout", "stderr", "shm", "pts", "ptmx"])
     assert got["null"] == [1, 3]
     assert got["full"] == "ENOSPC"
 
@@ -132,7 +143,8 @@ def test_private_scratch_space_is_writable(run_py, as_user):
         for line in open("/proc/self/mounts"):
             dev, point, fstype, opts = line.split()[:4]
             mounts[point] = [fstype, opts.split(",")]
-        emit({"read": out, "mounts": {k: mounts.get(k) for k in ["/tmp", "/work", "/dev/shm", "/"]}})
+        emit({"read": out,
+              "mounts": {k: mounts.get(k) for k in ["/tmp", "/work", "/dev/shm", "/"]}})
         """, user=as_user)
     assert r.result["read"] == {"/tmp": "/tmp", "/work": "/work", "/dev/shm": "/dev/shm"}
     for point in ("/tmp", "/work", "/dev/shm"):
@@ -155,7 +167,8 @@ def mount(src, target, fstype, flags):
 """
 
 
-def test_cannot_mount_remount_or_unmount(run_py, as_user):
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_cannot_mount_remount_or_unmount(run_py, as_user, layer):
     r = run_py("""\
         emit({
             "tmpfs on /tmp": mount(b"tmpfs", b"/tmp", b"tmpfs", 0),
@@ -168,24 +181,26 @@ def test_cannot_mount_remount_or_unmount(run_py, as_user):
             "umount /proc": call(libc.umount2, b"/proc", 0),
             "unshare mount ns": call(libc.unshare, 0x00020000),
         })
-        """, setup=MOUNT_ATTACKS, user=as_user)
+        """, setup=MOUNT_ATTACKS, user=as_user, opts=LAYERS[layer])
     bad = {k: v for k, v in r.result.items() if v not in ("EPERM", "EACCES")}
     assert not bad, f"these mount operations were not refused: {bad}"
 
 
-def test_cannot_create_device_nodes(run_py, as_user):
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_cannot_create_device_nodes(run_py, as_user, layer):
     r = run_py("""\
         import stat
         out = {}
         for d in ["/tmp", "/work", "/dev/shm"]:
-            out[d + " char"] = attempt(os.mknod, d + "/mem", 0o666 | stat.S_IFCHR, os.makedev(1, 1))
-            out[d + " block"] = attempt(os.mknod, d + "/disk", 0o666 | stat.S_IFBLK, os.makedev(8, 0))
+            for kind, mode, dev in [("char", stat.S_IFCHR, (1, 1)), ("block", stat.S_IFBLK, (8, 0))]:
+                out[f"{d} {kind}"] = attempt(os.mknod, f"{d}/{kind}", 0o666 | mode, os.makedev(*dev))
         emit(out)
-        """, user=as_user)
+        """, user=as_user, opts=LAYERS[layer])
     assert set(r.result.values()) == {"EPERM"}, r.result
 
 
-def test_pid1_cannot_be_read_or_traced(run_py, as_user):
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_pid1_cannot_be_read_or_traced(run_py, as_user, layer):
     r = run_py("""\
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
@@ -199,7 +214,7 @@ def test_pid1_cannot_be_read_or_traced(run_py, as_user):
         rc = libc.ptrace(16, 1, None, None)  # PTRACE_ATTACH
         out["ptrace"] = "ok" if rc == 0 else _errno.errorcode[ctypes.get_errno()]
         emit({"me": os.getpid(), "out": out})
-        """, user=as_user)
+        """, user=as_user, opts=LAYERS[layer])
     assert r.result["me"] == 2
     bad = {k: v for k, v in r.result["out"].items() if v not in ("EACCES", "EPERM")}
     assert not bad, f"pid 1 (the reaper) let these through: {bad}"
@@ -210,7 +225,8 @@ def _pivot_root_nr():
         platform.machine())
 
 
-def test_chroot_and_pivot_root_fail(run_py, as_user):
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_chroot_and_pivot_root_fail(run_py, as_user, layer):
     nr = _pivot_root_nr()
     r = run_py(f"""\
         os.makedirs("/tmp/newroot/old", exist_ok=True)
@@ -221,7 +237,7 @@ def test_chroot_and_pivot_root_fail(run_py, as_user):
             out["pivot_root ."] = call(libc.syscall, {nr!r}, b".", b".")
         out["root after"] = sorted(os.listdir("/"))
         emit(out)
-        """, setup=MOUNT_ATTACKS, user=as_user)
+        """, setup=MOUNT_ATTACKS, user=as_user, opts=LAYERS[layer])
     root_after = r.result.pop("root after")
     assert "newroot" not in root_after and "tmp" in root_after
     bad = {k: v for k, v in r.result.items() if v != "EPERM"}
@@ -326,3 +342,20 @@ def test_a_bind_onto_the_rootfs_work_mount_point(run_py, as_user, world_tmp, jai
         emit({"cwd": os.getcwd(), "data": open("/work/data.txt").read()})
         """, user=as_user, opts=["--ro-bind", f"{src}:/work"])
     assert r.result == {"cwd": "/work", "data": "bound at /work\n"}
+
+
+def test_roots_private_files_stay_private(run_py, root_user, world_tmp, helpers):
+    # When root runs pyjail, the jail meets host files as nobody, never as root.
+    private = world_tmp.dir(0o700)
+    world_tmp.file("secret.txt", "root only\n", dir=private, mode=0o600)
+    r = run_py("""\
+        emit({"list": attempt(os.listdir, "/mnt/p"),
+              "read": attempt(lambda: open("/mnt/p/secret.txt").read())})
+        """, user=root_user, opts=["--ro-bind", f"{private}:/mnt/p"], check=False)
+    assert "root only" not in r.stdout + r.stderr
+    if r.returncode == 125:  # refused up front: fine too
+        err = helpers.without_notices(r.stderr)
+        assert err.startswith("pyjail: ") and err.count("\n") == 1 and str(private) in err
+    else:
+        assert r.returncode == 0, r.stderr
+        assert r.result == {"list": "EACCES", "read": "EACCES"}

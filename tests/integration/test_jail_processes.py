@@ -196,7 +196,8 @@ def test_no_capabilities_and_no_new_privileges(run_py, as_user):
     r = run_py("""\
         import resource, subprocess
         def status(text):
-            return {k: v.strip() for k, v in (l.split(":", 1) for l in text.splitlines() if ":" in l)
+            pairs = (line.split(":", 1) for line in text.splitlines() if ":" in line)
+            return {k: v.strip() for k, v in pairs
                     if k.startswith("Cap") or k == "NoNewPrivs"}
         out = {"self": status(open("/proc/self/status").read())}
         # and in a child: nothing comes back on exec

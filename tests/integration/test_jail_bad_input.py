@@ -1,0 +1,155 @@
+"""Bad input: each mistake gets its exit status and one line on stderr that names it, and
+leaves nothing behind (no /tmp entry, no process)."""
+
+import re
+
+import pytest
+
+pytestmark = pytest.mark.usefixtures("no_leftovers")
+
+
+def assert_one_error(r, status, *fragments):
+    where = f"exit {r.returncode}\n--- stdout:\n{r.stdout}\n--- stderr:\n{r.stderr}"
+    assert r.returncode == status, where
+    assert r.stdout == "", where
+    assert r.stderr.endswith("\n") and r.stderr.count("\n") == 1, f"not one line: {where}"
+    assert r.stderr.startswith("pyjail: "), where
+    for fragment in fragments:
+        assert fragment in r.stderr, f"{fragment!r} missing: {where}"
+    return r.stderr
+
+
+# (profile text, line of the error, fragments the message must hold)
+BAD_PROFILES = {
+    "unknown key": ('net = "none"\nwal-time = 5\n', 2, ["'wal-time'", "did you mean",
+                                                        "'wall-time'"]),
+    "wrong type": ('net = "none"\n\nwall-time = true\n', 3, ["wall-time", "true"]),
+    "unclosed string": ('# a comment\nhostname = "abc\n', 2, ["hostname", "not closed"]),
+    "list for scalar": ('net = ["none"]\n', 1, ["net", "not a list"]),
+    "scalar for list": ('tmpfs-size = "1M"\nro-bind = "/tmp"\n', 2, ["ro-bind", "list"]),
+    "unquoted word": ('net = none\n', 1, ["net", "quote"]),
+    "key twice": ('net = "none"\nnet = "loopback"\n', 2, ["net", "twice"]),
+    "table": ('net = "none"\n[jail]\n', 2, ["tables"]),
+    "bad value": ('tmpfs-size = "lots"\n', 1, ["tmpfs-size", "lots"]),
+    "command-line only key": ('explain = true\n', 1, ["explain", "command-line"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD_PROFILES))
+def test_malformed_profile(run_jail, as_user, world_tmp, case):
+    text, line, fragments = BAD_PROFILES[case]
+    profile = world_tmp.file("bad.toml", text)
+    r = run_jail(["--profile", profile, "--", "python", "-c", "print('ran')"], user=as_user)
+    assert_one_error(r, 125, f"{profile}:{line}:", *fragments)
+
+
+def test_missing_profile_file(run_jail, as_user, world_tmp):
+    missing = world_tmp.dir() / "nope.toml"
+    r = run_jail(["--profile", missing, "--", "python", "-c", "1"], user=as_user)
+    assert_one_error(r, 125, str(missing))
+
+
+def test_unknown_profile_name_lists_the_known_ones(run_jail, as_user):
+    r = run_jail(["--profile", "nosuch", "--", "python", "-c", "1"], user=as_user)
+    assert_one_error(r, 125, "'nosuch'", "strict", "standard", "batch")
+
+
+@pytest.mark.parametrize("args,fragment", [
+    (["--bogus"], "--bogus"),
+    (["--wall-tim", "5"], "--wall-tim"),
+    (["-x"], "-x"),
+])
+def test_unknown_option(run_jail, as_user, args, fragment):
+    r = run_jail([*args, "--", "python", "-c", "print('ran')"], user=as_user)
+    assert_one_error(r, 125, "unknown option", fragment)
+
+
+@pytest.mark.parametrize("option,value", [
+    ("--wall-time", "abc"), ("--wall-time", "-1"), ("--wall-time", ""), ("--wall-time", "nan"),
+    ("--wall-time", "1e999"), ("--wall-time", "5s"),
+    ("--tmpfs-size", "lots"), ("--tmpfs-size", "0"), ("--tmpfs-size", "12X"),
+    ("--net", "host"), ("--hostname", "bad name!"), ("--env", "NO_EQUALS"), ("--env", "=x"),
+])
+def test_bad_option_value(run_jail, as_user, option, value):
+    r = run_jail([option, value, "--", "python", "-c", "print('ran')"], user=as_user)
+    assert_one_error(r, 125, option)
+
+
+def test_rootfs_that_does_not_exist_says_how_to_build_one(run_jail, as_user):
+    r = run_jail(["--rootfs", "/nonexistent", "--", "python", "-c", "1"], user=as_user)
+    line = assert_one_error(r, 125, "/nonexistent")
+    assert "build-rootfs" in line or "cmake --build" in line, line
+
+
+def test_rootfs_that_is_not_one(run_jail, as_user, world_tmp):
+    empty = world_tmp.dir()
+    r = run_jail(["--rootfs", empty, "--", "python", "-c", "1"], user=as_user)
+    assert_one_error(r, 125, str(empty), "build-rootfs")
+
+
+@pytest.mark.parametrize("args,fragments", [
+    (["--ro-bind", "/nonexistent"], ["/nonexistent"]),
+    (["--bind", "/nonexistent/dir:/mnt/x"], ["/nonexistent/dir"]),
+    (["--ro-bind", "relative/dir"], ["relative", "--ro-bind"]),
+    (["--bind", "/tmp:relative-target"], ["relative-target", "absolute"]),
+    (["--bind", "/tmp:/mnt/../etc"], ["'..'"]),
+    (["--ro-bind", "/tmp:/proc/x"], ["/proc/x", "reserved"]),
+    (["--ro-bind", "/tmp:/dev/x"], ["/dev/x", "reserved"]),
+    (["--ro-bind", "/tmp:/"], ["reserved"]),
+    (["--ro-bind", ":/mnt/x"], ["source"]),
+    (["--ro-bind", "/tmp:/mnt/a", "--bind", "/tmp:/mnt/a"], ["/mnt/a"]),
+    (["--ro-bind", "/tmp:/etc/new-dir"], ["/etc/new-dir", "read-only"]),
+])
+def test_bad_binds(run_jail, as_user, args, fragments):
+    r = run_jail([*args, "--", "python", "-c", "print('ran')"], user=as_user)
+    assert_one_error(r, 125, *fragments)
+
+
+def test_workdir_and_a_bind_over_work(run_jail, as_user, world_tmp):
+    d = world_tmp.dir()
+    r = run_jail(["--workdir", d, "--ro-bind", f"{d}:/work", "--", "python", "-c", "1"],
+                 user=as_user)
+    assert_one_error(r, 125, "--workdir", "/work")
+
+
+def test_missing_script(run_jail, as_user, world_tmp):
+    missing = world_tmp.dir() / "missing.py"
+    r = run_jail(["--", "python", missing], user=as_user)
+    assert_one_error(r, 125, str(missing))
+
+
+def test_script_that_is_a_directory(run_jail, as_user, world_tmp):
+    d = world_tmp.dir()
+    r = run_jail(["--", "python", d], user=as_user)
+    assert_one_error(r, 125, str(d), "not a regular file")
+
+
+def test_no_command(run_jail, as_user):
+    r = run_jail(["--net", "none"], user=as_user)
+    assert_one_error(r, 125, "no command")
+
+
+@pytest.mark.parametrize("command", [["ls"], ["sh", "-c", "id"], ["/bin/ls"],
+                                     ["/usr/bin/nonexistent"], [""]])
+def test_command_not_in_the_rootfs(run_jail, as_user, command):
+    r = run_jail(["--", *command], user=as_user)
+    assert_one_error(r, 127)
+
+
+def test_unknown_python_lists_the_available_ones(run_jail, as_user, jail_rootfs):
+    pythons = sorted(p.name for p in (jail_rootfs / "usr/bin").iterdir()
+                     if re.fullmatch(r"python(3(\.\d+)?)?", p.name))
+    r = run_jail(["--", "python3.99", "-c", "1"], user=as_user)
+    assert_one_error(r, 127, "python3.99", *pythons)
+
+
+@pytest.mark.parametrize("value", ["root", "0", "0:0", "65534:0", "0:65534"])
+def test_host_user_root_is_refused(run_jail, root_user, value):
+    r = run_jail(["--host-user", value, "--", "python", "-c", "print('ran')"], user=root_user)
+    assert_one_error(r, 125, "--host-user")
+
+
+def test_host_user_unknown_name(run_jail, root_user):
+    r = run_jail(["--host-user", "no-such-user-here", "--", "python", "-c", "1"],
+                 user=root_user)
+    assert_one_error(r, 125, "no-such-user-here")

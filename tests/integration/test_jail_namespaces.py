@@ -1,0 +1,81 @@
+"""Namespaces: every one is new, and a namespace the program makes inside does not lead out."""
+
+import socket
+
+import pytest
+
+LAYERS = {"filtered": [], "unfiltered": ["--seccomp", "off"]}
+
+
+def test_every_namespace_is_the_jails_own(run_py, as_user, host_namespaces):
+    r = run_py("""\
+        emit({n: os.readlink("/proc/self/ns/" + n)
+              for n in ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"]})
+        """, user=as_user)
+    same = {n for n, link in r.result.items() if host_namespaces[n] == link}
+    assert not same, f"shared with the host: {sorted(same)}"
+
+
+def test_hostname(run_py, as_user):
+    host = socket.gethostname()
+    sethostname = """\
+        import ctypes
+        libc = ctypes.CDLL(None, use_errno=True)
+        ctypes.set_errno(0)
+        rc = libc.sethostname(b"changed", 7)
+        emit({"name": os.uname().nodename,
+              "set": "ok" if rc == 0 else _errno.errorcode[ctypes.get_errno()]})
+        """
+    r = run_py(sethostname, user=as_user)
+    assert r.result == {"name": "pyjail", "set": "EPERM"}
+    r = run_py(sethostname, user=as_user, opts=["--hostname", "sandbox-7.example"])
+    assert r.result == {"name": "sandbox-7.example", "set": "EPERM"}
+    assert socket.gethostname() == host
+
+
+NESTED = """\
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+def call(fn, *args):
+    ctypes.set_errno(0)
+    return "ok" if fn(*args) == 0 else _errno.errorcode.get(ctypes.get_errno(), "?")
+CLONE_NEWUSER, CLONE_NEWNS = 0x10000000, 0x00020000
+MS_REMOUNT, MS_BIND = 32, 4096
+"""
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_a_nested_user_namespace_does_not_lead_out(run_py, as_user, world_tmp, layer):
+    marker = world_tmp.file("nested-marker.txt", "host\n")
+    r = run_py("""\
+        marker = sys.argv[1]
+        root_before = sorted(os.listdir("/"))
+        out = {"unshare": call(libc.unshare, CLONE_NEWUSER | CLONE_NEWNS)}
+        if out["unshare"] == "ok":
+            # "root" with every capability, but of a namespace that owns nothing of the host
+            out["umount /usr"] = call(libc.umount2, b"/usr", 2)
+            out["umount /"] = call(libc.umount2, b"/", 2)
+            out["remount /usr rw"] = call(libc.mount, None, b"/usr", None,
+                                          ctypes.c_ulong(MS_REMOUNT | MS_BIND), None)
+            out["write /usr"] = attempt(lambda: open("/usr/pyjail-probe", "w"))
+            # the classic chroot escape: chroot elsewhere, climb out with "..", chroot there
+            os.makedirs("/tmp/inner", exist_ok=True)
+            out["chroot"] = call(libc.chroot, b"/tmp/inner")
+            for _ in range(64):
+                os.chdir("..")
+            out["chroot back"] = call(libc.chroot, b".")
+            out["root after"] = sorted(os.listdir("/")) == root_before
+            out["marker"] = os.path.exists(marker) or os.path.exists("/tmp" + marker)
+        emit(out)
+        """, setup=NESTED, user=as_user, opts=LAYERS[layer], argv=[str(marker)])
+    got = r.result
+    if layer == "filtered":
+        assert got == {"unshare": "EPERM"}
+        return
+    if got["unshare"] != "ok":  # the kernel may refuse nested namespaces: fine too
+        assert got["unshare"] in ("EPERM", "ENOSPC", "EUSERS", "EINVAL"), got
+        return
+    assert got["umount /usr"] == "EINVAL" and got["umount /"] == "EINVAL"  # locked mounts
+    assert got["remount /usr rw"] == "EPERM"
+    assert got["write /usr"] == "EROFS"
+    assert got["root after"] is True and got["marker"] is False, got

@@ -1,0 +1,147 @@
+"""Profiles: standard and batch show the current directory, a profile file works, the command
+line wins over it, and --explain tells all that without running anything."""
+
+import json
+import os
+import re
+
+PROGRAM = """\
+import json, os, socket
+import sibling
+out = {"cwd": os.getcwd(), "sibling": sibling.VALUE, "data": open("data.txt").read(),
+       "listing": sorted(n for n in os.listdir(".") if n != "__pycache__")}
+try:
+    with open("result.txt", "w") as f:
+        f.write("written in the jail")
+    out["write"] = "ok"
+except OSError as e:
+    out["write"] = e.errno
+print(json.dumps(out))
+"""
+
+
+def project_dir(world_tmp, mode):
+    d = world_tmp.dir(mode)
+    world_tmp.file("sibling.py", "VALUE = 42\n", dir=d)
+    world_tmp.file("data.txt", "some data\n", dir=d)
+    world_tmp.script(PROGRAM, "main.py", dir=d)
+    return d
+
+
+def test_standard_shows_the_current_directory_read_only(run_jail, as_user, world_tmp, helpers):
+    d = project_dir(world_tmp, 0o777)  # writable on the host: the mount must still refuse
+    r = run_jail(["--profile", "standard", "--", "python", "main.py"], user=as_user, cwd=d)
+    assert r.returncode == 0, helpers.describe(r)
+    got = json.loads(r.stdout)
+    assert got["cwd"] == "/work"
+    assert got["sibling"] == 42 and got["data"] == "some data\n"
+    assert got["listing"] == ["data.txt", "main.py", "sibling.py"]
+    assert got["write"] == 30  # EROFS
+    assert not (d / "result.txt").exists()
+
+
+def test_batch_makes_the_current_directory_writable(run_jail, as_user, world_tmp, helpers):
+    d = project_dir(world_tmp, 0o777)  # as root, the jail writes as nobody
+    r = run_jail(["--profile", "batch", "--", "python", "main.py"], user=as_user, cwd=d)
+    assert r.returncode == 0, helpers.describe(r)
+    got = json.loads(r.stdout)
+    assert got["cwd"] == "/work" and got["sibling"] == 42
+    assert got["write"] == "ok"
+    result = d / "result.txt"
+    assert result.read_text() == "written in the jail"
+    st = result.stat()
+    assert (st.st_uid, st.st_gid) == (as_user.host_uid, as_user.host_gid)
+
+
+def test_strict_does_not_show_the_current_directory(run_jail, as_user, world_tmp):
+    d = project_dir(world_tmp, 0o755)
+    r = run_jail(["--profile", "strict", "--", "python", "main.py"], user=as_user, cwd=d)
+    assert r.returncode == 1
+    assert "ModuleNotFoundError" in r.stderr and "sibling" in r.stderr
+
+
+CHECK = """\
+import fcntl, socket, struct
+with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+    req = struct.pack("16sH14s", b"lo", 0, b"")
+    lo_up = bool(struct.unpack("16sH14s", fcntl.ioctl(s, 0x8913, req))[1] & 1)
+def fill(path, size):
+    try:
+        with open(path, "wb") as f:
+            f.write(b"\\0" * size)
+        return "ok"
+    except OSError as e:
+        return _errno.errorcode[e.errno]
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
+"""
+
+
+def test_a_profile_file(run_py, as_user, world_tmp):
+    profile = world_tmp.file("mine.toml", """\
+# a profile of one's own
+hostname = "from-profile"    # trailing comments are fine
+net = "loopback"
+env = ["FROM_PROFILE=yes", 'LITERAL=C:\\path']
+tmpfs-size = "1M"
+""")
+    code = """\
+        emit({"host": os.uname().nodename, "lo": lo_up, "env": os.environ.get("FROM_PROFILE"),
+              "literal": os.environ.get("LITERAL"), "2M": fill("/tmp/big", 2 << 20),
+              "512K": fill("/tmp/small", 512 << 10)})
+        """
+    expected = {"host": "from-profile", "lo": True, "env": "yes", "literal": "C:\\path",
+                "2M": "ENOSPC", "512K": "ok"}
+    r = run_py(code, setup=CHECK, user=as_user, opts=["--profile", profile])
+    assert r.result == expected
+    # and named relative to the current directory
+    r = run_py(code, setup=CHECK, user=as_user, opts=["--profile", "./mine.toml"],
+               cwd=profile.parent)
+    assert r.result == expected
+
+
+def test_the_command_line_wins_over_the_profile(run_py, as_user, world_tmp):
+    profile = world_tmp.file("p.toml", 'net = "loopback"\ntmpfs-size = "1M"\nhostname = "p"\n'
+                                       'env = ["FROM_PROFILE=1"]\n')
+    r = run_py("""\
+        emit({"host": os.uname().nodename, "lo": lo_up, "2M": fill("/tmp/big", 2 << 20),
+              "env": sorted(k for k in os.environ if k.startswith("FROM_"))})
+        """, setup=CHECK, user=as_user,
+        opts=["--profile", profile, "--net", "none", "--tmpfs-size", "4M", "--hostname", "c",
+              "--env", "FROM_CLI=1"])
+    # scalars: the command line's value; lists: the command line's items are added
+    assert r.result == {"host": "c", "lo": False, "2M": "ok", "env": ["FROM_CLI", "FROM_PROFILE"]}
+
+
+def test_tmpfs_size_caps_every_private_tmpfs(run_py, as_user):
+    r = run_py("""\
+        emit({d: [fill(d + "/big", 2 << 20), fill(d + "/small", 256 << 10)]
+              for d in ["/tmp", "/work", "/dev/shm"]})
+        """, setup=CHECK, user=as_user, opts=["--tmpfs-size", "1M"])
+    assert r.result == {d: ["ENOSPC", "ok"] for d in ["/tmp", "/work", "/dev/shm"]}
+
+
+def test_explain_prints_the_policy_and_runs_nothing(run_jail, as_user, world_tmp, helpers):
+    out = world_tmp.dir(0o777)
+    profile = world_tmp.file("e.toml", '# explained\ntmpfs-size = "3M"\nwall-time = 7\n')
+    script = world_tmp.script("open('/mnt/out/ran', 'w').write('it ran')\n", "would_run.py")
+    r = run_jail(["--profile", profile, "--net", "loopback", "--bind", f"{out}:/mnt/out",
+                  "--explain", "--", "python", script], user=as_user)
+    assert r.returncode == 0, helpers.describe(r)
+    assert os.listdir(out) == [], "--explain ran the program"
+    text = r.stdout
+
+    def setting(key):
+        m = re.search(rf"^{re.escape(key)} = (.*?)\s+# (.*)$", text, re.M)
+        assert m, f"no {key} line in:\n{text}"
+        return m.group(1), m.group(2)
+
+    assert setting("net") == ('"loopback"', "command line (--net)")
+    assert setting("tmpfs-size") == ('"3M"', f"profile ({profile}:2)")
+    assert setting("wall-time") == ('"7"', f"profile ({profile}:3)")
+    assert setting("hostname") == ('"pyjail"', "default")
+    value, source = setting("bind")
+    assert f"{out}:/mnt/out" in value and "command line" in source
+    assert "/work/would_run.py" in text
+    assert r.stderr == ""
