@@ -144,6 +144,9 @@ public:
             throw JailError("signals", "sigprocmask", errno);
         fd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
         if (!fd_) throw JailError("signals", "signalfd", errno);
+        // A reader of the relayed output that goes away must not kill the supervisor (and
+        // with it the cleanup of the jail); the program gets default dispositions back.
+        ::signal(SIGPIPE, SIG_IGN);
     }
     SignalRelay(const SignalRelay&) = delete;
     SignalRelay& operator=(const SignalRelay&) = delete;
@@ -438,8 +441,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
         sa.kill_all = [&] { leaf->kill_all(); };
     }
-    sa.out_fd = out_read ? out_read.get() : -1;
-    sa.err_fd = err_read ? err_read.get() : -1;
+    sa.out_fd = out_read.release();
+    sa.err_fd = err_read.release();
     sa.output_limit = p.policy.limits.output;
     Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();

@@ -96,7 +96,7 @@ private:
 namespace {
 
 // Relays one of the program's output pipes to our own stdout/stderr, counting bytes against
-// --output-limit. Returns false at EOF.
+// --output-limit. Returns false at EOF, or when our own reader is gone.
 bool relay(int from, int to, std::uint64_t& total, const std::optional<std::uint64_t>& limit,
            bool& over) {
     char buf[65536];
@@ -112,7 +112,7 @@ bool relay(int from, int to, std::uint64_t& total, const std::optional<std::uint
     for (std::uint64_t done = 0; done < len;) {
         ssize_t w = ::write(to, buf + done, len - done);
         if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) break;  // our reader went away: drop the rest, keep supervising
+        if (w <= 0) return false;  // our reader went away
         done += static_cast<std::uint64_t>(w);
     }
     return true;
@@ -172,8 +172,16 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
         }
         if (fds[3].revents & POLLIN) sv.answer_notification();
         else if (fds[3].revents & (POLLHUP | POLLERR | POLLNVAL)) sv.listener.reset();
-        if (fds[4].revents & (POLLIN | POLLHUP) && !relay(out_fd, 1, output, a.output_limit, over_output)) out_fd = -1;
-        if (fds[5].revents & (POLLIN | POLLHUP) && !relay(err_fd, 2, output, a.output_limit, over_output)) err_fd = -1;
+        if (fds[4].revents & (POLLIN | POLLHUP | POLLERR) &&
+            !relay(out_fd, 1, output, a.output_limit, over_output)) {
+            ::close(out_fd);
+            out_fd = -1;
+        }
+        if (fds[5].revents & (POLLIN | POLLHUP | POLLERR) &&
+            !relay(err_fd, 2, output, a.output_limit, over_output)) {
+            ::close(err_fd);
+            err_fd = -1;
+        }
         if (over_output && !killed) kill_jail();
         if (fds[0].revents & POLLIN) break;
     }
@@ -183,6 +191,8 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
     }
     while (err_fd >= 0 && relay(err_fd, 2, output, a.output_limit, over_output)) {
     }
+    if (out_fd >= 0) ::close(out_fd);
+    if (err_fd >= 0) ::close(err_fd);
 
     siginfo_t info{};
     while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd), &info, WEXITED) != 0 &&

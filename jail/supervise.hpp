@@ -33,6 +33,8 @@ struct SuperviseArgs {
     double cpu_time = 0;
     std::function<std::optional<double>()> cpu_usage;
     // --output-limit: the read ends of the program's stdout and stderr pipes, relayed to ours.
+    // Owned by the supervisor from here on: it closes one when our own reader goes away, so
+    // the program gets EPIPE/SIGPIPE as it would without the jail.
     int out_fd = -1, err_fd = -1;
     std::optional<std::uint64_t> output_limit;
     std::function<void()> kill_all;  // besides SIGKILL to pid 1 (cgroup.kill)

@@ -191,3 +191,13 @@ def test_bad_limit_values(run_jail, as_user, option, value, message):
     r = run_jail([option, value, "--", "python3", "-c", "print(1)"], user=as_user)
     assert r.returncode == 125 and r.stdout == ""
     assert r.stderr.startswith("pyjail: " + message), r.stderr
+
+
+def test_output_limit_relay_gives_the_program_epipe_when_our_reader_leaves(popen_jail, as_user):
+    p = popen_jail(["--output-limit", "100M", "--", "python3", "-c",
+                    "import itertools\nfor i in itertools.count(): print(i, flush=True)"],
+                   user=as_user)
+    first = p.stdout.readline()
+    p.stdout.close()  # like `| head -1`
+    assert p.wait(timeout=20) == 1  # BrokenPipeError, as without the jail
+    assert first.strip().isdigit()
