@@ -199,5 +199,7 @@ def test_output_limit_relay_gives_the_program_epipe_when_our_reader_leaves(popen
                    user=as_user)
     first = p.stdout.readline()
     p.stdout.close()  # like `| head -1`
-    assert p.wait(timeout=20) == 1  # BrokenPipeError, as without the jail
+    # BrokenPipeError, as without the jail (1, or 120 when flushing at exit fails too),
+    # instead of writing into the void until some limit stops it.
+    assert p.wait(timeout=20) in (1, 120)
     assert first.strip().isdigit()
