@@ -57,6 +57,9 @@ const std::vector<OptionSpec>& option_table() {
         {"explain", OptKind::Flag, "false", "",
          "Print the effective policy, where each setting came from, and run nothing", false},
         {"verbose", OptKind::Flag, "false", "", "Say what the jail is doing on stderr", false},
+        {"quiet", OptKind::Flag, "false", "",
+         "Print nothing of pyjail's own on stderr but errors (how the run ended and the limits' "
+         "mechanisms are still in the report)", false},
     };
     return table;
 }

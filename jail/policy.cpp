@@ -295,6 +295,9 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
     }
     p.explain = parse_bool(item("explain"), "explain");
     p.verbose = parse_bool(item("verbose"), "verbose");
+    p.quiet = parse_bool(item("quiet"), "quiet");
+    if (p.verbose && p.quiet)
+        throw UsageError("--verbose and --quiet contradict each other", "choose one");
 
     if (p.command.empty() && !p.explain)
         throw UsageError("no command given", "usage: pyjail [OPTIONS] -- python script.py");

@@ -49,6 +49,7 @@ struct Policy {
     HostUser host_user;
     bool explain = false;
     bool verbose = false;
+    bool quiet = false;
     std::vector<std::string> command;
 };
 

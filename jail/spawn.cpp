@@ -338,7 +338,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.seccomp_filter = p.seccomp_filter;
     plan.rlimits = p.limits.rlimits;
     facts.limits = p.limits.entries;
-    if (!p.seccomp)
+    if (!p.seccomp)  // loud even under --quiet: the one protection that is explicitly gone
         std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "
                              "the kernel allows in a user namespace\n");
     for (auto& a : p.argv) plan.argv.push_back(a.data());
@@ -375,7 +375,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         leaf.emplace(p.cgroup, p.limits.cgroup_files);
         facts.cgroup = leaf->relative_path();
         if (verbose) std::fprintf(stderr, "pyjail: cgroup %s\n", leaf->path().c_str());
-    } else if (!p.cgroup.why_not.empty()) {
+    } else if (!p.cgroup.why_not.empty() && !p.policy.quiet) {
         std::string fallback;
         for (const auto& e : p.limits.entries)
             if (e.name != "nofile" && e.name != "fsize" && e.name != "output")
@@ -500,7 +500,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         what = "out of memory: the jail reached its memory limit and was killed";
     else
         what = describe(s.outcome, p.policy.wall_time);
-    if (!what.empty() && (verbose || status != "signal" || s.outcome.signal == SIGKILL))
+    if (!what.empty() && !p.policy.quiet &&
+        (verbose || status != "signal" || s.outcome.signal == SIGKILL))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());
     // Both time limits end like timeout(1).
     facts.exit_code = status == "cpu-timeout" ? kExitWallTimeout : exit_code_for(s.outcome);

@@ -203,3 +203,15 @@ def test_output_limit_relay_gives_the_program_epipe_when_our_reader_leaves(popen
     # instead of writing into the void until some limit stops it.
     assert p.wait(timeout=20) in (1, 120)
     assert first.strip().isdigit()
+
+
+def test_quiet_leaves_stderr_to_the_program(run_jail, world_tmp, as_user):
+    r = run_with_report(run_jail, world_tmp,
+                        ["--quiet", "--wall-time", "0.5", "--", "python3", "-c",
+                         "import sys; print('e', file=sys.stderr, flush=True)\nwhile True: pass"],
+                        as_user)
+    assert r.returncode == 124
+    assert r.stderr == "e\n"
+    assert r.report["status"] == "wall-timeout"
+    r = run_jail(["--quiet", "--seccomp", "off", "--", "python3", "-c", "pass"], user=as_user)
+    assert "WARNING: --seccomp off" in r.stderr  # never quiet about that
