@@ -22,10 +22,12 @@ else
     (cd "$out" && $py "${args[@]}" > "$out/host.log" 2>&1) || true
 fi
 echo "==> inside the jail (--profile strict)"
-# strict, with limits sized for a test suite rather than for one script.
+# strict, with limits sized for a test suite rather than for one script. The host's whole
+# standard library is bound over the rootfs's trimmed one (which lacks the test packages),
+# so that the differences come from the jail, not from the rootfs.
+stdlib=$(dirname "$testdir")
 "$pyjail" --profile strict --tmpfs-size 2G --wall-time 3600 --cpu-time 0 --memory 4G --pids 1024 \
-    --ro-bind "$testdir:/opt/cpython/test" --env PYTHONPATH=/opt/cpython \
-    -- python3 "${args[@]}" > "$out/jail.log" 2>&1 || true
+    --ro-bind "$stdlib:$stdlib" -- python3 "${args[@]}" > "$out/jail.log" 2>&1 || true
 
 summary() {  # the test modules in each outcome section of regrtest's summary
     awk '/^[0-9]+ tests? (failed|skipped|altered the execution environment|omitted|run no tests|failed again)/ {sec=$0; next}
