@@ -2,7 +2,7 @@
 # The whole test suite: installs what it needs (on Debian, when run as root), builds with
 # warnings as errors, runs the unit tests, installs pyjail into a throw-away staging prefix
 # and runs the integration tests against that installed copy -- as root and as an
-# unprivileged user.
+# unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm).
 #
 #   tests/run.sh            # everything
 #   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
@@ -14,7 +14,8 @@ build=${PYJAIL_BUILD_DIR:-$root/build}
 say() { printf '==> %s\n' "$*"; }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
-      doctest-dev python3 python3-pytest python3-numpy util-linux)
+      doctest-dev python3 python3-pytest python3-numpy util-linux
+      qemu-system-x86 busybox-static linux-image-amd64)  # the last three: the cgroup v2 VM
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then
@@ -43,5 +44,5 @@ say "installing into $stage"
 DESTDIR="$stage" cmake --install "$build" --prefix /usr/local >/dev/null
 export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
 
-say "integration tests"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs "$@"
+say "integration tests, and the cgroup v2 limits in a VM"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm "$@"

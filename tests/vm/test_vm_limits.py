@@ -1,0 +1,182 @@
+"""cgroup v2 limits for real, in a VM whose cgroup2 hierarchy has the memory, pids and cpu
+controllers: as root, and as an unprivileged user from a cgroup delegated to it (the way a
+systemd user session is), with no setuid bit and no daemon."""
+
+import json
+import re
+
+import pytest
+
+USERS = ["root", "nobody"]
+
+# Runs pyjail with a report on fd 3, then prints the exit status, the report, and whether the
+# run's cgroup is still there afterwards.
+REPORTED = r'''
+report() {
+    rm -f /tmp/report.json
+    as_user "$user" "$PYJAIL" --report-fd 3 "$@" 3>/tmp/report.json
+    echo "@@RC@@ $?"
+    echo "@@REPORT@@"; cat /tmp/report.json; echo "@@END@@"
+    cg=$(sed -n 's/^  "cgroup": "\(.*\)",$/\1/p' /tmp/report.json)
+    if [ -n "$cg" ] && [ -d "/sys/fs/cgroup$cg" ]; then echo "@@LEFTOVER@@ $cg"; fi
+}
+'''
+
+
+def parse(vm_run):
+    out = vm_run.output
+    rc = int(re.search(r"^@@RC@@ (\d+)$", out, re.M).group(1))
+    report = json.loads(out.split("@@REPORT@@\n", 1)[1].split("@@END@@", 1)[0])
+    program = out.split("@@RC@@", 1)[0]
+    return rc, report, program
+
+
+def assert_cgroup_run(vm_run, report):
+    assert report["cgroup"] is not None, vm_run.describe()
+    assert "@@LEFTOVER@@" not in vm_run.output, "the run's cgroup was not removed"
+    assert "no cgroup v2 for the limits" not in vm_run.output
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report --memory 64M -- python3 -c 'x = bytearray(256 << 20); print("survived")'
+""", timeout=90)
+def test_a_memory_bomb_is_oom_killed_as_a_whole(vm_run, user):
+    rc, report, program = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert "survived" not in program
+    assert rc == 137, vm_run.describe()
+    assert report["status"] == "oom"
+    assert report["oom_kills"] >= 1
+    assert report["limits"]["memory"] == {"value": str(64 << 20), "mechanism": "cgroup-v2",
+                                          "detail": "memory.max, memory.swap.max=0"}
+    assert report["memory_peak_source"] == "memory.peak"
+    assert 1 << 20 < report["memory_peak_bytes"] <= (64 << 20) + (1 << 20)
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report --pids 16 -- python3 -c '
+import os, time
+for i in range(100):
+    if os.fork() == 0:
+        time.sleep(5)
+        os._exit(0)
+'
+""", timeout=90)
+def test_a_fork_bomb_hits_the_pids_limit(vm_run, user):
+    rc, report, program = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert rc == 1, vm_run.describe()
+    assert "BlockingIOError" in program  # fork() failed with EAGAIN
+    assert report["status"] == "pids-limit"
+    assert report["pids_limit_hits"] >= 1
+    assert report["limits"]["pids"]["mechanism"] == "cgroup-v2"
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report --cpus 0.25 --wall-time 3 -- python3 -c 'while True: pass'
+""", timeout=90)
+def test_cpus_caps_the_bandwidth(vm_run, user):
+    rc, report, _ = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert rc == 124 and report["status"] == "wall-timeout"
+    used = report["cpu_user_s"] + report["cpu_system_s"]
+    # A quarter of a CPU over ~3 s of wall time, with room for the jail's start.
+    assert 0.3 < used < 0.25 * report["wall_time_s"] + 0.4, report
+    assert report["limits"]["cpus"]["mechanism"] == "cgroup-v2"
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report --cpu-time 1 --wall-time 60 -- python3 -c '
+import os
+os.fork()
+while True: pass
+'
+""", timeout=90)
+def test_cpu_time_counts_the_whole_tree(vm_run, user):
+    rc, report, _ = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert rc == 124, vm_run.describe()
+    assert report["status"] == "cpu-timeout"
+    used = report["cpu_user_s"] + report["cpu_system_s"]
+    assert 1.0 <= used < 2.5, report
+    # Two busy processes on two CPUs: the limit is reached in well under its length in
+    # wall time only if both are counted.
+    assert report["wall_time_s"] < 10
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report -- python3 -c 'print("hello")'
+""", timeout=60)
+def test_a_plain_run_uses_a_cgroup_and_removes_it(vm_run, user):
+    rc, report, program = parse(vm_run)
+    assert rc == 0 and program == "hello\n", vm_run.describe()
+    assert_cgroup_run(vm_run, report)
+    assert report["status"] == "ok"
+    assert re.fullmatch(r"/.*/pyjail-run-\d+-\d+", report["cgroup"])
+    assert {report["limits"][k]["mechanism"] for k in ("memory", "pids", "cpus", "cpu-time")} \
+        == {"cgroup-v2"}
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm("""
+cgroups() { find /sys/fs/cgroup -name 'pyjail-run-*' -type d | sort; }
+as_user "$user" "$PYJAIL" -- python3 -c 'import time; time.sleep(60)' &
+sleep 3
+echo "running: $(cgroups | wc -l)"
+# SIGKILL the supervisor (and the jail's pid 1, a copy of it): nothing cleans up the cgroup.
+for p in /proc/[0-9]*; do
+    [ "$(cat $p/comm 2>/dev/null)" = pyjail ] && kill -9 "${p#/proc/}"
+done
+sleep 1
+echo "after SIGKILL: $(cgroups | wc -l)"
+as_user "$user" "$PYJAIL" -- python3 -c 'print("next run")'
+echo "after the next run: $(cgroups | wc -l)"
+""", timeout=90)
+def test_a_cgroup_left_by_a_killed_pyjail_is_removed_by_the_next_run(vm_run, user):
+    assert vm_run.exit_code == 0, vm_run.describe()
+    lines = vm_run.output.splitlines()
+    assert "running: 1" in lines, vm_run.describe()
+    assert "after SIGKILL: 1" in lines, vm_run.describe()
+    assert "next run" in lines
+    assert "after the next run: 0" in lines, vm_run.describe()
+
+
+@pytest.mark.vm("""
+mkdir -p /sys/fs/cgroup/not-delegated
+sh -c 'echo $$ > /sys/fs/cgroup/not-delegated/cgroup.procs &&
+    exec /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups -- "$PYJAIL" --cgroup require -- python3 -c "print(1)"'
+echo "require: $?"
+sh -c 'echo $$ > /sys/fs/cgroup/not-delegated/cgroup.procs &&
+    exec /usr/bin/setpriv --reuid=65534 --regid=65534 --clear-groups -- "$PYJAIL" -- python3 -c "print(2)"'
+echo "auto: $?"
+""", timeout=60)
+def test_without_delegation_require_refuses_and_auto_falls_back_saying_so(vm_run):
+    out = vm_run.output
+    assert "require: 125" in out, vm_run.describe()
+    assert ("pyjail: cgroup: cgroup v2 is required (--cgroup require), but cgroup "
+            "/sys/fs/cgroup/not-delegated is not delegated to uid 65534; run pyjail in a "
+            "delegated cgroup, e.g. `systemd-run --user --scope -p Delegate=yes pyjail ...`") in out
+    assert "auto: 0" in out and "\n2\n" in out
+    assert "pyjail: no cgroup v2 for the limits (cgroup /sys/fs/cgroup/not-delegated is not " \
+           "delegated to uid 65534" in out
+
+
+@pytest.mark.vm("""
+mkdir -p "$USER_CGROUP/jobs" && chown 65534:65534 "$USER_CGROUP/jobs" "$USER_CGROUP/jobs/cgroup.procs" "$USER_CGROUP/jobs/cgroup.subtree_control"
+echo "+cpu +memory +pids" > "$USER_CGROUP/cgroup.subtree_control" 2>/dev/null
+as_nobody "$PYJAIL" --cgroup require --cgroup-parent "$USER_CGROUP/jobs" --verbose -- python3 -c 'print(open("/proc/self/cgroup").read().strip())'
+echo "rc: $?"
+ls "$USER_CGROUP/jobs" | grep -c pyjail-run || true
+""", timeout=60)
+def test_cgroup_parent_names_the_delegated_cgroup(vm_run):
+    out = vm_run.output
+    assert "rc: 0" in out, vm_run.describe()
+    # Inside, the jail sees its own cgroup namespace: its cgroup is its root.
+    assert "0::/\n" in out, vm_run.describe()
+    assert "pyjail: cgroup /sys/fs/cgroup/user-65534/jobs/pyjail-run-" in out
+    assert out.rstrip().endswith("0")  # removed after the run
