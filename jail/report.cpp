@@ -2,27 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <nlohmann/json.hpp>
+
 #include <csignal>
 #include <cstring>
 
 namespace pyjail {
 
-std::string json_string(const std::string& s) {
-    std::string out = "\"";
-    for (unsigned char c : s) {
-        switch (c) {
-            case '"': out += "\\\""; break;
-            case '\\': out += "\\\\"; break;
-            case '\n': out += "\\n"; break;
-            case '\r': out += "\\r"; break;
-            case '\t': out += "\\t"; break;
-            default:
-                if (c < 0x20) out += fmt::format("\\u{:04x}", c);
-                else out += static_cast<char>(c);
-        }
-    }
-    return out + "\"";
-}
+std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
 
 std::string run_status(const RunFacts& f) {
     const Outcome& o = f.outcome;
@@ -42,74 +29,52 @@ std::string run_status(const RunFacts& f) {
     return "signal";
 }
 
-namespace {
-template <typename T>
-std::string opt(const std::optional<T>& v) {
-    return v ? fmt::format("{}", *v) : "null";
-}
-std::string seconds(double s) { return fmt::format("{:.6f}", s); }
-}  // namespace
-
 std::string report_json(const RunFacts& f) {
+    using Json = nlohmann::ordered_json;  // fields in the documented order
     const Outcome& o = f.outcome;
-    std::optional<int> program_exit, signal;
-    if (o.kind == Outcome::Kind::Exited && !f.setup_error) program_exit = o.code;
+    Json j;
+    j["pyjail_version"] = PYJAIL_VERSION;
+    j["status"] = run_status(f);
+    j["exit_code"] = f.exit_code;
+    j["program_exit_code"] = nullptr;
+    if (o.kind == Outcome::Kind::Exited && !f.setup_error) j["program_exit_code"] = o.code;
+    int signal = 0;
     if (o.kind == Outcome::Kind::Signaled || (o.kind == Outcome::Kind::JailDied && o.signal != 0))
         signal = o.signal;
-    std::string signal_name = "null";
-    if (signal && sigabbrev_np(*signal) != nullptr)
-        signal_name = json_string(std::string("SIG") + sigabbrev_np(*signal));
-
-    std::string limits;
+    j["signal"] = signal != 0 ? Json(signal) : Json(nullptr);
+    j["signal_name"] = signal != 0 && sigabbrev_np(signal) != nullptr
+                           ? Json(std::string("SIG") + sigabbrev_np(signal))
+                           : Json(nullptr);
+    j["wall_time_s"] = f.wall_s;
+    j["cpu_user_s"] = f.user_s ? Json(*f.user_s) : Json(nullptr);
+    j["cpu_system_s"] = f.system_s ? Json(*f.system_s) : Json(nullptr);
+    j["memory_peak_bytes"] = f.memory_peak ? Json(*f.memory_peak) : Json(nullptr);
+    j["memory_peak_source"] = f.memory_peak ? Json(f.memory_peak_source) : Json(nullptr);
+    j["setup_time_ms"] = f.setup_ms;
+    Json limits = Json::object();
     for (const auto& l : f.limits)
-        limits += fmt::format("{}\n    {}: {{\"value\": {}, \"mechanism\": {}, \"detail\": {}}}",
-                              limits.empty() ? "" : ",", json_string(l.name), json_string(l.value),
-                              json_string(mechanism_name(l.mechanism)), json_string(l.detail));
-    std::string denied;
-    for (const auto& [what, n] : f.denied)
-        denied += fmt::format("{}{{\"syscall\": {}, \"count\": {}}}", denied.empty() ? "" : ", ",
-                              json_string(what), n);
-    std::string command;
-    for (const auto& a : f.command) command += (command.empty() ? "" : ", ") + json_string(a);
-    std::string error = "null";
-    if (f.setup_error)
-        error = fmt::format("{{\"step\": {}, \"errno\": {}, \"errno_name\": {}, \"message\": {}, "
-                            "\"hint\": {}}}",
-                            json_string(f.error_step), f.error_errno,
-                            f.error_errno != 0 && strerrorname_np(f.error_errno) != nullptr
-                                ? json_string(strerrorname_np(f.error_errno))
-                                : "null",
-                            json_string(f.error_message), json_string(f.error_hint));
-
-    return fmt::format(
-        "{{\n"
-        "  \"pyjail_version\": {},\n"
-        "  \"status\": {},\n"
-        "  \"exit_code\": {},\n"
-        "  \"program_exit_code\": {},\n"
-        "  \"signal\": {},\n"
-        "  \"signal_name\": {},\n"
-        "  \"wall_time_s\": {},\n"
-        "  \"cpu_user_s\": {},\n"
-        "  \"cpu_system_s\": {},\n"
-        "  \"memory_peak_bytes\": {},\n"
-        "  \"memory_peak_source\": {},\n"
-        "  \"setup_time_ms\": {:.3f},\n"
-        "  \"limits\": {{{}\n  }},\n"
-        "  \"cgroup\": {},\n"
-        "  \"oom_kills\": {},\n"
-        "  \"pids_limit_hits\": {},\n"
-        "  \"denied_syscalls\": [{}],\n"
-        "  \"error\": {},\n"
-        "  \"profile\": {},\n"
-        "  \"command\": [{}]\n"
-        "}}\n",
-        json_string(PYJAIL_VERSION), json_string(run_status(f)), f.exit_code, opt(program_exit),
-        opt(signal), signal_name, seconds(f.wall_s),
-        f.user_s ? seconds(*f.user_s) : "null", f.system_s ? seconds(*f.system_s) : "null",
-        opt(f.memory_peak), f.memory_peak ? json_string(f.memory_peak_source) : "null",
-        f.setup_ms, limits, f.cgroup.empty() ? "null" : json_string(f.cgroup), f.oom_kills,
-        f.pids_limit_hits, denied, error, json_string(f.profile), command);
+        limits[l.name] = {{"value", l.value}, {"mechanism", mechanism_name(l.mechanism)},
+                          {"detail", l.detail}};
+    j["limits"] = limits;
+    j["cgroup"] = f.cgroup.empty() ? Json(nullptr) : Json(f.cgroup);
+    j["oom_kills"] = f.oom_kills;
+    j["pids_limit_hits"] = f.pids_limit_hits;
+    Json denied = Json::array();
+    for (const auto& [what, n] : f.denied) denied.push_back({{"syscall", what}, {"count", n}});
+    j["denied_syscalls"] = denied;
+    j["error"] = nullptr;
+    if (f.setup_error) {
+        const char* name = f.error_errno != 0 ? strerrorname_np(f.error_errno) : nullptr;
+        j["error"] = {{"step", f.error_step},
+                      {"errno", f.error_errno},
+                      {"errno_name", name != nullptr ? Json(name) : Json(nullptr)},
+                      {"message", f.error_message},
+                      {"hint", f.error_hint}};
+    }
+    j["profile"] = f.profile;
+    j["command"] = f.command;
+    // Invalid UTF-8 (a command line is bytes) is replaced, never an exception.
+    return j.dump(2, ' ', false, Json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace pyjail

@@ -15,7 +15,7 @@ say() { printf '==> %s\n' "$*"; }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
-      qemu-system-x86 busybox-static linux-image-amd64)  # the last three: the cgroup v2 VM
+      qemu-system-x86 busybox-static nlohmann-json3-dev)
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then
@@ -43,6 +43,13 @@ chmod 755 "$stage"
 say "installing into $stage"
 DESTDIR="$stage" cmake --install "$build" --prefix /usr/local >/dev/null
 export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
+
+# The VM boots Debian's kernel, downloaded (not installed) into a cache.
+if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
+    PYJAIL_VM_KERNEL=$(tests/vm/fetch-kernel.sh) || {
+        echo "tests/run.sh: cannot fetch a kernel for the VM tests" >&2; exit 1; }
+    export PYJAIL_VM_KERNEL
+fi
 
 say "integration tests, and the cgroup v2 limits in a VM"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm "$@"

@@ -3,6 +3,8 @@
 
 #include <csignal>
 
+#include <nlohmann/json.hpp>
+
 #include "limits.hpp"
 #include "report.hpp"
 
@@ -112,20 +114,46 @@ TEST_CASE("the report is JSON with stable fields") {
     f.denied = {{"ptrace", 2}};
     f.command = {"python3", "-c", "print(\"x\")\n"};
     f.profile = "strict";
-    std::string j = report_json(f);
-    CHECK(j.find("\"status\": \"seccomp-denied\"") != std::string::npos);  // failed after a refusal
-    CHECK(j.find("\"exit_code\": 137") != std::string::npos);
-    CHECK(j.find("\"program_exit_code\": null") != std::string::npos);
-    CHECK(j.find("\"signal\": 9") != std::string::npos);
-    CHECK(j.find("\"signal_name\": \"SIGKILL\"") != std::string::npos);
-    CHECK(j.find("\"wall_time_s\": 1.500000") != std::string::npos);
-    CHECK(j.find("\"cpu_user_s\": 0.250000") != std::string::npos);
-    CHECK(j.find("\"memory_peak_bytes\": 1024") != std::string::npos);
-    CHECK(j.find("\"memory\": {\"value\": \"1024\", \"mechanism\": \"cgroup-v2\", \"detail\": "
-                 "\"memory.max\"}") != std::string::npos);
-    CHECK(j.find("\"denied_syscalls\": [{\"syscall\": \"ptrace\", \"count\": 2}]") != std::string::npos);
-    CHECK(j.find("\"command\": [\"python3\", \"-c\", \"print(\\\"x\\\")\\n\"]") != std::string::npos);
-    CHECK(j.find("\"error\": null") != std::string::npos);
+    auto j = nlohmann::ordered_json::parse(report_json(f));
+    CHECK(j["status"] == "seccomp-denied");  // failed after a refusal
+    CHECK(j["exit_code"] == 137);
+    CHECK(j["program_exit_code"].is_null());
+    CHECK(j["signal"] == 9);
+    CHECK(j["signal_name"] == "SIGKILL");
+    CHECK(j["wall_time_s"] == 1.5);
+    CHECK(j["cpu_user_s"] == 0.25);
+    CHECK(j["cpu_system_s"] == 0.125);
+    CHECK(j["memory_peak_bytes"] == 1024);
+    CHECK(j["limits"]["memory"] == nlohmann::ordered_json{{"value", "1024"}, {"mechanism", "cgroup-v2"},
+                                                  {"detail", "memory.max"}});
+    CHECK(j["denied_syscalls"] == nlohmann::ordered_json::parse(R"([{"syscall": "ptrace", "count": 2}])"));
+    CHECK(j["command"] == nlohmann::json{"python3", "-c", "print(\"x\")\n"});
+    CHECK(j["error"].is_null());
+    // The documented fields, in the documented order.
+    std::vector<std::string> keys;
+    for (const auto& item : j.items()) keys.push_back(item.key());
+    CHECK(keys == std::vector<std::string>{
+                      "pyjail_version", "status", "exit_code", "program_exit_code", "signal",
+                      "signal_name", "wall_time_s", "cpu_user_s", "cpu_system_s",
+                      "memory_peak_bytes", "memory_peak_source", "setup_time_ms", "limits",
+                      "cgroup", "oom_kills", "pids_limit_hits", "denied_syscalls", "error",
+                      "profile", "command"});
+}
+
+TEST_CASE("setup errors carry step, errno and message; bad UTF-8 does not break the report") {
+    RunFacts f;
+    f.setup_error = true;
+    f.exit_code = 125;
+    f.error_step = "bind";
+    f.error_errno = 2;
+    f.error_message = "--ro-bind: cannot use /x";
+    f.command = {"python3", "\xff\xfe.py"};
+    auto j = nlohmann::json::parse(report_json(f));
+    CHECK(j["status"] == "setup-error");
+    CHECK(j["error"]["errno_name"] == "ENOENT");
+    CHECK(j["error"]["step"] == "bind");
+    CHECK(j["program_exit_code"].is_null());
+    CHECK(j["command"][1].get<std::string>().size() > 0);
 }
 
 TEST_CASE("json strings escape control characters") {
