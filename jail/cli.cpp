@@ -25,6 +25,7 @@ struct App {
         app.add_flag("-V,--version", version, "Print the version and exit");
         app.footer(
             "Usage: pyjail [OPTIONS] [--] COMMAND [ARGS...]\n"
+            "       pyjail doctor [--json]   (can this host run jails? how to fix it)\n"
             "  python, python3 and python3.X name the rootfs's interpreter; in\n"
             "  `python script.py`, the script is made visible read-only inside the jail.\n"
             "Exit status: the program's own; 128+N if it died of signal N; 124 when\n"

@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
+
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -11,6 +13,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "doctor.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "explain.hpp"
@@ -24,8 +27,32 @@ using namespace pyjail;
 
 namespace {
 
+int run_doctor(const std::vector<std::string>& args) {
+    bool json = false;
+    for (std::size_t i = 1; i < args.size(); ++i) {
+        if (args[i] == "--json") json = true;
+        else if (args[i] == "-h" || args[i] == "--help") {
+            std::fputs("Usage: pyjail doctor [--json]\n"
+                       "Checks whether this host can run jails and says how to fix what is "
+                       "missing.\nExit status 0 when --profile strict can run here, 1 if not.\n",
+                       stdout);
+            return 0;
+        } else {
+            throw UsageError(fmt::format("doctor: unknown argument '{}'", args[i]),
+                             "usage: pyjail doctor [--json]");
+        }
+    }
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw JailError("doctor", "cannot find pyjail's own path", errno);
+    auto checks = run_doctor_checks(std::string(self, static_cast<std::size_t>(n)));
+    std::fputs(format_checks(checks, json).c_str(), stdout);
+    return doctor_exit_code(checks);
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
+    if (!args.empty() && args[0] == "doctor") return run_doctor(args);
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);

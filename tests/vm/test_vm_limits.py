@@ -221,3 +221,14 @@ def test_background_children_are_gone_after_the_run(vm_run, user):
     assert "started" in lines
     assert "jailed python left: 0" in lines, vm_run.describe()
     assert "cgroups left: 0" in lines
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm("""as_user "$user" "$PYJAIL" doctor""", timeout=60)
+def test_doctor_finds_the_delegated_cgroup(vm_run, user):
+    assert vm_run.exit_code == 0, vm_run.describe()
+    out = vm_run.output
+    assert "ok    cgroup v2        delegated: /sys/fs/cgroup/" in out, out
+    assert "ok    cgroup.kill      present" in out
+    assert "ok    memory.peak      present" in out
+    assert "warn" not in out and "FAIL" not in out

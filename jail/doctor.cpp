@@ -1,0 +1,229 @@
+#include "doctor.hpp"
+
+#include <fmt/format.h>
+#include <linux/seccomp.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <sys/utsname.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "cgroup.hpp"
+#include "error.hpp"
+#include "hints.hpp"
+#include "paths.hpp"
+#include "sys.hpp"
+
+namespace pyjail {
+
+namespace {
+
+const char* verdict_name(Check::Verdict v) {
+    switch (v) {
+        case Check::Verdict::Ok: return "ok";
+        case Check::Verdict::Warn: return "warn";
+        case Check::Verdict::Fail: return "FAIL";
+    }
+    return "";
+}
+
+// Runs a command, returning its exit status and its stdout+stderr.
+int run_capture(const std::string& command, std::string& output) {
+    output.clear();
+    FILE* p = ::popen((command + " 2>&1").c_str(), "r");
+    if (p == nullptr) return -1;
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) output.append(buf, n);
+    int status = ::pclose(p);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string quote(const std::string& s) {
+    std::string out = "'";
+    for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+    return out + "'";
+}
+
+std::string first_line(const std::string& s) {
+    auto nl = s.find('\n');
+    return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+Check check_kernel() {
+    utsname u{};
+    ::uname(&u);
+    int major = 0, minor = 0;
+    std::sscanf(u.release, "%d.%d", &major, &minor);
+    bool ok = major > 5 || (major == 5 && minor >= 9);
+    return {"kernel", ok ? Check::Verdict::Ok : Check::Verdict::Fail,
+            fmt::format("Linux {} ({})", u.release, u.machine),
+            ok ? "" : "pyjail needs Linux 5.9 or newer (clone3, close_range, openat2)"};
+}
+
+Check check_user_namespaces() {
+    // Really make one: a child in a new user namespace that exits at once.
+    CloneArgs args;
+    args.flags = CLONE_NEWUSER;
+    args.exit_signal = SIGCHLD;
+    pid_t pid = sys_clone3(args);
+    if (pid == 0) ::_exit(0);
+    if (pid < 0) {
+        int e = errno;
+        return {"user namespaces", Check::Verdict::Fail,
+                fmt::format("cannot create one as uid {}: {}", ::geteuid(), std::strerror(e)),
+                namespace_hint(e)};
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    std::string max;
+    try_read_file("/proc/sys/user/max_user_namespaces", max);
+    return {"user namespaces", Check::Verdict::Ok,
+            fmt::format("created one as uid {} (user.max_user_namespaces = {})", ::geteuid(),
+                        max.empty() ? "?" : first_line(max)),
+            ""};
+}
+
+Check check_seccomp() {
+    std::uint32_t action = SECCOMP_RET_USER_NOTIF;
+    if (::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) != 0) {
+        int e = errno;
+        return {"seccomp", Check::Verdict::Fail,
+                fmt::format("no syscall filters with user notification: {}", std::strerror(e)),
+                child_step_hint("seccomp", EINVAL)};
+    }
+    return {"seccomp", Check::Verdict::Ok, "filters with user notification", ""};
+}
+
+std::vector<Check> check_cgroup() {
+    std::vector<Check> out;
+    CgroupSite site = find_cgroup_site_from_parent({"memory", "pids", "cpu"}, "");
+    if (!site.ok) {
+        out.push_back({"cgroup v2", Check::Verdict::Warn,
+                       site.why_not + "; limits fall back to rlimits (memory per process, pids "
+                                      "per user, no CPU share)",
+                       "systemd-run --user --scope -p Delegate=yes pyjail ..., or --cgroup-parent "
+                       "DIR of a delegated cgroup"});
+        return out;
+    }
+    try {
+        // The controllers a jail would enable, so their files exist in the leaf.
+        CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
+        bool kill = ::access((leaf.path() + "/cgroup.kill").c_str(), F_OK) == 0;
+        bool peak = ::access((leaf.path() + "/memory.peak").c_str(), F_OK) == 0;
+        out.push_back({"cgroup v2", Check::Verdict::Ok,
+                       fmt::format("delegated: {} (made and removed a test leaf)", site.base), ""});
+        out.push_back({"cgroup.kill", kill ? Check::Verdict::Ok : Check::Verdict::Warn,
+                       kill ? "present" : "missing (Linux < 5.14): the jail is frozen, then killed",
+                       ""});
+        out.push_back({"memory.peak", peak ? Check::Verdict::Ok : Check::Verdict::Warn,
+                       peak ? "present"
+                            : "missing (Linux < 5.19): the report's peak memory is the largest "
+                              "process's",
+                       ""});
+    } catch (const JailError& e) {
+        out.push_back({"cgroup v2", Check::Verdict::Warn, e.one_line(),
+                       "systemd-run --user --scope -p Delegate=yes pyjail ..."});
+    }
+    return out;
+}
+
+Check check_rootfs(const DataDirs& dirs) {
+    std::string info;
+    if (!try_read_file(dirs.rootfs + "/etc/pyjail-rootfs", info))
+        return {"rootfs", Check::Verdict::Fail, fmt::format("no rootfs at {}", dirs.rootfs),
+                "build it: cmake --build build, or rootfs/build-rootfs.py --out DIR"};
+    std::string version;
+    std::istringstream in(info);
+    for (std::string line; std::getline(in, line);)
+        if (line.rfind("PYTHON_VERSION=", 0) == 0) version = line.substr(15);
+    // Plain `sha256sum -c` (GNU's and busybox's): a line per file, "NAME: OK" when it matches.
+    std::string out;
+    int rc = run_capture("cd " + quote(dirs.rootfs) + " && sha256sum -c etc/pyjail-manifest.sha256",
+                         out);
+    if (rc != 0) {
+        std::string bad = "sha256sum failed";
+        std::istringstream lines(out);
+        for (std::string line; std::getline(lines, line);)
+            if (line.size() < 4 || line.compare(line.size() - 4, 4, ": OK") != 0) {
+                bad = line;
+                break;
+            }
+        return {"rootfs", Check::Verdict::Fail,
+                fmt::format("{}: files differ from its manifest: {}", dirs.rootfs, bad),
+                "rebuild the rootfs"};
+    }
+    std::string manifest;
+    try_read_file(dirs.rootfs + "/etc/pyjail-manifest.sha256", manifest);
+    auto files = std::count(manifest.begin(), manifest.end(), '\n');
+    return {"rootfs", Check::Verdict::Ok,
+            fmt::format("{}: Python {}, {} files match the manifest", dirs.rootfs, version, files),
+            ""};
+}
+
+Check check_strict(const std::string& self) {
+    std::string out;
+    int rc = run_capture(quote(self) +
+                             " --profile strict --quiet -- python3 -c 'print(\"jail ok\")' </dev/null",
+                         out);
+    if (rc == 0 && out == "jail ok\n")
+        return {"profile strict", Check::Verdict::Ok, "ran python3 in a strict jail", ""};
+    return {"profile strict", Check::Verdict::Fail,
+            fmt::format("exit {}: {}", rc, first_line(out)), "see the checks above"};
+}
+
+}  // namespace
+
+std::vector<Check> run_doctor_checks(const std::string& self) {
+    std::vector<Check> checks;
+    checks.push_back(check_kernel());
+    checks.push_back(check_user_namespaces());
+    std::string aa;
+    if (try_read_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", aa) &&
+        first_line(aa) == "1")
+        checks.push_back({"apparmor", Check::Verdict::Warn,
+                          "kernel.apparmor_restrict_unprivileged_userns=1: unprivileged user "
+                          "namespaces need an AppArmor profile",
+                          "install pyjail's AppArmor profile (see the README)"});
+    checks.push_back(check_seccomp());
+    for (auto& c : check_cgroup()) checks.push_back(std::move(c));
+    DataDirs dirs = find_data_dirs();
+    checks.push_back(check_rootfs(dirs));
+    checks.push_back(check_strict(self));
+    return checks;
+}
+
+std::string format_checks(const std::vector<Check>& checks, bool json) {
+    if (json) {
+        nlohmann::ordered_json j = nlohmann::ordered_json::array();
+        for (const auto& c : checks)
+            j.push_back({{"check", c.name},
+                         {"status", c.verdict == Check::Verdict::Fail ? "fail" : verdict_name(c.verdict)},
+                         {"detail", c.detail},
+                         {"fix", c.fix}});
+        nlohmann::ordered_json doc = {{"strict_can_run", doctor_exit_code(checks) == 0},
+                                      {"checks", j}};
+        return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+    }
+    std::string out;
+    for (const auto& c : checks) {
+        out += fmt::format("{:<5} {:<16} {}\n", verdict_name(c.verdict), c.name, c.detail);
+        if (!c.fix.empty()) out += fmt::format("{:<22} fix: {}\n", "", c.fix);
+    }
+    out += doctor_exit_code(checks) == 0 ? "=> --profile strict can run here.\n"
+                                         : "=> --profile strict cannot run here; fix the FAILs above.\n";
+    return out;
+}
+
+int doctor_exit_code(const std::vector<Check>& checks) {
+    for (const auto& c : checks)
+        if (c.verdict == Check::Verdict::Fail) return 1;
+    return 0;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,27 @@
+// `pyjail doctor`: can this host run jails, and if not, exactly how to fix it. Each check
+// tries the real operation where it can (a user namespace, a cgroup leaf, a whole strict
+// jail) rather than guessing from version numbers.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pyjail {
+
+struct Check {
+    std::string name;
+    enum class Verdict { Ok, Warn, Fail } verdict;
+    std::string detail;
+    std::string fix;  // empty when there is nothing to do
+};
+
+// Text (one line per check) or JSON. Pure.
+std::string format_checks(const std::vector<Check>& checks, bool json);
+
+// Exit status: 0 when --profile strict can run here, 1 otherwise. Pure.
+int doctor_exit_code(const std::vector<Check>& checks);
+
+// Runs the checks. `self` is pyjail's own path (to run a real jail).
+std::vector<Check> run_doctor_checks(const std::string& self);
+
+}  // namespace pyjail

@@ -1,0 +1,84 @@
+"""pyjail doctor: on this host, with user namespaces turned off (in a user namespace of the
+test's own, never on the host), and with a damaged rootfs."""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+
+def doctor(pyjail_bin, user, *args, prefix=()):
+    return subprocess.run([*prefix, *user.prefix, str(pyjail_bin), "doctor", *args],
+                          capture_output=True, text=True, timeout=60, cwd="/")
+
+
+def test_doctor_on_this_host(pyjail_bin, as_user):
+    r = doctor(pyjail_bin, as_user)
+    assert r.returncode == 0, r.stdout + r.stderr
+    lines = r.stdout.splitlines()
+    status = {line[6:22].strip(): line[:5].strip() for line in lines if line[:5].strip() in
+              ("ok", "warn", "FAIL")}
+    assert status["kernel"] == "ok"
+    assert status["user namespaces"] == "ok"
+    assert status["seccomp"] == "ok"
+    assert status["rootfs"] == "ok"
+    assert status["profile strict"] == "ok"
+    assert status["cgroup v2"] in ("ok", "warn")
+    if status["cgroup v2"] == "warn":  # say why, and how to get one
+        assert "fix: " in r.stdout
+    assert lines[-1] == "=> --profile strict can run here."
+
+
+def test_doctor_json(pyjail_bin, as_user):
+    r = doctor(pyjail_bin, as_user, "--json")
+    assert r.returncode == 0
+    doc = json.loads(r.stdout)
+    assert doc["strict_can_run"] is True
+    names = [c["check"] for c in doc["checks"]]
+    assert names[:3] == ["kernel", "user namespaces", "seccomp"]
+    assert all(c["status"] in ("ok", "warn", "fail") for c in doc["checks"])
+
+
+def test_without_user_namespaces_doctor_names_the_sysctl(pyjail_bin, current_user):
+    if shutil.which("unshare") is None:
+        pytest.skip("no unshare(1)")
+    # A user namespace of our own whose limit of nested user namespaces is 0.
+    r = subprocess.run(["unshare", "-Ur", "sh", "-c",
+                        'echo 0 > /proc/sys/user/max_user_namespaces && exec "$0" doctor',
+                        str(pyjail_bin)], capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "FAIL  user namespaces  cannot create one" in r.stdout
+    assert "fix: user namespaces are disabled: sysctl -w user.max_user_namespaces=" in r.stdout
+    assert r.stdout.splitlines()[-1] == "=> --profile strict cannot run here; fix the FAILs above."
+
+
+def test_a_damaged_rootfs_fails_the_check(pyjail_bin, as_user):
+    # A copy of the installed tree, with one file of the rootfs changed.
+    prefix = Path(pyjail_bin).resolve().parents[1]
+    if not (prefix / "share" / "pyjail").is_dir():
+        pytest.skip("pyjail is not an installed copy (run through tests/run.sh)")
+    top = Path(tempfile.mkdtemp(prefix="pyjail-doctor-"))
+    try:
+        os.chmod(top, 0o755)
+        copy = top / "prefix"
+        shutil.copytree(prefix, copy, symlinks=True)
+        victim = next((copy / "lib").glob("**/rootfs/usr/lib/python3*/json/__init__.py"))
+        os.chmod(victim, 0o644)
+        victim.write_text(victim.read_text() + "\n# changed\n")
+        r = doctor(copy / "bin" / "pyjail", as_user)
+        assert r.returncode == 1, r.stdout
+        assert "FAIL  rootfs" in r.stdout and "files differ from its manifest" in r.stdout
+        assert "json/__init__.py" in r.stdout
+    finally:
+        shutil.rmtree(top)
+
+
+def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
+    r = doctor(pyjail_bin, as_user, "--frob")
+    assert r.returncode == 125
+    assert r.stderr == ("pyjail: doctor: unknown argument '--frob' (usage: pyjail doctor "
+                        "[--json])\n")
