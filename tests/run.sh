@@ -15,7 +15,7 @@ say() { printf '==> %s\n' "$*"; }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
-      qemu-system-x86 busybox-static nlohmann-json3-dev)
+      qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base)
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then

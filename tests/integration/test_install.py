@@ -1,0 +1,55 @@
+"""What `cmake --install` puts in place, checked on the staged installation the suite runs
+(tests/run.sh installs into a throw-away DESTDIR): the binary finds its profiles and rootfs
+by itself, and the man pages, bash completion and AppArmor profile are there and work."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture(scope="module")
+def prefix(pyjail_bin):
+    p = Path(pyjail_bin).resolve().parents[1]
+    if not (p / "share" / "pyjail").is_dir():
+        pytest.skip("pyjail is not an installed copy (run through tests/run.sh)")
+    return p
+
+
+def test_the_installed_binary_finds_its_own_profiles_and_rootfs(prefix, run_jail, as_user):
+    r = run_jail(["--explain", "--", "python3", "-c", "pass"], user=as_user)
+    assert r.returncode == 0
+    assert f'rootfs = "{prefix}/lib/pyjail/rootfs"' in r.stdout
+    assert f"profile ({prefix}/share/pyjail/profiles/strict.toml:" in r.stdout
+
+
+def test_man_pages_are_installed(prefix):
+    assert (prefix / "share/man/man1/pyjail.1").is_file()
+    assert (prefix / "share/man/man5/pyjail-profile.5").is_file()
+
+
+def test_the_apparmor_profile_names_the_installed_binary(prefix):
+    text = (prefix / "share/pyjail/apparmor/pyjail").read_text()
+    # The path the package is configured for (the staging DESTDIR is not part of it).
+    assert "profile pyjail /usr/local/bin/pyjail flags=(unconfined) {" in text
+    assert "  userns," in text
+
+
+def test_bash_completion(prefix):
+    completion = Path("/usr/share/bash-completion/bash_completion")
+    if not completion.exists() or shutil.which("bash") is None:
+        pytest.skip("bash-completion is not installed")
+    script = f'''
+source {completion}
+source {prefix}/share/bash-completion/completions/pyjail
+t() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+      COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _pyjail
+      echo "${{COMPREPLY[*]}}"; }}
+t {prefix}/bin/pyjail --wall
+t {prefix}/bin/pyjail --net ''
+t {prefix}/bin/pyjail --profile st
+t {prefix}/bin/pyjail --memory 1G -- py
+'''
+    out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
+    assert out == ["--wall-time", "none loopback", "standard strict", "python python3"]
