@@ -46,8 +46,6 @@ def time_once(cmd: list[str]) -> float:
     start = time.perf_counter_ns()
     r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                        stderr=subprocess.PIPE)
-    r.stderr = r.stderr.replace(b"pyjail: WARNING: --seccomp off: the program can make every "
-                                b"syscall the kernel allows in a user namespace\n", b"")
     elapsed = (time.perf_counter_ns() - start) / 1e6
     if r.returncode != 0:
         sys.exit(f"startup.py: {cmd[0]} failed ({r.returncode}): {r.stderr.decode().strip()}")
@@ -75,25 +73,33 @@ def main() -> int:
         rootfs = next(l.split('"')[1] for l in out.stdout.splitlines() if l.startswith("rootfs ="))
 
     lean = ["-I", "-S", "-c", "pass"]
+    plain = ["-c", "pass"]
     imports = ["-c", "import json, re, decimal"]
-    cases: dict[str, list[str]] = {
-        "python3 -I -S -c pass": [args.python] + lean,
-        "pyjail strict: python -I -S -c pass": [args.pyjail, "--profile", "strict", "--", "python"] + lean,
-        "python3 -c 'import json, re, decimal'": [args.python] + imports,
-        "pyjail strict: python -c 'import json, re, decimal'":
-            [args.pyjail, "--profile", "strict", "--", "python"] + imports,
-        "pyjail strict --seccomp off: python -I -S -c pass":
-            [args.pyjail, "--profile", "strict", "--seccomp", "off", "--", "python"] + lean,
-        "pyjail --version": [args.pyjail, "--version"],
-    }
-    baseline = {
-        "pyjail strict: python -I -S -c pass": "python3 -I -S -c pass",
-        "pyjail strict --seccomp off: python -I -S -c pass": "python3 -I -S -c pass",
-        "pyjail strict: python -c 'import json, re, decimal'": "python3 -c 'import json, re, decimal'",
-    }
+    strict = [args.pyjail, "--profile", "strict", "--quiet", "--"]
+    cases: dict[str, list[str]] = {}
+    baseline: dict[str, str] = {}
+
+    def case(name: str, cmd: list[str], base: str | None = None) -> None:
+        cases[name] = cmd
+        if base:
+            baseline[name] = base
+
+    case("python3 -I -S -c pass", [args.python] + lean)
+    case("python3 -c pass", [args.python] + plain)
+    case("python3 -c 'import json, re, decimal'", [args.python] + imports)
+    case("pyjail strict: python -I -S -c pass", strict + ["python"] + lean, "python3 -I -S -c pass")
+    case("pyjail strict --seccomp off: python -I -S -c pass",
+         [args.pyjail, "--profile", "strict", "--quiet", "--seccomp", "off", "--", "python"] + lean,
+         "python3 -I -S -c pass")
+    case("pyjail strict: python -c pass", strict + ["python"] + plain, "python3 -c pass")
+    case("pyjail strict: python -c 'import json, re, decimal'", strict + ["python"] + imports,
+         "python3 -c 'import json, re, decimal'")
+    case("pyjail --version", [args.pyjail, "--version"])
     if shutil.which("bwrap"):
-        cases["bwrap (same rootfs): python3 -I -S -c pass"] = bwrap_command(rootfs, ["/usr/bin/python3"] + lean)
-        baseline["bwrap (same rootfs): python3 -I -S -c pass"] = "python3 -I -S -c pass"
+        case("bwrap (same rootfs): python3 -I -S -c pass",
+             bwrap_command(rootfs, ["/usr/bin/python3"] + lean), "python3 -I -S -c pass")
+        case("bwrap (same rootfs): python3 -c pass",
+             bwrap_command(rootfs, ["/usr/bin/python3"] + plain), "python3 -c pass")
     else:
         print("startup.py: bwrap not found (apt-get install bubblewrap); comparing without it",
               file=sys.stderr)
@@ -119,14 +125,20 @@ def main() -> int:
             over = ""
         rows.append((name, statistics.median(xs), over))
 
-    jail = "pyjail strict: python -I -S -c pass"
-    bw = "bwrap (same rootfs): python3 -I -S -c pass"
+    def overhead(name: str) -> float:
+        return statistics.median(a - b for a, b in zip(samples[name], samples[baseline[name]]))
+
     ratio = ""
-    if bw in samples:
-        dj = statistics.median(a - b for a, b in zip(samples[jail], samples[baseline[jail]]))
-        db = statistics.median(a - b for a, b in zip(samples[bw], samples[baseline[bw]]))
-        ratio = (f"\npyjail's overhead is {dj / db:.2f}x bubblewrap's "
-                 f"(+{dj:.2f} ms vs +{db:.2f} ms over bare python3, paired medians).\n")
+    if "bwrap (same rootfs): python3 -I -S -c pass" in samples:
+        for jail, bw in (("pyjail strict: python -I -S -c pass",
+                          "bwrap (same rootfs): python3 -I -S -c pass"),
+                         ("pyjail strict: python -c pass", "bwrap (same rootfs): python3 -c pass")):
+            dj, db = overhead(jail), overhead(bw)
+            ratio += (f"\n`{jail}`: overhead {dj:+.2f} ms vs bubblewrap's {db:+.2f} ms over bare "
+                      f"python3 (paired medians): {dj / db:.2f}x bubblewrap's.\n")
+        seccomp = overhead("pyjail strict: python -I -S -c pass") - overhead(
+            "pyjail strict --seccomp off: python -I -S -c pass")
+        ratio += f"\nThe seccomp filter (compile + install + notifier) adds {seccomp:+.2f} ms.\n"
 
     versions = subprocess.run([args.pyjail, "--version"], capture_output=True, text=True).stdout.strip()
     bwv = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip() if shutil.which("bwrap") else "none"
