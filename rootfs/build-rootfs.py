@@ -711,6 +711,18 @@ class Builder:
         else:
             self.warn("no %s on this host: the jail will have no C.UTF-8 locale data" % src)
 
+    def copy_session_server(self):
+        """The in-jail half of the Python package's Session, importable as
+        pyjail_server from /usr/lib/pyjail (the driver sends its own copy when
+        this one is missing or differs)."""
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
+                           "python", "pyjail", "_server.py")
+        if not os.path.isfile(src):
+            self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
+            return
+        self.copy_file(src, "/usr/lib/pyjail/pyjail_server.py")
+        self.compile_dirs.append("/usr/lib/pyjail")
+
     def build(self):
         start = time.monotonic()
         sde = os.environ.get("SOURCE_DATE_EPOCH")
@@ -739,6 +751,7 @@ class Builder:
         self.copy_packages()
         self.copy_libraries()
         self.copy_locale()
+        self.copy_session_server()
         self.write_etc()
         self.say("byte-compiling")
         self.compile(self.compile_dirs, strict=True)

@@ -121,7 +121,7 @@ TEST_CASE("every profile key is an option, and suggestions only name profile key
 }
 
 TEST_CASE("the shipped profiles parse and apply") {
-    for (const char* name : {"strict", "standard", "batch"}) {
+    for (const char* name : {"strict", "standard", "batch", "repl"}) {
         std::string path = std::string(PYJAIL_SOURCE_DIR) + "/profiles/" + name + ".toml";
         FILE* f = std::fopen(path.c_str(), "r");
         REQUIRE(f != nullptr);

@@ -1,0 +1,33 @@
+"""Run untrusted Python in a pyjail jail, from Python.
+
+This package is a thin driver for the ``pyjail`` binary: no code it is given
+runs outside the jail.
+
+- :func:`run` runs a program in a fresh jail and returns a :class:`Result`
+  (stdout, stderr, exit code, pyjail's report, collected files).
+- :class:`Session` keeps one jailed interpreter alive across cells
+  (:class:`CellResult`: stdout, stderr, the trailing expression's repr, the
+  exception with its traceback), survives cell timeouts and moves files in and
+  out.
+- :mod:`pyjail.langchain` and :mod:`pyjail.smolagents` plug sessions into
+  LangChain and smolagents.
+
+The binary is ``binary=`` if given, else ``$PYJAIL_BIN``, else ``pyjail`` on
+``PATH``.
+"""
+
+from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_binary)
+from ._run import Result, run
+from ._session import (CellError, CellResult, FinalCall, JailObject, Session, SessionClosedError,
+                       SessionDiedError, SessionError)
+from ._server import HostFunctionError
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "run", "Result", "Report",
+    "Session", "CellResult", "CellError", "FinalCall", "JailObject",
+    "PyjailError", "BinaryNotFoundError", "JailError",
+    "SessionError", "SessionClosedError", "SessionDiedError", "HostFunctionError",
+    "find_binary", "__version__",
+]

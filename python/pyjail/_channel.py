@@ -1,0 +1,197 @@
+"""The driver's end of the framed channel to the in-jail server, and how the
+server is started."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import select
+import time
+from typing import Any, Dict, List, Optional, Tuple
+
+from . import _server
+from ._common import PyjailError
+
+Frame = Tuple[Dict[str, Any], bytes]
+
+_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
+with open(_SOURCE_PATH, "rb") as _f:
+    SERVER_SOURCE = _f.read()
+SERVER_SHA256 = hashlib.sha256(SERVER_SOURCE).hexdigest()
+
+# The jail's program: `python -I -c BOOT SHA256`. It runs the rootfs's copy of
+# the server when that is byte for byte the driver's own, and otherwise asks
+# the driver for the source, so a driver never talks to a server of another
+# version (an older rootfs, a --rootfs built elsewhere).
+BOOT = r"""
+import sys
+def _boot(want):
+    import os, struct
+    path = "/usr/lib/pyjail/pyjail_server.py"
+    try:
+        import hashlib
+        with open(path, "rb") as f:
+            have = hashlib.sha256(f.read()).hexdigest()
+    except (OSError, ImportError):
+        have = None
+    if have == want:
+        sys.path.insert(0, "/usr/lib/pyjail")
+        try:
+            import pyjail_server as m
+        finally:
+            del sys.path[0]
+    else:
+        head = b'{"op":"need-source"}'
+        os.write(1, struct.pack(">4sII", b"PJF1", len(head), 0) + head)
+        def read(n):
+            b = b""
+            while len(b) < n:
+                c = os.read(0, n - len(b))
+                if not c:
+                    raise SystemExit(3)
+                b += c
+            return b
+        magic, hlen, blen = struct.unpack(">4sII", read(12))
+        read(hlen)
+        src = read(blen)
+        import types
+        m = types.ModuleType("pyjail_server")
+        m.__file__ = path
+        m.FROM_DRIVER = True
+        sys.modules["pyjail_server"] = m
+        exec(compile(src, path, "exec"), m.__dict__)
+    m.main()
+_boot(sys.argv[1])
+"""
+
+
+def server_command() -> List[str]:
+    """The command (after pyjail's `--`) that starts the in-jail server."""
+    return ["python", "-I", "-c", BOOT, _SERVER_SHA256_IN_USE[0]]
+
+
+# The hash the driver asks for (tests replace it to force the fallback).
+_SERVER_SHA256_IN_USE = [SERVER_SHA256]
+
+
+class ChannelError(PyjailError):
+    pass
+
+
+class ChannelClosed(ChannelError):
+    """The jail's end is gone (the interpreter died, or the jail ended)."""
+
+
+class ChannelTimeout(ChannelError):
+    pass
+
+
+class ProtocolError(ChannelError):
+    """The jail sent something that is not a valid frame."""
+
+
+class Channel:
+    """Frames over the jail's stdin (wfd) and stdout (rfd), with deadlines.
+
+    Everything read is untrusted: a frame's sizes are checked before anything
+    is allocated for it, and its header must be a JSON object."""
+
+    def __init__(self, wfd: int, rfd: int, max_body: int) -> None:
+        self.wfd, self.rfd = wfd, rfd
+        self.max_body = max_body
+        self.buf = bytearray()
+        self.closed = False
+        os.set_blocking(wfd, False)
+        os.set_blocking(rfd, False)
+
+    @staticmethod
+    def _wait(fd: int, events: int, deadline: Optional[float]) -> None:
+        poller = select.poll()
+        poller.register(fd, events)
+        while True:
+            if deadline is None:
+                timeout_ms = None
+            else:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise ChannelTimeout("timed out")
+                timeout_ms = max(1, int(left * 1000 + 0.999))
+            if poller.poll(timeout_ms):
+                return
+
+    def send(self, header: Dict[str, Any], body: bytes = b"",
+             deadline: Optional[float] = None) -> None:
+        if self.closed:
+            raise ChannelClosed("the channel is closed")
+        view = memoryview(_server.encode_frame(header, body))
+        while view:
+            try:
+                n = os.write(self.wfd, view)
+            except BlockingIOError:
+                self._wait(self.wfd, select.POLLOUT, deadline)
+                continue
+            except OSError as e:
+                if e.errno in (errno.EPIPE, errno.EBADF, errno.ECONNRESET):
+                    self.closed = True
+                    raise ChannelClosed("the jail's end of the channel is closed")
+                raise
+            view = view[n:]
+
+    def _parse(self) -> Optional[Frame]:
+        size = _server.FRAME.size
+        if len(self.buf) < size:
+            return None
+        magic, hlen, blen = _server.FRAME.unpack_from(self.buf)
+        if magic != _server.MAGIC:
+            raise ProtocolError("bad frame magic %r" % bytes(magic))
+        if hlen > _server.MAX_HEADER:
+            raise ProtocolError("frame header of %d bytes" % hlen)
+        if blen > self.max_body:
+            raise ProtocolError("frame body of %d bytes (at most %d expected)"
+                                % (blen, self.max_body))
+        end = size + hlen + blen
+        if len(self.buf) < end:
+            return None
+        try:
+            header = json.loads(bytes(self.buf[size:size + hlen]).decode("utf-8"))
+        except (ValueError, RecursionError) as e:
+            raise ProtocolError("frame header is not JSON: %s" % e)
+        if not isinstance(header, dict):
+            raise ProtocolError("frame header is not an object")
+        body = bytes(self.buf[size + hlen:end])
+        del self.buf[:end]
+        return header, body
+
+    def recv(self, deadline: Optional[float] = None) -> Frame:
+        while True:
+            frame = self._parse()
+            if frame is not None:
+                return frame
+            if self.closed:
+                raise ChannelClosed("the jail closed the channel")
+            try:
+                data = os.read(self.rfd, 1 << 20)
+            except BlockingIOError:
+                self._wait(self.rfd, select.POLLIN, deadline)
+                continue
+            if not data:
+                self.closed = True
+                if self.buf:
+                    raise ChannelClosed("the jail closed the channel in the middle of a frame")
+                raise ChannelClosed("the jail closed the channel")
+            self.buf += data
+
+    def handshake(self, deadline: Optional[float]) -> Dict[str, Any]:
+        """Wait for the server's hello, sending it its source if it asks."""
+        header, _ = self.recv(deadline)
+        if header.get("op") == "need-source":
+            self.send({"op": "source"}, SERVER_SOURCE, deadline)
+            header, _ = self.recv(deadline)
+        if header.get("op") != "hello":
+            raise ProtocolError("expected the server's hello, got %r" % header.get("op"))
+        if header.get("protocol") != _server.PROTOCOL:
+            raise ProtocolError("the jail speaks protocol %r, this driver %d"
+                                % (header.get("protocol"), _server.PROTOCOL))
+        return header

@@ -1,0 +1,231 @@
+"""What run() and Session share: errors, the binary, jail options, the report."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+Size = Union[int, str]
+"""A size: bytes as an int, or a string with a suffix such as ``"512M"``."""
+
+#: pyjail's exit status when pyjail itself failed (bad option, missing rootfs, ...).
+EXIT_PYJAIL_ERROR = 125
+
+
+class PyjailError(Exception):
+    """Base class of every error this package raises."""
+
+
+class BinaryNotFoundError(PyjailError, FileNotFoundError):
+    """The ``pyjail`` binary is not where it was looked for."""
+
+
+class JailError(PyjailError):
+    """pyjail could not set up the jail (exit status 125): ``message`` is its
+    one-line explanation, ``report`` the result report when there is one."""
+
+    def __init__(self, message: str, report: Optional["Report"] = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.report = report
+
+
+def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
+    """The pyjail binary to run: ``binary`` if given, else ``$PYJAIL_BIN``, else
+    ``pyjail`` on ``PATH``. Raises BinaryNotFoundError saying where it looked."""
+    if binary is not None:
+        path = os.fspath(binary)
+        where = "given as binary=%r" % path
+    elif os.environ.get("PYJAIL_BIN"):
+        path = os.environ["PYJAIL_BIN"]
+        where = "named by PYJAIL_BIN=%r" % path
+    else:
+        found = shutil.which("pyjail")
+        if found is None:
+            raise BinaryNotFoundError(
+                "the pyjail binary is not on PATH (install it, e.g. with "
+                "`cmake --install build`, or pass binary='/path/to/pyjail' or set PYJAIL_BIN)")
+        return found
+    if os.sep not in path:
+        found = shutil.which(path)
+        if found is None:
+            raise BinaryNotFoundError("the pyjail binary %s is not on PATH" % where)
+        return found
+    if not os.path.isfile(path):
+        raise BinaryNotFoundError("the pyjail binary %s does not exist" % where)
+    if not os.access(path, os.X_OK):
+        raise BinaryNotFoundError("the pyjail binary %s is not executable" % where)
+    return path
+
+
+def _size(v: Union[int, float, str]) -> str:
+    return str(int(v)) if isinstance(v, (int, float)) else str(v)
+
+
+def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = None,
+              cpu_time: Optional[float] = None, memory: Optional[Size] = None,
+              pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
+              net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+              ro_bind: Sequence[str] = (), rootfs: Optional[str] = None,
+              output_limit: Optional[Size] = None,
+              options: Optional[Mapping[str, Any]] = None,
+              extra_args: Sequence[str] = ()) -> List[str]:
+    """pyjail command-line options for the given settings (None: the profile's)."""
+    args: List[str] = []
+    if profile is not None:
+        args += ["--profile", os.fspath(profile)]
+
+    def add(name: str, value: Any) -> None:
+        if value is None:
+            return
+        if isinstance(value, bool):
+            value = "true" if value else "false"
+        if isinstance(value, (list, tuple)):
+            for v in value:
+                add(name, v)
+            return
+        args.extend(["--" + name, _size(value) if isinstance(value, (int, float)) else str(value)])
+
+    if wall_time is not None:
+        args += ["--wall-time", repr(float(wall_time))]
+    if cpu_time is not None:
+        args += ["--cpu-time", repr(float(cpu_time))]
+    add("memory", memory)
+    add("pids", pids)
+    add("tmpfs-size", tmpfs_size)
+    add("net", net)
+    add("output-limit", output_limit)
+    if rootfs is not None:
+        add("rootfs", os.fspath(rootfs))
+    for key, value in (env or {}).items():
+        if "=" in key or not key:
+            raise ValueError("bad environment variable name %r" % key)
+        args += ["--env", "%s=%s" % (key, value)]
+    for spec in ro_bind:
+        args += ["--ro-bind", os.fspath(spec)]
+    for key, value in (options or {}).items():
+        add(key.replace("_", "-"), value)
+    args += list(extra_args)
+    return args
+
+
+@dataclass
+class Report:
+    """pyjail's result report (``--report``): how the jail ended. Field names
+    follow the JSON; ``raw`` holds the whole object, unknown fields included."""
+
+    status: str
+    exit_code: Optional[int] = None
+    program_exit_code: Optional[int] = None
+    signal: Optional[int] = None
+    signal_name: Optional[str] = None
+    wall_time_s: Optional[float] = None
+    cpu_user_s: Optional[float] = None
+    cpu_system_s: Optional[float] = None
+    memory_peak_bytes: Optional[int] = None
+    setup_time_ms: Optional[float] = None
+    limits: Dict[str, Any] = field(default_factory=dict)
+    denied_syscalls: List[Dict[str, Any]] = field(default_factory=list)
+    error: Optional[Dict[str, Any]] = None
+    raw: Dict[str, Any] = field(default_factory=dict, repr=False)
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "Report":
+        def get(key: str, types: Tuple[type, ...]) -> Any:
+            v = obj.get(key)
+            return v if isinstance(v, types) and not isinstance(v, bool) else None
+
+        return cls(
+            status=str(obj.get("status", "unknown")),
+            exit_code=get("exit_code", (int,)),
+            program_exit_code=get("program_exit_code", (int,)),
+            signal=get("signal", (int,)),
+            signal_name=get("signal_name", (str,)),
+            wall_time_s=get("wall_time_s", (int, float)),
+            cpu_user_s=get("cpu_user_s", (int, float)),
+            cpu_system_s=get("cpu_system_s", (int, float)),
+            memory_peak_bytes=get("memory_peak_bytes", (int,)),
+            setup_time_ms=get("setup_time_ms", (int, float)),
+            limits=dict(obj.get("limits") or {}),
+            denied_syscalls=list(obj.get("denied_syscalls") or []),
+            error=obj.get("error") if isinstance(obj.get("error"), dict) else None,
+            raw=dict(obj),
+        )
+
+    @classmethod
+    def load(cls, path: str) -> Optional["Report"]:
+        """The report pyjail wrote to ``path``, or None if there is none."""
+        try:
+            with open(path, "rb") as f:
+                data = f.read(4 << 20)
+        except OSError:
+            return None
+        if not data.strip():
+            return None
+        try:
+            obj, _ = json.JSONDecoder().raw_decode(data.decode("utf-8", "replace").strip())
+        except ValueError:
+            return None
+        return cls.from_json(obj) if isinstance(obj, dict) else None
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status in ("wall-timeout", "cpu-timeout")
+
+    @property
+    def cpu_time_s(self) -> Optional[float]:
+        if self.cpu_user_s is None or self.cpu_system_s is None:
+            return None
+        return self.cpu_user_s + self.cpu_system_s
+
+    def describe(self) -> str:
+        """How the jail ended, in words."""
+        s = self.status
+        if s == "ok":
+            return "exited normally"
+        if s == "exit":
+            return "exited with status %s" % self.program_exit_code
+        if s == "signal":
+            return "was killed by %s" % (self.signal_name or "signal %s" % self.signal)
+        if s == "wall-timeout":
+            return "ran out of wall-clock time and was killed"
+        if s == "cpu-timeout":
+            return "ran out of CPU time and was killed"
+        if s == "oom":
+            return "ran out of memory and was killed"
+        if s == "pids-limit":
+            return "failed after hitting its process limit"
+        if s == "output-limit":
+            return "was stopped for writing more output than allowed"
+        if s == "seccomp-denied":
+            denied = ", ".join("%s x%s" % (d.get("syscall"), d.get("count"))
+                               for d in self.denied_syscalls[:5])
+            return "failed after refused system calls (%s)" % denied
+        if s == "setup-error":
+            return "could not be set up: %s" % ((self.error or {}).get("message") or "")
+        return "ended with status %r" % s
+
+
+def pyjail_message(stderr: bytes, report: Optional[Report]) -> str:
+    """pyjail's own explanation of a failure: its 'pyjail: ' line, else the report's."""
+    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.startswith("pyjail: ")]
+    if lines:
+        return lines[-1]
+    if report is not None and report.error:
+        e = report.error
+        hint = e.get("hint")
+        return "pyjail: %s: %s%s" % (e.get("step"), e.get("message"),
+                                     " (%s)" % hint if hint else "")
+    text = stderr.decode("utf-8", "replace").strip()
+    return text.splitlines()[-1] if text else "pyjail failed (exit status 125) without a message"
+
+
+def render_output(head: bytes, tail: bytes, omitted: int) -> str:
+    """Captured bytes as text, with a marker where the middle was left out."""
+    text = head.decode("utf-8", "replace")
+    if omitted:
+        text += "\n[... %d bytes of output omitted ...]\n" % omitted
+    return text + tail.decode("utf-8", "replace")

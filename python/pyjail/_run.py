@@ -1,0 +1,329 @@
+"""pyjail.run: one program in one fresh jail."""
+
+from __future__ import annotations
+
+import os
+import selectors
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _server
+from ._channel import Channel, ChannelClosed, ChannelError, ProtocolError, server_command
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, find_binary, jail_args,
+                      pyjail_message, render_output)
+
+__all__ = ["run", "Result"]
+
+FileData = Union[bytes, str, "os.PathLike[str]"]
+
+
+@dataclass
+class Result:
+    """What a program run by pyjail.run() did."""
+
+    exit_code: int
+    """pyjail's exit status: the program's own, 128+N for signal N, 124 for a
+    timeout (see ``report.status`` for which limit)."""
+    stdout_bytes: bytes = b""
+    """What the program wrote to stdout, capped at ``max_output`` (the start and
+    the end are kept; ``stdout_omitted`` bytes in between are not)."""
+    stderr_bytes: bytes = b""
+    stdout_omitted: int = 0
+    stderr_omitted: int = 0
+    report: Optional[Report] = None
+    """pyjail's result report: status, times, peak memory, denied syscalls, limits."""
+    files: Dict[str, bytes] = field(default_factory=dict)
+    """Files collected from the work directory (``outputs=``), by relative name."""
+    skipped_files: Dict[str, str] = field(default_factory=dict)
+    """Files that matched ``outputs`` but were left out, with why (the caps)."""
+    _stdout_split: int = field(default=0, repr=False)
+    _stderr_split: int = field(default=0, repr=False)
+
+    @property
+    def stdout(self) -> str:
+        """stdout as text (UTF-8), with a marker where output was left out."""
+        b = self.stdout_bytes
+        return render_output(b[:self._stdout_split], b[self._stdout_split:], self.stdout_omitted)
+
+    @property
+    def stderr(self) -> str:
+        b = self.stderr_bytes
+        return render_output(b[:self._stderr_split], b[self._stderr_split:], self.stderr_omitted)
+
+    @property
+    def status(self) -> str:
+        """The report's status: ok, exit, signal, wall-timeout, cpu-timeout, oom, ..."""
+        if self.report is not None:
+            return self.report.status
+        return "ok" if self.exit_code == 0 else "exit"
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.status in ("wall-timeout", "cpu-timeout")
+
+    @property
+    def denied_syscalls(self) -> List[Dict[str, Any]]:
+        return self.report.denied_syscalls if self.report is not None else []
+
+    @property
+    def memory_peak_bytes(self) -> Optional[int]:
+        return self.report.memory_peak_bytes if self.report is not None else None
+
+    @property
+    def wall_time_s(self) -> Optional[float]:
+        return self.report.wall_time_s if self.report is not None else None
+
+
+def _check_name(name: str) -> str:
+    if not isinstance(name, str) or not name or name.startswith("/") or "\0" in name:
+        raise ValueError("file name %r: must be a relative path" % (name,))
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError("file name %r: no empty, '.' or '..' parts" % name)
+    return name
+
+
+def _file_bytes(value: FileData) -> bytes:
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    if isinstance(value, os.PathLike):
+        with open(value, "rb") as f:
+            return f.read()
+    raise TypeError("a file's content must be bytes, str (text) or a path "
+                    "(os.PathLike), not %s" % type(value).__name__)
+
+
+def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[str]"]] = None,
+        args: Sequence[str] = (), profile: str = "strict",
+        files: Optional[Mapping[str, FileData]] = None,
+        stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
+        memory: Optional[Size] = None, cpu_time: Optional[float] = None,
+        pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
+        net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
+        ro_bind: Sequence[str] = (), rootfs: Optional[str] = None,
+        options: Optional[Mapping[str, Any]] = None, extra_args: Sequence[str] = (),
+        binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
+        max_output_files: int = 100, max_output_bytes: int = 64 << 20,
+        max_output: int = 16 << 20, output_limit: Optional[Size] = None,
+        python_args: Sequence[str] = ()) -> Result:
+    """Run Python code (or a script file) in a fresh jail and wait for it.
+
+    ``code`` is the program's source, or ``script`` a host path to it; ``args``
+    are its arguments and ``stdin`` its input. ``profile`` and the jail options
+    (``timeout`` is ``--wall-time``; ``memory``, ``pids``, ``net``, ...; any
+    other pyjail option by name through ``options``) set the jail.
+
+    ``files`` puts inputs into the work directory: {relative name: bytes, str
+    (text) or a host path}. ``outputs`` collects files from it when the program
+    has ended: True for every file it created or changed, or glob patterns
+    (``["*.csv", "out/*"]``), capped at ``max_output_files`` files and
+    ``max_output_bytes`` bytes in all. Output beyond ``max_output`` bytes per
+    stream is left out of the result (its start and end are kept);
+    ``output_limit`` instead stops the program (pyjail's ``--output-limit``).
+
+    Returns a Result; the program's failures are in it, never raised. Raises
+    BinaryNotFoundError without a pyjail binary and JailError when pyjail cannot
+    set up the jail (exit status 125, with pyjail's explanation).
+    """
+    if (code is None) == (script is None):
+        raise ValueError("pass exactly one of code and script")
+    if code is not None and not isinstance(code, str):
+        raise TypeError("code must be a str")
+    exe = find_binary(binary)
+    if isinstance(stdin, str):
+        stdin = stdin.encode("utf-8")
+    inputs = {_check_name(k): _file_bytes(v) for k, v in (files or {}).items()}
+    if script is not None:
+        script_name = os.path.basename(os.fspath(script))
+        with open(script, "rb") as f:
+            source = f.read()
+    else:
+        assert code is not None
+        script_name = "main.py"
+        source = code.encode("utf-8")
+    if script_name in inputs:
+        raise ValueError("files: %r is the program's own name" % script_name)
+    base = [exe, "--quiet"]
+    opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
+                     pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
+                     rootfs=rootfs, options=options, extra_args=extra_args,
+                     output_limit=output_limit)
+    tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
+    try:
+        report_path = os.path.join(tmpdir, "report.json")
+        # pyjail's own backstop is --wall-time; this one only guards against a
+        # pyjail that does not end (it never should).
+        backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0
+        if not inputs and not outputs:
+            path = os.path.join(tmpdir, script_name)
+            with open(path, "wb") as f:
+                f.write(source)
+            cmd = base + ["--report", report_path] + opts + \
+                ["--", "python"] + list(python_args) + [path] + list(args)
+            out, err, rc, pyjail_err = _run_direct(cmd, stdin, max_output, backstop)
+            collected: Dict[str, bytes] = {}
+            skipped: Dict[str, str] = {}
+        else:
+            cmd = base + ["--report", report_path] + opts + ["--"] + server_command()
+            collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
+            out, err, rc, pyjail_err, collected, skipped = _run_served(
+                cmd, inputs, script_name, source,
+                ["{python}"] + list(python_args) + [script_name] + list(args),
+                stdin, collect, max_output_files, max_output_bytes, max_output, backstop)
+        report = Report.load(report_path)
+        if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
+            raise JailError(pyjail_message(pyjail_err, report), report)
+        return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),
+                      stderr_bytes=bytes(err.head) + bytes(err.tail),
+                      stdout_omitted=out.omitted, stderr_omitted=err.omitted, report=report,
+                      files=collected, skipped_files=skipped, _stdout_split=len(out.head),
+                      _stderr_split=len(err.head))
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+def _spawn(cmd: List[str], stderr: Any) -> "subprocess.Popen[bytes]":
+    try:
+        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                stderr=stderr, bufsize=0, close_fds=True)
+    except OSError as e:
+        raise JailError("pyjail: cannot run %s: %s" % (cmd[0], e.strerror)) from e
+
+
+def _finish(proc: "subprocess.Popen[bytes]", backstop: Optional[float]) -> int:
+    try:
+        left = None if backstop is None else max(0.1, backstop - time.monotonic())
+        return proc.wait(left)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def _run_direct(cmd: List[str], stdin: Optional[bytes], max_output: int,
+                backstop: Optional[float]) -> Tuple[_server.Capture, _server.Capture, int, bytes]:
+    """pyjail -- python main.py: the program's own stdin, stdout and stderr."""
+    proc = _spawn(cmd, subprocess.PIPE)
+    assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+    out, err = _server.Capture(max_output), _server.Capture(max_output)
+    sel = selectors.DefaultSelector()
+    pending = memoryview(stdin or b"")
+    if pending:
+        os.set_blocking(proc.stdin.fileno(), False)
+        sel.register(proc.stdin, selectors.EVENT_WRITE)
+    else:
+        proc.stdin.close()
+    sel.register(proc.stdout, selectors.EVENT_READ, out)
+    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    try:
+        while sel.get_map():
+            left = None if backstop is None else backstop - time.monotonic()
+            if left is not None and left <= 0:
+                proc.kill()
+                break
+            for key, _ in sel.select(left):
+                if key.fileobj is proc.stdin:
+                    try:
+                        n = os.write(proc.stdin.fileno(), pending[:1 << 16])
+                        pending = pending[n:]
+                    except BlockingIOError:
+                        continue
+                    except OSError:   # the program does not read its input
+                        pending = memoryview(b"")
+                    if not pending:
+                        sel.unregister(proc.stdin)
+                        proc.stdin.close()
+                    continue
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    sel.unregister(key.fileobj)
+                    continue
+                key.data.add(data)
+    finally:
+        sel.close()
+        for s in (proc.stdin, proc.stdout, proc.stderr):
+            try:
+                s.close()
+            except OSError:
+                pass
+    rc = _finish(proc, backstop)
+    # With --quiet, anything on pyjail's stderr is the program's, except on a
+    # setup failure (exit status 125), when the caller looks for pyjail's line.
+    return out, err, rc, bytes(err.head) + bytes(err.tail)
+
+
+def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, source: bytes,
+                argv: List[str], stdin: Optional[bytes], collect: Union[bool, List[str]],
+                max_files: int, max_bytes: int, max_output: int, backstop: Optional[float]
+                ) -> Tuple[_server.Capture, _server.Capture, int, bytes,
+                           Dict[str, bytes], Dict[str, str]]:
+    """With files: the in-jail server writes the inputs into the private /work,
+    runs the program as its child, streams its output in frames and sends back
+    the files it wrote, capped, before the jail ends."""
+    errfile = tempfile.TemporaryFile()
+    proc = _spawn(cmd, errfile)
+    assert proc.stdin is not None and proc.stdout is not None
+    out, err = _server.Capture(max_output), _server.Capture(max_output)
+    files: Dict[str, bytes] = {}
+    skipped: Dict[str, str] = {}
+    chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(),
+                   max(max_bytes, max(len(v) for v in inputs.values()) if inputs else 0,
+                       1 << 20) + (1 << 20))
+    try:
+        chan.handshake(backstop if backstop is not None else time.monotonic() + 60)
+        stamps: Dict[str, List[Any]] = {}
+        for i, (name, data) in enumerate(sorted(inputs.items()) + [(script_name, source)]):
+            chan.send({"op": "put", "id": "p%d" % i, "path": name}, data, backstop)
+            reply, _ = chan.recv(backstop)
+            if reply.get("op") == "error":
+                raise JailError("pyjail: cannot put %s into the jail: %s"
+                                % (name, reply.get("error")))
+            if name != script_name:
+                stamps[name] = [reply.get("size"), reply.get("mtime_ns")]
+        chan.send({"op": "spawn", "id": "run", "argv": argv, "script": script_name,
+                   "collect": collect, "max_files": max_files, "max_bytes": max_bytes,
+                   "inputs": stamps}, stdin or b"", backstop)
+        while True:
+            reply, body = chan.recv(backstop)
+            op = reply.get("op")
+            if op == "out":
+                (out if reply.get("stream") == 1 else err).add(body)
+            elif op == "exited":
+                pos = 0
+                for entry in reply.get("files") or []:
+                    if not (isinstance(entry, list) and len(entry) == 2 and
+                            isinstance(entry[0], str) and isinstance(entry[1], int)):
+                        raise ProtocolError("bad file entry")
+                    files[entry[0]] = body[pos:pos + entry[1]]
+                    pos += entry[1]
+                for entry in reply.get("skipped") or []:
+                    if isinstance(entry, list) and len(entry) == 3:
+                        skipped[str(entry[0])] = "%s (%s bytes)" % (entry[2], entry[1])
+                break
+            elif op == "error":
+                err.add(("pyjail: %s\n" % reply.get("error")).encode())
+                break
+    except ChannelClosed:
+        pass   # the jail ended early (a timeout, a limit): the report says why
+    except ChannelError:
+        proc.kill()
+    finally:
+        for s in (proc.stdin, proc.stdout):
+            try:
+                s.close()
+            except OSError:
+                pass
+    rc = _finish(proc, backstop)
+    errfile.seek(0)
+    pyjail_err = errfile.read(1 << 16)
+    errfile.close()
+    return out, err, rc, pyjail_err, files, skipped

@@ -1,0 +1,1005 @@
+"""The in-jail half of ``pyjail.Session`` (installed in the rootfs as
+``/usr/lib/pyjail/pyjail_server.py``).
+
+It runs as the jail's program and speaks a framed protocol with the driver over
+the jail's original stdin and stdout. Before any user code runs it moves that
+channel to private, close-on-exec descriptors and gives the user's code a
+stdin of its own (``/dev/null``) and a stdout and stderr of their own (pipes
+that this process drains into capped buffers). So nothing the code prints --
+through ``print``, ``os.write(1, ...)`` or a subprocess -- ever reaches the
+channel: the driver sees it only as the payload of a result frame.
+
+The channel is not a security boundary against the cell's code, which runs in
+this very process and could write to the channel on purpose. All it can gain
+that way is to lie about its own results; the driver treats every frame as
+untrusted input (sizes capped, fields type-checked, nothing unpickled).
+
+Frame: ``MAGIC`` (4 bytes), header length and body length (big-endian
+uint32), a JSON object (the header), the body (raw bytes).
+
+The driver imports this module too, for the frame format, the plain-data
+codec and the capped buffer; everything else only runs inside the jail, from
+``main()``. Standard library only; Python 3.9 or newer.
+"""
+
+import base64
+import binascii
+import json
+import os
+import struct
+import sys
+from typing import Any, Dict
+
+PROTOCOL = 1
+MAGIC = b"PJF1"
+FRAME = struct.Struct(">4sII")
+JAIL_PATH = "/usr/lib/pyjail/pyjail_server.py"
+WORKDIR = "/work"
+MAX_HEADER = 16 << 20       # what either side accepts as a frame's header
+REPR_LIMIT = 64 << 10       # characters of a value's repr sent back
+TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
+DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
+
+
+# ---------------------------------------------------------------- framing
+
+def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
+    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
+
+
+# ---------------------------------------------------------------- plain data
+
+class PlainDataError(TypeError):
+    """A value that cannot cross the jail's boundary as plain data."""
+
+
+def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIMIT) -> "Any":
+    """Encode plain data (None, bool, int, float, str, bytes, list, tuple, dict,
+    set, frozenset) as a JSON-compatible tree; anything else raises
+    PlainDataError unless allow_pickle (host to jail only: the jail never sends
+    a pickle, and the driver never loads one)."""
+    budget = [limit]
+
+    def charge(n):
+        budget[0] -= n
+        if budget[0] < 0:
+            raise PlainDataError("value larger than %d bytes" % limit)
+
+    def enc(v, depth):
+        if depth > 100:
+            raise PlainDataError("value nested too deeply")
+        if v is None or isinstance(v, bool):
+            charge(5)
+            return v
+        t = type(v)
+        # Subclasses (a str subclass such as smolagents' AgentText, a
+        # namedtuple, an OrderedDict) cross as their plain base type.
+        if isinstance(v, int):
+            charge(24)
+            v = int.__int__(v)
+            return v if -(1 << 63) <= v < (1 << 63) else {"$i": str(v)}
+        if isinstance(v, float):
+            charge(24)
+            v = float.__float__(v)
+            if v != v or v in (float("inf"), float("-inf")):
+                return {"$f": repr(v)}
+            return v
+        if isinstance(v, str):
+            charge(len(v) + 2)
+            return str.__str__(v)
+        if isinstance(v, (bytes, bytearray)):
+            charge(len(v) * 4 // 3 + 8)
+            return {"$b": base64.b64encode(bytes(v)).decode("ascii")}
+        if isinstance(v, list):
+            charge(2)
+            return [enc(x, depth + 1) for x in v]
+        if isinstance(v, tuple):
+            charge(8)
+            return {"$t": [enc(x, depth + 1) for x in v]}
+        if isinstance(v, (set, frozenset)):
+            charge(8)
+            return {"$fs" if isinstance(v, frozenset) else "$s": [enc(x, depth + 1) for x in v]}
+        if isinstance(v, dict):
+            charge(8)
+            return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if allow_pickle:
+            import pickle
+            try:
+                blob = pickle.dumps(v, protocol=4)
+            except Exception as e:
+                raise PlainDataError("%s cannot be pickled: %s" % (t.__name__, e))
+            charge(len(blob) * 4 // 3)
+            try:
+                text = str(v)[:REPR_LIMIT]
+            except Exception:
+                text = "<%s>" % t.__name__
+            return {"$p": base64.b64encode(blob).decode("ascii"), "$r": text}
+        raise PlainDataError("%s is not plain data" % t.__name__)
+
+    return enc(value, 0)
+
+
+def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool = True) -> "Any":
+    """The inverse of encode_value. Raises ValueError on anything malformed. A
+    pickled object that cannot be rebuilt (its class is not importable here)
+    becomes its str() if pickle_fallback, else raises ValueError."""
+
+    def dec(v, depth):
+        if depth > 110:
+            raise ValueError("value nested too deeply")
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [dec(x, depth + 1) for x in v]
+        if not isinstance(v, dict) or len(v) not in (1, 2):
+            raise ValueError("malformed value")
+        if "$p" in v:
+            if not allow_pickle:
+                raise ValueError("a pickled value is not accepted here")
+            import pickle
+            try:
+                return pickle.loads(base64.b64decode(v["$p"]))
+            except Exception as e:
+                if pickle_fallback:
+                    return v.get("$r")
+                raise ValueError("cannot rebuild it here: %s: %s" % (type(e).__name__, e))
+        (tag, x), = v.items()
+        if tag == "$i" and isinstance(x, str):
+            return int(x)
+        if tag == "$f" and x in ("nan", "inf", "-inf"):
+            return float(x)
+        if tag == "$b" and isinstance(x, str):
+            return base64.b64decode(x.encode("ascii"), validate=True)
+        if isinstance(x, list):
+            if tag == "$t":
+                return tuple(dec(i, depth + 1) for i in x)
+            if tag == "$s":
+                return set(dec(i, depth + 1) for i in x)
+            if tag == "$fs":
+                return frozenset(dec(i, depth + 1) for i in x)
+            if tag == "$d":
+                out = {}
+                for pair in x:
+                    if not isinstance(pair, list) or len(pair) != 2:
+                        raise ValueError("malformed dict entry")
+                    out[dec(pair[0], depth + 1)] = dec(pair[1], depth + 1)
+                return out
+        raise ValueError("malformed value (tag %r)" % (tag,))
+
+    try:
+        return dec(tree, 0)
+    except (TypeError, RecursionError, binascii.Error) as e:
+        raise ValueError("malformed value: %s" % e)
+
+
+# ---------------------------------------------------------------- capped output
+
+class Capture:
+    """Bytes written to a stream, capped: the first three quarters of the
+    limit are kept from the start, the last quarter from the end; the count
+    of bytes in between is remembered."""
+
+    def __init__(self, limit: int) -> None:
+        self.set_limit(limit)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = max(int(limit), 0)
+        self.tail_limit = self.limit // 4
+        self.head_limit = self.limit - self.tail_limit
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_limit:
+            self.tail += data
+            excess = len(self.tail) - self.tail_limit
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+
+# ================================================================ in the jail
+# Nothing below runs in the driver.
+
+class _EndCell(BaseException):
+    """Raised by a host function that ends the cell (smolagents' final_answer).
+    A BaseException, so `except Exception` in the cell does not swallow it."""
+
+    def __init__(self, name, token):
+        BaseException.__init__(self, name)
+        self.name, self.token = name, token
+
+
+class HostFunctionError(Exception):
+    """A host function failed with an exception that has no builtin equivalent."""
+
+
+def _write_all(fd, data):
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+def _read_exact(fd, n):
+    chunks, left = [], n
+    while left:
+        b = os.read(fd, min(left, 1 << 20))
+        if not b:
+            return None
+        chunks.append(b)
+        left -= len(b)
+    return b"".join(chunks)
+
+
+def _read_frame(fd):
+    raw = _read_exact(fd, FRAME.size)
+    if raw is None:
+        return None
+    magic, hlen, blen = FRAME.unpack(raw)
+    if magic != MAGIC or hlen > MAX_HEADER:
+        raise ValueError("bad frame from the driver")
+    head = _read_exact(fd, hlen)
+    body = _read_exact(fd, blen) if blen else b""
+    if head is None or body is None:
+        return None
+    return json.loads(head.decode("utf-8")), body
+
+
+class _Drain:
+    """Drains one of the user's output pipes into a Capture from a thread.
+
+    The main thread takes the buffer after a cell under the same lock, after
+    reading whatever is still in the pipe itself: everything written before
+    the cell ended is in the buffer it takes, with no marker in the stream."""
+
+    def __init__(self, rfd, limit):
+        import threading
+        self.rfd = rfd
+        self.limit = limit
+        self.lock = threading.Lock()
+        self.buf = Capture(limit)
+        os.set_blocking(rfd, False)
+        self.thread = threading.Thread(target=self._loop, name="pyjail-drain", daemon=True)
+        self.thread.start()
+
+    def _read_available(self):
+        while True:
+            try:
+                data = os.read(self.rfd, 1 << 16)
+            except BlockingIOError:
+                return True
+            except OSError:
+                return False
+            if not data:
+                return False
+            self.buf.add(data)
+
+    def _loop(self):
+        import select
+        poller = select.poll()
+        poller.register(self.rfd, select.POLLIN)
+        while True:
+            try:
+                poller.poll()
+            except OSError:
+                return
+            with self.lock:
+                if not self._read_available():
+                    return
+
+    def take(self, next_limit):
+        with self.lock:
+            self._read_available()
+            out, self.buf = self.buf, Capture(next_limit)
+        return out
+
+
+class Server:
+    def __init__(self):
+        import threading
+        import queue
+        self.pid = os.getpid()
+        self.in_cell = False
+        self.exit_status = None
+        self.cell_count = 0
+        self.output_limit = 1 << 20
+        self.next_call = 0
+        self.write_lock = threading.Lock()
+        self.call_lock = threading.Lock()
+        # The channel moves to private close-on-exec descriptors (os.dup's
+        # default); the user's 0, 1 and 2 are rebuilt before every cell.
+        self.proto_in = os.dup(0)
+        self.proto_out = os.dup(1)
+        self.devnull = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+        r1, self.out_w = os.pipe()
+        r2, self.err_w = os.pipe()
+        self._restore_fds()
+        # Helper threads block SIGINT, so the driver's interrupt (relayed by
+        # pyjail to this process) is delivered to the main thread, where it
+        # also breaks a blocking call.
+        import signal
+        self.signal = signal
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            self.drains = (_Drain(r1, self.output_limit), _Drain(r2, self.output_limit))
+            self.inbox = queue.Queue()
+            threading.Thread(target=self._reader, name="pyjail-channel", daemon=True).start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        signal.signal(signal.SIGINT, self._on_sigint)
+        os.register_at_fork(after_in_child=self._after_fork_in_child)
+        self.stdin = sys.stdin = open(0, "r", encoding="utf-8", errors="surrogateescape",
+                                      closefd=False)
+        self.stdout = sys.stdout = self._text(1)
+        self.stderr = sys.stderr = self._text(2)
+        setattr(sys, "__stdin__", sys.stdin)
+        setattr(sys, "__stdout__", sys.stdout)
+        setattr(sys, "__stderr__", sys.stderr)
+        # The user's namespace is a real __main__ module, so pickle and
+        # multiprocessing find functions defined in cells.
+        import types
+        main = types.ModuleType("__main__")
+        main.__dict__["__builtins__"] = __builtins__
+        sys.modules["__main__"] = main
+        self.namespace = main.__dict__
+        sys.argv = [""]
+        if "" not in sys.path:
+            sys.path.insert(0, "")
+        try:
+            os.chdir(WORKDIR)
+        except OSError:
+            pass
+
+    @staticmethod
+    def _text(fd):
+        return open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",
+                    closefd=False)
+
+    def _restore_fds(self):
+        os.dup2(self.devnull, 0)
+        os.dup2(self.out_w, 1)
+        os.dup2(self.err_w, 2)
+
+    def _after_fork_in_child(self):
+        # A process the cell forked must never speak on the channel.
+        for fd in (self.proto_in, self.proto_out):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.proto_in = self.proto_out = -1
+
+    def _on_sigint(self, signum, frame):
+        if self.in_cell:
+            raise KeyboardInterrupt
+        # An interrupt that arrives between cells (the cell finished just as
+        # the driver's timeout fired) is dropped.
+
+    # ------------------------------------------------------------ channel
+
+    def _reader(self):
+        while True:
+            try:
+                frame = _read_frame(self.proto_in)
+            except (OSError, ValueError):
+                frame = None
+            if frame is None:
+                if self.exit_status is not None:
+                    return    # a finished spawn: main() exits with its status
+                # The driver is gone: end the jail (pid 1 then takes every
+                # remaining process with it), even in the middle of a cell.
+                os._exit(0)
+            self.inbox.put(frame)
+
+    def send(self, header, body=b""):
+        if os.getpid() != self.pid:
+            return
+        data = encode_frame(header, body)
+        with self.write_lock:
+            _write_all(self.proto_out, data)
+
+    # ------------------------------------------------------------ loop
+
+    def serve(self):
+        self.send({"op": "hello", "protocol": PROTOCOL, "pid": self.pid,
+                   "python": sys.version.split()[0],
+                   "server": "driver" if globals().get("FROM_DRIVER") else "rootfs"})
+        while True:
+            try:
+                header, body = self.inbox.get()
+                op = header.get("op")
+                rid = header.get("id")
+                if op == "bye":
+                    return
+                handler = getattr(self, "op_" + str(op).replace("-", "_"), None)
+                if handler is None:
+                    if op != "reply":  # a late reply to an interrupted call
+                        self.send({"op": "error", "id": rid, "error": "unknown op %r" % op})
+                    continue
+                handler(rid, header, body)
+                if self.exit_status is not None:
+                    return
+            except KeyboardInterrupt:
+                continue
+            except Exception as e:  # a bug here must not end the session
+                try:
+                    self.reply_error(rid, e)
+                except Exception:
+                    pass
+
+    def reply_error(self, rid, e):
+        err = {"op": "error", "id": rid, "error": "%s: %s" % (type(e).__name__, e)}
+        if isinstance(e, OSError) and e.errno:
+            err["errno"] = e.errno
+            err["strerror"] = e.strerror
+        self.send(err)
+
+    def op_ping(self, rid, header, body):
+        self.send({"op": "pong", "id": rid})
+
+    # ------------------------------------------------------------ cells
+
+    def op_exec(self, rid, header, body):
+        code = header.get("code", "")
+        limit = header.get("output_limit")
+        if isinstance(limit, int) and limit >= 0:
+            self.output_limit = limit
+            for d in self.drains:
+                with d.lock:
+                    d.buf.set_limit(limit)
+        self.cell_count += 1
+        name = header.get("name") or "<cell-%d>" % self.cell_count
+        result = {"op": "result", "id": rid, "error": None, "value": None}
+        started = (_pids(), _ticks_now())
+        try:
+            self._run_cell(code, name, header, result)
+        except KeyboardInterrupt as e:
+            # Raised after the cell's own code had finished.
+            if result["error"] is None:
+                result["error"] = self._describe(e)
+        if result["error"] is not None and header.get("kill_failed", True):
+            # A cell that failed or was interrupted takes the processes it
+            # started with it: what a fork bomb leaves behind once the cell's
+            # own fork() fails, or a runaway child of a timed-out cell.
+            # Processes of earlier cells (a server, a pool) are left alone.
+            try:
+                result["killed"] = _kill_started_since(started)
+            except Exception:
+                pass
+        out = self.drains[0].take(self.output_limit)
+        err = self.drains[1].take(self.output_limit)
+        result["stdout"] = [len(out.head), len(out.tail), out.omitted]
+        result["stderr"] = [len(err.head), len(err.tail), err.omitted]
+        self.send(result, bytes(out.head) + bytes(out.tail) + bytes(err.head) + bytes(err.tail))
+
+    def _run_cell(self, code, name, header, result):
+        import ast
+        import linecache
+        self._restore_fds()
+        for attr, obj in (("stdin", self.stdin), ("stdout", self.stdout), ("stderr", self.stderr)):
+            if getattr(sys, attr, None) is None or getattr(sys, attr).closed:
+                setattr(sys, attr, obj)
+        for obj, fd in ((self.stdout, 1), (self.stderr, 2)):
+            if obj.closed:
+                new = self._text(fd)
+                if obj is self.stdout:
+                    self.stdout = new
+                else:
+                    self.stderr = new
+                if sys.stdout is obj:
+                    sys.stdout = new
+                if sys.stderr is obj:
+                    sys.stderr = new
+        self.signal.signal(self.signal.SIGINT, self._on_sigint)
+        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        try:
+            tree = ast.parse(code, name, "exec")
+            last = None
+            if tree.body and isinstance(tree.body[-1], ast.Expr):
+                last = compile(ast.Expression(tree.body.pop().value), name, "eval")
+            body = compile(tree, name, "exec")
+        except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
+            # The code did not compile: no frames to show, only where and why.
+            import traceback
+            result["error"] = {"type": type(e).__name__, "message": self._safe(str, e, REPR_LIMIT),
+                               "traceback": "".join(traceback.format_exception_only(type(e), e))}
+            return
+        value = None
+        try:
+            self.in_cell = True
+            try:
+                exec(body, self.namespace)
+                if last is not None:
+                    value = eval(last, self.namespace)
+            finally:
+                self.in_cell = False
+        except _EndCell as e:
+            result["ended_by"] = {"name": e.name, "token": e.token}
+        except BaseException as e:  # the cell's own exception, SystemExit included
+            self.in_cell = False
+            if os.getpid() != self.pid:
+                self._end_forked_child()
+            result["error"] = self._describe(e)
+        if os.getpid() != self.pid:
+            self._end_forked_child()
+        self._flush()
+        if value is not None:
+            result["value"] = self._safe(repr, value, REPR_LIMIT)
+            if header.get("str"):
+                result["value_str"] = self._safe(str, value, REPR_LIMIT)
+            if header.get("data"):
+                try:
+                    result["data"] = encode_value(value)
+                except Exception:
+                    pass
+
+    def _end_forked_child(self):
+        # A bare os.fork() in a cell: the child ends where the cell ends.
+        self._flush()
+        os._exit(0)
+
+    @staticmethod
+    def _flush():
+        for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+            try:
+                f.flush()
+            except Exception:
+                pass
+
+    @staticmethod
+    def _safe(fn, value, limit):
+        try:
+            text = fn(value)
+        except BaseException as e:
+            text = "<%s of %s object failed: %s: %s>" % (
+                fn.__name__, type(value).__name__, type(e).__name__, e)
+        if not isinstance(text, str):
+            text = "<%s returned %s>" % (fn.__name__, type(text).__name__)
+        if len(text) > limit:
+            text = text[:limit] + "... [%d more characters]" % (len(text) - limit)
+        return text
+
+    @staticmethod
+    def _describe(e):
+        """The exception as the cell would see it: its traceback without the
+        server's own frames (the cell, and what the cell called)."""
+        import traceback
+        here = __file__
+        text = None
+        try:
+            te = traceback.TracebackException(type(e), e, e.__traceback__, limit=200)
+            seen = set()
+            todo = [te]
+            while todo:
+                t = todo.pop()
+                if t is None or id(t) in seen:
+                    continue
+                seen.add(id(t))
+                t.stack = traceback.StackSummary.from_list(
+                    [f for f in t.stack if f.filename != here])
+                todo.extend((t.__cause__, t.__context__))
+            text = "".join(te.format())
+        except BaseException:
+            pass
+        if text is None:
+            text = "%s (traceback unavailable)\n" % type(e).__name__
+        if len(text) > TRACEBACK_LIMIT:
+            cut = len(text) - TRACEBACK_LIMIT
+            text = "[%d characters omitted]\n%s" % (cut, text[cut:])
+        return {"type": type(e).__name__, "message": Server._safe(str, e, REPR_LIMIT),
+                "traceback": text}
+
+    # ------------------------------------------------------------ host functions
+
+    def op_expose(self, rid, header, body):
+        ends = set(header.get("ends_cell", ()))
+        for name, doc in header.get("functions", {}).items():
+            self.namespace[name] = self._stub(name, doc, name in ends)
+        self.send({"op": "ok", "id": rid})
+
+    def _stub(self, name, doc, ends_cell):
+        server = self
+
+        def host_function(*args, **kwargs):
+            return server.call_host(name, args, kwargs, ends_cell)
+
+        host_function.__name__ = host_function.__qualname__ = name
+        host_function.__doc__ = doc or "%s: runs outside the jail, on the host" % name
+        host_function.__module__ = "__main__"
+        return host_function
+
+    def call_host(self, name, args, kwargs, ends_cell):
+        if os.getpid() != self.pid:
+            raise RuntimeError("%s() can only be called from the session's own process" % name)
+        try:
+            payload = {"args": encode_value(list(args)), "kwargs": encode_value(dict(kwargs))}
+        except PlainDataError as e:
+            raise TypeError("arguments of %s() must be plain data (str, numbers, bytes, "
+                            "lists, tuples, dicts, sets): %s" % (name, e)) from None
+        # One call at a time (threads of the cell may call too); the driver
+        # answers while a cell runs.
+        with self.call_lock:
+            self.next_call += 1
+            cid = "c%d" % self.next_call
+            payload.update({"op": "call", "id": cid, "name": name})
+            self.send(payload)
+            while True:
+                header, body = self.inbox.get()
+                if header.get("op") == "reply" and header.get("id") == cid:
+                    break
+                if header.get("op") == "bye":
+                    os._exit(0)
+        if "error" in header:
+            etype = str(header.get("type", ""))
+            message = str(header.get("error", ""))
+            import builtins
+            cls = getattr(builtins, etype, None)
+            if isinstance(cls, type) and issubclass(cls, Exception) and cls is not Exception:
+                try:
+                    exc = cls(message)
+                except Exception:
+                    exc = HostFunctionError("%s: %s" % (etype, message))
+            else:
+                exc = HostFunctionError("%s: %s" % (etype, message) if etype else message)
+            raise exc
+        if ends_cell:
+            raise _EndCell(name, header.get("token"))
+        try:
+            return decode_value(header.get("value"), allow_pickle=True)
+        except ValueError as e:
+            raise HostFunctionError("%s(): the result could not be rebuilt in the jail: %s"
+                                    % (name, e)) from None
+
+    def op_set(self, rid, header, body):
+        failed = {}
+        for name, tree in header.get("variables", {}).items():
+            try:
+                self.namespace[name] = decode_value(tree, allow_pickle=True,
+                                                    pickle_fallback=False)
+            except Exception as e:
+                failed[name] = "%s: %s" % (type(e).__name__, e)
+        self.send({"op": "ok", "id": rid, "failed": failed})
+
+    # ------------------------------------------------------------ files
+
+    @staticmethod
+    def _path(p):
+        if not isinstance(p, str) or not p or "\0" in p:
+            raise ValueError("bad path %r" % (p,))
+        return p if os.path.isabs(p) else os.path.join(WORKDIR, p)
+
+    def op_put(self, rid, header, body):
+        try:
+            path = self._path(header.get("path"))
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)
+            tmp = "%s.pyjail-%d.tmp" % (path, os.getpid())
+            with open(tmp, "wb") as f:
+                f.write(body)
+            mode = header.get("mode")
+            if isinstance(mode, int):
+                os.chmod(tmp, mode & 0o777)
+            os.replace(tmp, path)
+            st = os.stat(path)
+            self.send({"op": "ok", "id": rid, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+        except Exception as e:
+            try:
+                os.unlink(tmp)
+            except Exception:
+                pass
+            self.reply_error(rid, e)
+
+    def op_get(self, rid, header, body):
+        try:
+            path = self._path(header.get("path"))
+            limit = int(header.get("max_bytes", 64 << 20))
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if size > limit:
+                    self.send({"op": "error", "id": rid, "too_large": size,
+                               "error": "%s is %d bytes, more than the limit of %d"
+                               % (header.get("path"), size, limit)})
+                    return
+                data = f.read(limit + 1)
+            if len(data) > limit:
+                self.send({"op": "error", "id": rid, "too_large": len(data),
+                           "error": "%s grew past the limit of %d bytes"
+                           % (header.get("path"), limit)})
+                return
+            self.send({"op": "file", "id": rid}, data)
+        except Exception as e:
+            self.reply_error(rid, e)
+
+    def op_list(self, rid, header, body):
+        try:
+            entries = _list_files(self._path(header.get("path") or "."),
+                                  header.get("patterns"), int(header.get("max_entries", 10000)))
+            self.send({"op": "ok", "id": rid, "entries": entries})
+        except Exception as e:
+            self.reply_error(rid, e)
+
+    # ------------------------------------------------------------ processes
+
+    def op_killall(self, rid, header, body):
+        self.send({"op": "ok", "id": rid, "killed": _kill_others()})
+
+    def op_spawn(self, rid, header, body):
+        """pyjail.run with files: run a program as a child, stream its output,
+        then collect the files it wrote. The server then exits with the
+        program's status (see main)."""
+        import subprocess
+        import threading
+        argv = [sys.executable if a == "{python}" else a for a in header["argv"]]
+        # pyjail relays SIGINT and SIGTERM to this process: pass them on.
+        self.signal.signal(self.signal.SIGINT, self._forward_term)
+        self.signal.signal(self.signal.SIGTERM, self._forward_term)
+        try:
+            self.child = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          close_fds=True)
+        except OSError as e:
+            self.reply_error(rid, e)
+            self.exit_status = 127
+            return
+
+        def pump(src, stream):
+            while True:
+                data = os.read(src.fileno(), 1 << 16)
+                if not data:
+                    return
+                self.send({"op": "out", "stream": stream}, data)
+
+        def feed():
+            try:
+                self.child.stdin.write(body)
+            except OSError:
+                pass
+            try:
+                self.child.stdin.close()
+            except OSError:
+                pass
+
+        threads = [threading.Thread(target=pump, args=(self.child.stdout, 1)),
+                   threading.Thread(target=pump, args=(self.child.stderr, 2)),
+                   threading.Thread(target=feed)]
+        for t in threads:
+            t.daemon = True
+            t.start()
+        status = self.child.wait()
+        # As after a plain run, nothing the program started outlives it.
+        _kill_others()
+        for t in threads[:2]:
+            t.join()
+        files, skipped, blobs = [], [], []
+        collect = header.get("collect")
+        if collect:
+            budget = int(header.get("max_bytes", 64 << 20))
+            max_files = int(header.get("max_files", 100))
+            inputs = {k: tuple(v) for k, v in header.get("inputs", {}).items()}
+            patterns = None if collect is True else list(collect)
+            for rel, size in _list_files(WORKDIR, patterns, 100000):
+                path = os.path.join(WORKDIR, rel)
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    continue
+                if inputs.get(rel) == (st.st_size, st.st_mtime_ns):
+                    continue   # an input the program did not change
+                if rel == header.get("script"):
+                    continue
+                if len(files) >= max_files:
+                    skipped.append([rel, size, "more than %d files" % max_files])
+                    continue
+                if size > budget:
+                    skipped.append([rel, size, "over the size budget"])
+                    continue
+                try:
+                    with open(path, "rb") as f:
+                        data = f.read(budget + 1)
+                except OSError as e:
+                    skipped.append([rel, size, "unreadable: %s" % e.strerror])
+                    continue
+                if len(data) > budget:
+                    skipped.append([rel, len(data), "over the size budget"])
+                    continue
+                budget -= len(data)
+                files.append([rel, len(data)])
+                blobs.append(data)
+        # Set first: the driver closes the channel as soon as it has this frame.
+        self.exit_status = status
+        self.send({"op": "exited", "id": rid, "status": status, "files": files,
+                   "skipped": skipped}, b"".join(blobs))
+
+    def _forward_term(self, signum, frame):
+        child = getattr(self, "child", None)
+        if child is not None:
+            try:
+                child.send_signal(signum)
+            except OSError:
+                pass
+
+
+def _list_files(root, patterns, max_entries):
+    """Regular files under root (relative paths, sorted), filtered by glob patterns."""
+    import fnmatch
+    out = []
+    root = os.path.normpath(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            full = os.path.join(dirpath, fn)
+            rel = os.path.relpath(full, root)
+            if patterns is not None and not any(
+                    fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(fn, p) for p in patterns):
+                continue
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            import stat as _stat
+            if not _stat.S_ISREG(st.st_mode):
+                continue
+            out.append([rel, st.st_size])
+            if len(out) >= max_entries:
+                return out
+    return out
+
+
+def _ticks_now():
+    """Clock ticks since boot, the unit of a process's start time in /proc."""
+    try:
+        with open("/proc/uptime", "rb") as f:
+            up = float(f.read().split()[0])
+        return int(up * os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _processes():
+    """(pid, state, parent pid, start time in ticks) of every process in the jail."""
+    out = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % entry, "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+            out.append((int(entry), fields[0].decode(), int(fields[1]), int(fields[19])))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _pids():
+    try:
+        return {int(e) for e in os.listdir("/proc") if e.isdigit()}
+    except OSError:
+        return set()
+
+
+def _kill_started_since(since):
+    """SIGKILL every process of the jail (but this one) that was not there at
+    ``since`` (the pids then, and the time in ticks), reap the ones that were
+    this process's children, and return how many were killed."""
+    import signal
+    import time
+    before, start = since
+    me = os.getpid()
+    killed = set()
+    for _ in range(200):
+        alive = []
+        for pid, state, ppid, started in _processes():
+            # A pid that was there already is new only if it was reused: its
+            # start time is clearly (two ticks, for rounding) after the start.
+            if pid in (1, me) or (pid in before and (start is None or started <= start + 1)):
+                continue
+            if state in ("Z", "X"):
+                if ppid == me:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+                continue
+            alive.append(pid)
+        if not alive:
+            break
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass
+        time.sleep(0.002)
+    return len(killed)
+
+
+def _kill_others():
+    """SIGKILL every process of the jail but this one and pid 1, then reap
+    this process's own children. Returns how many processes were killed."""
+    import signal
+    me = os.getpid()
+    killed = set()
+    for _ in range(50):
+        pids = []
+        try:
+            for entry in os.listdir("/proc"):
+                if entry.isdigit() and int(entry) not in (1, me):
+                    pids.append(int(entry))
+        except OSError:
+            pass
+        alive = []
+        for pid in pids:
+            try:
+                with open("/proc/%d/stat" % pid, "rb") as f:
+                    state = f.read().rsplit(b")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            if state not in (b"Z", b"X"):
+                alive.append(pid)
+        if not alive:
+            break
+        killed.update(alive)
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+        import time
+        time.sleep(0.005)
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            break
+        if pid == 0:
+            break
+    return len(killed)
+
+
+def main():
+    server = Server()
+    try:
+        server.serve()
+    finally:
+        server._flush()
+    status = server.exit_status
+    if status is None:
+        os._exit(0)
+    if status < 0:
+        # Die of the same signal, so pyjail reports it as the program's.
+        import signal
+        sig = -status
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(status & 0xFF)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,730 @@
+"""pyjail.Session: a persistent jailed interpreter."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+
+from . import _server
+from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
+                       server_command)
+from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, find_binary,
+                      jail_args, pyjail_message, render_output)
+
+__all__ = ["Session", "CellResult", "CellError", "FinalCall", "JailObject",
+           "SessionError", "SessionClosedError", "SessionDiedError"]
+
+
+class SessionError(PyjailError):
+    """The session cannot do what was asked."""
+
+
+class SessionClosedError(SessionError):
+    """The session was closed."""
+
+
+class SessionDiedError(SessionError):
+    """The session's interpreter died and the session was not allowed to
+    restart it (``auto_restart=False``)."""
+
+    def __init__(self, message: str, report: Optional[Report] = None) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+class JailObject:
+    """A value that stayed in the jail: only its repr came back."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JailObject) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
+
+
+@dataclass
+class CellError:
+    """The exception a cell ended with (``type`` is its class name), or, for
+    ``InterpreterDied`` and ``ProtocolError``, what happened to the session."""
+
+    type: str
+    message: str
+    traceback: str = ""
+
+    def __str__(self) -> str:
+        return self.traceback.rstrip("\n") if self.traceback else "%s: %s" % (self.type, self.message)
+
+
+@dataclass
+class FinalCall:
+    """A call of a host function that ends the cell (see Session.expose)."""
+
+    name: str
+    value: Any
+
+
+@dataclass
+class CellResult:
+    """What one cell did."""
+
+    stdout: str = ""
+    """Everything the cell wrote to fd 1 (print, os.write, subprocesses), capped."""
+    stderr: str = ""
+    """Everything the cell wrote to fd 2, capped."""
+    value: Optional[str] = None
+    """repr() of the cell's trailing expression, or None (none, or it was None)."""
+    error: Optional[CellError] = None
+    """The exception the cell raised, with its traceback; None if it succeeded."""
+    timed_out: bool = False
+    """The cell ran out of time and was interrupted (``error`` is then its
+    KeyboardInterrupt), or, if ``restarted``, killed."""
+    restarted: bool = False
+    """The interpreter died or had to be killed, and a fresh one replaced it:
+    every variable (and file) of the session is gone."""
+    duration_s: float = 0.0
+    stdout_omitted: int = 0
+    """Bytes of stdout left out of ``stdout`` (past ``output_limit``)."""
+    stderr_omitted: int = 0
+    value_str: Optional[str] = None
+    """str() of the trailing expression, when asked for (``run(..., want_str=True)``)."""
+    data: Any = None
+    """The trailing expression's value itself when it is plain data and was asked
+    for (``run(..., want_data=True)``), else a JailObject with its repr."""
+    final: Optional[FinalCall] = None
+    """Set when the cell ended by calling a host function exposed with ``ends_cell``."""
+    processes_killed: int = 0
+    """Processes the cell started that were still running when it failed or
+    timed out, and were killed (see ``kill_failed_cell_processes``)."""
+    report: Optional[Report] = None
+    """pyjail's report of the jail that ended, when ``restarted``."""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out and not self.restarted
+
+    def text(self, *, value: bool = True) -> str:
+        """The cell's output as one string for a person or a language model:
+        stdout, stderr, the trailing value's repr, then the traceback and what
+        happened to the session."""
+        parts: List[str] = []
+
+        def add(s: Optional[str]) -> None:
+            if s:
+                parts.append(s if s.endswith("\n") else s + "\n")
+
+        add(self.stdout)
+        add(self.stderr)
+        if value and self.value is not None and self.error is None:
+            add(self.value)
+        if self.error is not None:
+            add(str(self.error))
+        return "".join(parts)
+
+
+_NOT_GIVEN: Any = object()
+
+
+def _reap(proc: "subprocess.Popen[bytes]", tmpdir: str) -> None:
+    """Finalizer: leave nothing behind (also at exit or garbage collection)."""
+    if proc.poll() is None:
+        try:
+            proc.kill()
+        except OSError:
+            pass
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            pass
+    for stream in (proc.stdin, proc.stdout):
+        try:
+            if stream is not None:
+                stream.close()
+        except OSError:
+            pass
+    shutil.rmtree(tmpdir, ignore_errors=True)
+
+
+class Session:
+    """A persistent Python interpreter in a pyjail jail (the ``repl`` profile).
+
+    ``run(code)`` executes a cell in one long-lived namespace and returns a
+    CellResult. A cell that runs out of time gets a KeyboardInterrupt and the
+    session keeps its variables; only an interpreter that does not respond
+    within ``interrupt_grace`` seconds is killed and replaced (the result says
+    so). Processes a cell starts never outlive the session; those of a cell
+    that fails or times out are killed when it ends (a fork bomb's leftovers,
+    a runaway child), while a successful cell's live on, e.g. a server or a
+    pool for later cells (``kill_failed_cell_processes``).
+
+    Files move in and out of the jail's work directory (``/work``, a private
+    tmpfs) with upload() and download(). Use it as a context manager, or call
+    close(): nothing is left behind.
+
+    The jail options (``memory``, ``pids``, ``net``, ...) are pyjail's, on top
+    of ``profile``; ``options`` takes any other pyjail option by name, e.g.
+    ``{"cpus": 2}``. ``timeout`` is the default time limit of one cell
+    (None: no limit); ``wall_time`` limits the whole session's life.
+    """
+
+    def __init__(self, *, profile: str = "repl", timeout: Optional[float] = None,
+                 memory: Optional[Size] = None, pids: Optional[int] = None,
+                 cpu_time: Optional[float] = None, wall_time: Optional[float] = None,
+                 tmpfs_size: Optional[Size] = None, net: Optional[str] = None,
+                 env: Optional[Mapping[str, str]] = None, ro_bind: Sequence[str] = (),
+                 rootfs: Optional[str] = None, options: Optional[Mapping[str, Any]] = None,
+                 extra_args: Sequence[str] = (), binary: Optional[str] = None,
+                 output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
+                 interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
+                 auto_restart: bool = True, start_timeout: float = 30.0) -> None:
+        self.binary = find_binary(binary)
+        self.timeout = timeout
+        self.output_limit = int(output_limit)
+        self.max_file_bytes = int(max_file_bytes)
+        self.interrupt_grace = float(interrupt_grace)
+        self.kill_failed_cell_processes = kill_failed_cell_processes
+        self.auto_restart = auto_restart
+        self.start_timeout = start_timeout
+        self.io_timeout = 120.0
+        self._args = jail_args(profile=profile, wall_time=wall_time, cpu_time=cpu_time,
+                               memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
+                               env=env, ro_bind=ro_bind, rootfs=rootfs, options=options,
+                               extra_args=extra_args)
+        self._lock = threading.RLock()
+        self._functions: Dict[str, Tuple[Callable[..., Any], str, bool]] = {}
+        self._final_values: Dict[str, Any] = {}
+        self._next_id = 0
+        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._chan: Optional[Channel] = None
+        self._tmpdir = ""
+        self._finalizer: Optional["weakref.finalize[Any, Any]"] = None
+        self._closed = False
+        self._last_stderr = b""
+        self._last_returncode: Optional[int] = None
+        self.restarts = 0
+        """How many times the interpreter was replaced."""
+        self.last_report: Optional[Report] = None
+        """pyjail's report of the last jail of this session that ended."""
+        self.server_info: Dict[str, Any] = {}
+        self._start()
+
+    # ------------------------------------------------------------------ life
+
+    def _start(self) -> None:
+        self._tmpdir = tempfile.mkdtemp(prefix="pyjail-session-")
+        report = os.path.join(self._tmpdir, "report.json")
+        errpath = os.path.join(self._tmpdir, "stderr")
+        cmd = [self.binary, "--quiet", "--report", report] + self._args + ["--"] + server_command()
+        with open(errpath, "wb") as err:
+            try:
+                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=err, bufsize=0, close_fds=True)
+            except OSError as e:
+                shutil.rmtree(self._tmpdir, ignore_errors=True)
+                raise JailError("pyjail: cannot run %s: %s" % (self.binary, e.strerror)) from e
+        self._proc = proc
+        self._finalizer = weakref.finalize(self, _reap, proc, self._tmpdir)
+        assert proc.stdin is not None and proc.stdout is not None
+        max_body = max(self.max_file_bytes, 4 * self.output_limit) + (1 << 20)
+        self._chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(), max_body)
+        deadline = time.monotonic() + self.start_timeout
+        try:
+            self.server_info = self._chan.handshake(deadline)
+            if self._functions:
+                # The host functions of the session come back with every new interpreter.
+                self._raw_request({"op": "expose", "functions": {
+                    n: doc for n, (_, doc, _e) in self._functions.items()},
+                    "ends_cell": [n for n, (_, _d, e) in self._functions.items() if e]},
+                    b"", deadline)
+        except ChannelError as e:
+            rep = self._stop()
+            stderr = self._last_stderr
+            if proc.returncode == EXIT_PYJAIL_ERROR and (rep is None or rep.status == "setup-error"):
+                raise JailError(pyjail_message(stderr, rep), rep) from None
+            detail = stderr.decode("utf-8", "replace").strip()
+            raise SessionError("the session's interpreter did not start (%s; %s)%s"
+                               % (e, self._why(rep), (": " + detail[-2000:]) if detail else "")
+                               ) from None
+
+    def _read_stderr(self) -> bytes:
+        try:
+            with open(os.path.join(self._tmpdir, "stderr"), "rb") as f:
+                return f.read(1 << 16)
+        except OSError:
+            return b""
+
+    def _stop(self, graceful: bool = False) -> Optional[Report]:
+        """End the current jail; return its report. Leaves nothing behind."""
+        proc, chan = self._proc, self._chan
+        if proc is None:
+            return None
+        if graceful and chan is not None and proc.poll() is None:
+            try:
+                chan.send({"op": "bye"}, deadline=time.monotonic() + 1.0)
+                proc.wait(2.0)
+            except (ChannelError, subprocess.TimeoutExpired):
+                pass
+        if proc.poll() is None:
+            # SIGKILL to pyjail: its jail dies with it (parent-death signal).
+            proc.kill()
+        try:
+            proc.wait(10.0)
+        except subprocess.TimeoutExpired:
+            pass
+        self._last_returncode = proc.returncode
+        rep = Report.load(os.path.join(self._tmpdir, "report.json"))
+        if rep is not None:
+            self.last_report = rep
+        self._last_stderr = self._read_stderr()
+        if self._finalizer is not None:
+            self._finalizer()      # closes the pipes, removes the temporary directory
+            self._finalizer = None
+        self._proc = self._chan = None
+        return rep
+
+    def _restart(self) -> None:
+        self._stop()
+        self._start()
+        self.restarts += 1
+
+    def restart(self) -> None:
+        """Replace the interpreter with a fresh one (every variable is lost)."""
+        with self._lock:
+            self._check_open()
+            self._restart()
+
+    def close(self) -> None:
+        """End the session: the jail and every process in it, and the
+        driver's temporary files. Safe to call more than once."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._stop(graceful=True)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The host pid of the current pyjail process (None when closed)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionClosedError("the session is closed")
+
+    # -------------------------------------------------------------- requests
+
+    def _new_id(self) -> str:
+        self._next_id += 1
+        return "r%d" % self._next_id
+
+    def _ensure_alive(self) -> Optional[str]:
+        """Restart a session whose interpreter died between calls. Returns what
+        happened, for the caller's result, or None if it was alive."""
+        self._check_open()
+        if self._proc is not None and self._proc.poll() is None:
+            return None
+        return self._died("before the cell could run")
+
+    def _died(self, when: str) -> str:
+        rep = self._stop()
+        why = self._why(rep)
+        msg = ("the session's interpreter died %s (%s); " % (when, why))
+        if not self.auto_restart:
+            self._closed = True
+            raise SessionDiedError(msg + "the session is closed", rep)
+        self._start()
+        self.restarts += 1
+        return msg + "a fresh one was started: every variable and file of the session is lost"
+
+    def _why(self, rep: Optional[Report]) -> str:
+        if rep is not None:
+            return "the jail " + rep.describe()
+        rc = self._last_returncode
+        if rc is not None and rc < 0:
+            try:
+                name = signal.Signals(-rc).name
+            except ValueError:
+                name = "signal %d" % -rc
+            return "pyjail was killed by %s" % name
+        return "pyjail exited with status %s" % rc
+
+    def _raw_request(self, header: Dict[str, Any], body: bytes,
+                     deadline: float) -> Tuple[Dict[str, Any], bytes]:
+        chan = self._chan
+        assert chan is not None
+        rid = self._new_id()
+        chan.send(dict(header, id=rid), body, deadline)
+        while True:
+            reply, rbody = chan.recv(deadline)
+            if reply.get("id") == rid:
+                return reply, rbody
+
+    def _request(self, header: Dict[str, Any], body: bytes = b"",
+                 timeout: Optional[float] = None) -> Tuple[Dict[str, Any], bytes]:
+        """Send a request that the idle server answers at once; return the answer."""
+        deadline = time.monotonic() + (timeout or self.io_timeout)
+        try:
+            reply, rbody = self._raw_request(header, body, deadline)
+        except ChannelTimeout:
+            self._restart()
+            raise SessionError("the session's interpreter did not answer a %r request in time; "
+                               "it was restarted (every variable is lost)" % header.get("op"))
+        except ProtocolError as e:
+            self._restart()
+            raise SessionError("the session's interpreter sent a malformed frame (%s); "
+                               "it was restarted (every variable is lost)" % e)
+        except ChannelClosed:
+            self._died("during a %r request" % header.get("op"))
+            raise SessionError("the session's interpreter died during a %r request; a fresh "
+                               "one was started (every variable and file is lost)"
+                               % header.get("op"))
+        if reply.get("op") == "error":
+            err = str(reply.get("error", "error"))
+            code = reply.get("errno")
+            if isinstance(code, int):
+                raise OSError(code, str(reply.get("strerror", err)), header.get("path"))
+            raise SessionError(err)
+        return reply, rbody
+
+    # -------------------------------------------------------------- cells
+
+    def run(self, code: str, timeout: Optional[float] = _NOT_GIVEN, *,
+            want_data: bool = False, want_str: bool = False,
+            name: Optional[str] = None) -> CellResult:
+        """Run one cell. ``timeout``: seconds (None: no limit; default: the
+        session's ``timeout``). Exceptions of the code are in the result's
+        ``error``, never raised; a closed session raises SessionClosedError."""
+        if not isinstance(code, str):
+            raise TypeError("code must be a str, not %s" % type(code).__name__)
+        if timeout is _NOT_GIVEN:
+            timeout = self.timeout
+        with self._lock:
+            note = self._ensure_alive()
+            if note is not None:
+                return CellResult(error=CellError("InterpreterDied", note), restarted=True,
+                                  report=self.last_report)
+            return self._exec(code, timeout, want_data, want_str, name)
+
+    def _interrupt(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            try:
+                # pyjail relays SIGINT to the program: the server raises
+                # KeyboardInterrupt in the cell.
+                os.kill(self._proc.pid, signal.SIGINT)
+            except OSError:
+                pass
+
+    def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
+              name: Optional[str]) -> CellResult:
+        chan = self._chan
+        assert chan is not None
+        rid = self._new_id()
+        start = time.monotonic()
+        header: Dict[str, Any] = {"op": "exec", "id": rid, "code": code,
+                                  "output_limit": self.output_limit,
+                                  "kill_failed": self.kill_failed_cell_processes}
+        if want_data:
+            header["data"] = True
+        if want_str:
+            header["str"] = True
+        if name:
+            header["name"] = name
+        deadline = start + timeout if timeout is not None else None
+        interrupted_at: Optional[float] = None
+        next_action = deadline
+        self._final_values.clear()
+        try:
+            chan.send(header, b"", start + self.io_timeout)
+            while True:
+                try:
+                    reply, body = chan.recv(next_action)
+                except ChannelTimeout:
+                    now = time.monotonic()
+                    if interrupted_at is None:
+                        interrupted_at = now
+                    elif now - interrupted_at >= self.interrupt_grace:
+                        return self._killed_for_timeout(timeout, start)
+                    # Again every half second: code may swallow one interrupt.
+                    self._interrupt()
+                    next_action = min(now + 0.5, interrupted_at + self.interrupt_grace)
+                    continue
+                op = reply.get("op")
+                if op == "call":
+                    self._serve_call(reply)
+                    if deadline is not None and interrupted_at is None and \
+                            time.monotonic() >= deadline:
+                        next_action = time.monotonic()
+                    continue
+                if op == "result" and reply.get("id") == rid:
+                    res = self._cell_result(reply, body, start)
+                    # Interrupted, unless it finished on its own just as time ran out.
+                    res.timed_out = interrupted_at is not None and res.error is not None
+                    return res
+                # Anything else (a stray frame) is ignored.
+        except ChannelClosed:
+            note = self._died("while running the cell")
+            return CellResult(error=CellError("InterpreterDied", note), restarted=True,
+                              timed_out=interrupted_at is not None, report=self.last_report,
+                              duration_s=time.monotonic() - start)
+        except ProtocolError as e:
+            self._restart()
+            return CellResult(
+                error=CellError("ProtocolError",
+                                "the interpreter sent a malformed frame (%s); it was killed and "
+                                "a fresh one started: every variable and file is lost" % e),
+                restarted=True, duration_s=time.monotonic() - start)
+        except ChannelTimeout:
+            # Sending the cell itself did not finish: the server is stuck.
+            self._restart()
+            return CellResult(
+                error=CellError("InterpreterDied",
+                                "the interpreter did not accept the cell; it was killed and a "
+                                "fresh one started: every variable and file is lost"),
+                restarted=True, duration_s=time.monotonic() - start)
+
+    def _killed_for_timeout(self, timeout: Optional[float], start: float) -> CellResult:
+        self._stop()
+        self._start()
+        self.restarts += 1
+        msg = ("the cell ran out of time (%s s) and did not respond to KeyboardInterrupt within "
+               "%s s; the interpreter was killed and a fresh one started: every variable and "
+               "file of the session is lost" % (_fmt(timeout), _fmt(self.interrupt_grace)))
+        return CellResult(error=CellError("TimeoutError", msg), timed_out=True, restarted=True,
+                          report=self.last_report, duration_s=time.monotonic() - start)
+
+    def _cell_result(self, reply: Dict[str, Any], body: bytes, start: float) -> CellResult:
+        def lens(key: str) -> Tuple[int, int, int]:
+            v = reply.get(key)
+            if not (isinstance(v, list) and len(v) == 3 and
+                    all(isinstance(i, int) and i >= 0 for i in v)):
+                raise ProtocolError("bad %s lengths" % key)
+            return v[0], v[1], v[2]
+
+        def opt_str(key: str) -> Optional[str]:
+            v = reply.get(key)
+            return v if isinstance(v, str) else None
+
+        oh, ot, oo = lens("stdout")
+        eh, et, eo = lens("stderr")
+        if oh + ot + eh + et != len(body):
+            raise ProtocolError("result body length mismatch")
+        pos = 0
+        parts = []
+        for n in (oh, ot, eh, et):
+            parts.append(body[pos:pos + n])
+            pos += n
+        res = CellResult(stdout=render_output(parts[0], parts[1], oo),
+                         stderr=render_output(parts[2], parts[3], eo),
+                         stdout_omitted=oo, stderr_omitted=eo,
+                         value=opt_str("value"), value_str=opt_str("value_str"),
+                         duration_s=time.monotonic() - start)
+        err = reply.get("error")
+        if isinstance(err, dict):
+            res.error = CellError(str(err.get("type", "Exception")), str(err.get("message", "")),
+                                  str(err.get("traceback", "")))
+        if res.value is not None:
+            if "data" in reply:
+                try:
+                    res.data = _server.decode_value(reply["data"])
+                except ValueError:
+                    res.data = JailObject(res.value)
+            else:
+                res.data = JailObject(res.value)
+        killed = reply.get("killed")
+        if isinstance(killed, int) and killed >= 0:
+            res.processes_killed = killed
+        ended = reply.get("ended_by")
+        if isinstance(ended, dict):
+            token = ended.get("token")
+            if isinstance(token, str) and token in self._final_values:
+                res.final = FinalCall(str(ended.get("name")), self._final_values.pop(token))
+        return res
+
+    # ---------------------------------------------------------- host functions
+
+    def expose(self, functions: Mapping[str, Callable[..., Any]], *,
+               ends_cell: Iterable[str] = (), docs: Optional[Mapping[str, str]] = None) -> None:
+        """Make host callables callable by name from the jailed code.
+
+        A call runs the function here, on the host, with the host's rights: expose
+        only what the jailed code may use. Arguments and results cross as plain
+        data (str, numbers, bytes, lists, tuples, dicts, sets); a result that is not
+        is pickled for the jail, or, if the jail cannot rebuild it, sent as its str().
+        An exception becomes the builtin of the same name in the jail (else a
+        HostFunctionError) with its message, without the host's traceback. A call
+        of a function named in ``ends_cell`` ends the cell, and the result's
+        ``final`` holds the function's return value (smolagents' final_answer).
+        """
+        ends = set(ends_cell)
+        with self._lock:
+            self._check_open()
+            for name, fn in functions.items():
+                if not name.isidentifier():
+                    raise ValueError("%r is not a Python identifier" % name)
+                if not callable(fn):
+                    raise TypeError("%s is not callable" % name)
+                doc = (docs or {}).get(name) or getattr(fn, "__doc__", None) or ""
+                self._functions[name] = (fn, str(doc), name in ends)
+            self._ensure_alive()
+            self._request({"op": "expose",
+                           "functions": {n: self._functions[n][1] for n in functions},
+                           "ends_cell": [n for n in functions if n in ends]})
+
+    def _serve_call(self, header: Dict[str, Any]) -> None:
+        assert self._chan is not None
+        cid = header.get("id")
+        name = header.get("name")
+        entry = self._functions.get(name) if isinstance(name, str) else None
+        reply: Dict[str, Any] = {"op": "reply", "id": cid}
+        try:
+            if entry is None:
+                raise NameError("%r is not a host function of this session" % (name,))
+            fn, _doc, ends = entry
+            args = _server.decode_value(header.get("args"))
+            kwargs = _server.decode_value(header.get("kwargs"))
+            if not isinstance(args, list) or not isinstance(kwargs, dict) or \
+                    not all(isinstance(k, str) for k in kwargs):
+                raise TypeError("malformed arguments")
+            value = fn(*args, **kwargs)
+            if ends:
+                token = "f%d" % (len(self._final_values) + 1)
+                self._final_values[token] = value
+                reply["token"] = token
+            else:
+                try:
+                    reply["value"] = _server.encode_value(value, allow_pickle=True)
+                except _server.PlainDataError:
+                    reply["value"] = str(value)
+        except Exception as e:
+            # The message without the host's traceback; a single str argument
+            # as it is (str(KeyError('k')) would quote it again).
+            msg = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e)
+            reply = {"op": "reply", "id": cid, "error": msg, "type": type(e).__name__}
+        self._chan.send(reply, b"", time.monotonic() + self.io_timeout)
+
+    def set_variables(self, variables: Mapping[str, Any]) -> Dict[str, str]:
+        """Put host values into the session's namespace, as plain data or, for
+        other objects, pickled (the jail must be able to import their classes).
+        Returns the names that could not be set, with why."""
+        tree: Dict[str, Any] = {}
+        failed: Dict[str, str] = {}
+        for name, value in variables.items():
+            try:
+                tree[name] = _server.encode_value(value, allow_pickle=True, limit=256 << 20)
+            except _server.PlainDataError as e:
+                failed[name] = str(e)
+        with self._lock:
+            self._ensure_alive()
+            reply, _ = self._request({"op": "set", "variables": tree})
+        more = reply.get("failed")
+        if isinstance(more, dict):
+            failed.update({str(k): str(v) for k, v in more.items()})
+        return failed
+
+    # ---------------------------------------------------------------- files
+
+    def upload(self, name: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> int:
+        """Write ``data`` (bytes, or str as UTF-8) to ``name`` in the jail:
+        relative to the work directory /work, or an absolute in-jail path.
+        Parent directories are created. Returns the size written."""
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError("data must be bytes or str")
+        with self._lock:
+            self._ensure_alive()
+            header: Dict[str, Any] = {"op": "put", "path": name}
+            if mode is not None:
+                header["mode"] = mode
+            reply, _ = self._request(header, bytes(data))
+        size = reply.get("size")
+        return size if isinstance(size, int) else len(data)
+
+    def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
+                    name: Optional[str] = None) -> int:
+        """Copy a host file into the jail (default name: its base name)."""
+        with open(host_path, "rb") as f:
+            data = f.read()
+        return self.upload(name or os.path.basename(os.fspath(host_path)), data)
+
+    def download(self, name: str, *, max_bytes: Optional[int] = None) -> bytes:
+        """The content of file ``name`` in the jail (relative to /work). Raises
+        FileNotFoundError and friends, or SessionError past ``max_bytes``
+        (default: the session's ``max_file_bytes``)."""
+        limit = self.max_file_bytes if max_bytes is None else int(max_bytes)
+        with self._lock:
+            self._ensure_alive()
+            _reply, body = self._request({"op": "get", "path": name, "max_bytes": limit})
+        if len(body) > limit:
+            raise SessionError("%s: more than %d bytes" % (name, limit))
+        return body
+
+    def download_file(self, name: str, host_path: Union[str, "os.PathLike[str]"]) -> int:
+        """Copy a file out of the jail to ``host_path``. Returns its size."""
+        data = self.download(name)
+        with open(host_path, "wb") as f:
+            f.write(data)
+        return len(data)
+
+    def list_files(self, path: str = ".", patterns: Optional[Sequence[str]] = None,
+                   max_entries: int = 10000) -> Dict[str, int]:
+        """Regular files under ``path`` (default /work), as {relative name: size},
+        optionally only those matching one of the glob ``patterns``."""
+        with self._lock:
+            self._ensure_alive()
+            reply, _ = self._request({"op": "list", "path": path,
+                                      "patterns": list(patterns) if patterns else None,
+                                      "max_entries": max_entries})
+        out: Dict[str, int] = {}
+        for entry in reply.get("entries") or []:
+            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) \
+                    and isinstance(entry[1], int):
+                out[entry[0]] = entry[1]
+        return out
+
+    def kill_processes(self) -> int:
+        """Kill every process in the jail but the interpreter. Returns how many."""
+        with self._lock:
+            self._ensure_alive()
+            reply, _ = self._request({"op": "killall"}, timeout=10.0)
+        killed = reply.get("killed")
+        return killed if isinstance(killed, int) else 0
+
+    def ping(self, timeout: float = 5.0) -> float:
+        """Round-trip time to the idle interpreter, in seconds."""
+        with self._lock:
+            self._ensure_alive()
+            t = time.monotonic()
+            self._request({"op": "ping"}, timeout=timeout)
+            return time.monotonic() - t
+
+
+def _fmt(x: Optional[float]) -> str:
+    if x is None:
+        return "no limit"
+    return ("%g" % x)

@@ -1,0 +1,50 @@
+"""`pip install ./python` gives a working, typed package."""
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+from conftest import REPO, need
+
+
+def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
+    try:
+        import setuptools  # noqa: F401 -- the build backend, used without build isolation
+        import wheel  # noqa: F401
+        have_backend = True
+    except ImportError:
+        have_backend = False
+    need(have_backend, "setuptools and wheel are needed to build the wheel offline")
+    # Built from a copy: a build leaves build/ and *.egg-info behind.
+    src = tmp_path / "src"
+    shutil.copytree(str(REPO / "python"), str(src),
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+    r = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                        "-q", "-w", str(tmp_path / "dist"), str(src)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    wheels = list((tmp_path / "dist").glob("pyjail-*.whl"))
+    assert len(wheels) == 1
+    names = set(zipfile.ZipFile(wheels[0]).namelist())
+    for f in ("__init__.py", "_server.py", "_session.py", "_run.py", "langchain.py",
+              "smolagents.py", "py.typed"):
+        assert "pyjail/" + f in names, f
+    target = tmp_path / "site"
+    r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
+                        str(target), str(wheels[0])], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, PYTHONPATH=str(target), PYJAIL_BIN=pyjail_bin)
+    r = subprocess.run([sys.executable, "-c",
+                        "import pyjail, sys\n"
+                        "assert pyjail.__file__.startswith(sys.argv[1]), pyjail.__file__\n"
+                        "with pyjail.Session() as s:\n"
+                        "    print(s.run('6 * 7').value)\n"
+                        "print(pyjail.run('print(1)').stdout, end='')",
+                        str(target)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       universal_newlines=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "42\n1\n"

@@ -1,0 +1,70 @@
+"""The README's examples of the Python package work as written."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, import_or_skip
+
+
+def section():
+    text = (REPO / "README.md").read_text()
+    start = text.index("## The Python package")
+    end = text.index("\n## ", start + 1)
+    return text[start:end]
+
+
+def examples():
+    return re.findall(r"```python\n(.*?)```", section(), re.S)
+
+
+def run_example(code, pyjail_bin):
+    # As a user would have it: pyjail on PATH, the package importable.
+    env = dict(os.environ)
+    env.pop("PYJAIL_BIN", None)
+    env["PATH"] = os.path.dirname(pyjail_bin) + os.pathsep + env.get("PATH", "")
+    env["PYTHONPATH"] = str(REPO / "python")
+    return subprocess.run([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, timeout=120)
+
+
+def find(marker):
+    found = [c for c in examples() if marker in c]
+    assert len(found) == 1, marker
+    return found[0]
+
+
+def test_langchain_example(pyjail_bin):
+    import_or_skip("langchain_core")
+    code = find("pyjail.langchain")
+    assert len([l for l in code.splitlines() if l.strip()]) <= 10
+    r = run_example(code, pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert out.startswith("2432902008176640000\n\n2432\n\n")
+    assert "jail:x:1000" in out
+    assert "Execution timed out after 2 s" in out
+    assert out.endswith("True\n\n")
+
+
+def test_smolagents_example(pyjail_bin):
+    import_or_skip("smolagents")
+    code = find("pyjail.smolagents")
+    assert len([l for l in code.splitlines() if l.strip()]) <= 10
+    r = run_example(code, pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.rstrip().endswith("2432902008176640000")
+
+
+def test_run_and_session_examples(pyjail_bin):
+    r = run_example(find("pyjail.run("), pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("3\n 0 ok ") and "{'out.txt': b'ABC'}" in r.stdout
+    r = run_example(find("pyjail.Session("), pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert "half: 1.5707963267948966\n 6.283185307179586" in r.stdout
+    assert "True 3.141592653589793" in r.stdout
+    assert "ZeroDivisionError" in r.stdout

@@ -1,0 +1,374 @@
+"""pyjail.Session: a persistent jailed interpreter."""
+
+import os
+import signal
+import socket
+import struct
+import tempfile
+import threading
+import time
+
+import pytest
+
+import pyjail
+from conftest import host_processes, pyjail_children, wait_until
+
+
+def test_state_value_and_output(session):
+    assert session.run("x = 41").ok
+    r = session.run("x += 1\nprint('x is', x)\nx * 2")
+    assert r.ok and r.stdout == "x is 42\n" and r.value == "84"
+    assert session.run("None").value is None
+    assert session.run("'text'").value == "'text'"
+    r = session.run("[1, (2, 3), {'a': b'x'}]", want_data=True)
+    assert r.data == [1, (2, 3), {"a": b"x"}]
+    r = session.run("object()", want_data=True)
+    assert isinstance(r.data, pyjail.JailObject) and r.value.startswith("<object object")
+
+
+def test_exception_with_traceback_keeps_state(session):
+    session.run("def f(n):\n    return 10 / n\ny = 5")
+    r = session.run("f(0)")
+    assert not r.ok and r.error.type == "ZeroDivisionError"
+    assert r.error.message == "division by zero"
+    tb = r.error.traceback
+    assert tb.startswith("Traceback (most recent call last):")
+    assert 'File "<cell-2>", line 1, in <module>' in tb
+    assert "return 10 / n" in tb            # the source of an earlier cell
+    assert "pyjail_server" not in tb        # none of the server's own frames
+    assert session.run("y").value == "5"
+
+
+def test_syntax_error(session):
+    r = session.run("x = (1,\nprint(x")
+    assert r.error.type == "SyntaxError"
+    assert r.error.traceback.lstrip().startswith('File "<cell-1>"')
+    assert "Traceback" not in r.error.traceback
+    assert session.run("1 + 1").value == "2"
+
+
+def test_system_exit_is_an_error_not_the_end(session):
+    session.run("z = 1")
+    r = session.run("import sys; sys.exit(4)")
+    assert r.error.type == "SystemExit" and not r.restarted
+    assert session.run("z").value == "1"
+
+
+FAKE_FRAME_CELL = r"""
+import os, sys, struct, subprocess, threading
+head = b'{"op":"result","id":"r1","stdout":[0,0,0],"stderr":[0,0,0]}'
+fake = struct.pack(">4sII", b"PJF1", len(head), 0) + head
+print("print")
+os.write(1, fake + b"\n")
+sys.stdout.buffer.write(fake + b"\n")
+os.write(2, fake + b"\n")
+child = "import os, sys; os.write(1, sys.stdin.buffer.read()); os.write(2, b'child-err\\n')"
+subprocess.run([sys.executable, "-c", child], input=fake + b"\n")
+t = threading.Thread(target=print, args=("thread",)); t.start(); t.join()
+"""
+
+
+def test_output_from_every_source_is_captured_and_framed(session):
+    # Bytes that make a valid protocol frame, written every way the code can:
+    # they come back as output, never as a message.
+    r = session.run(FAKE_FRAME_CELL)
+    assert r.ok, r.error
+    head = b'{"op":"result","id":"r1","stdout":[0,0,0],"stderr":[0,0,0]}'
+    fake = (struct.pack(">4sII", b"PJF1", len(head), 0) + head).decode("latin-1")
+    assert r.stdout.split("\n") == ["print", fake, fake, fake, "thread", ""]
+    assert r.stderr == fake + "\nchild-err\n"
+    assert session.run("'still fine'").value == "'still fine'"
+
+
+def test_stdin_is_empty(session):
+    r = session.run("input()")
+    assert r.error.type == "EOFError"
+
+
+def test_100mb_print_is_capped(session):
+    t = time.monotonic()
+    r = session.run("print('x' * 100_000_000)\nprint('tail')")
+    assert time.monotonic() - t < 30
+    assert r.ok
+    assert r.stdout_omitted > 98_000_000
+    assert r.stdout.startswith("xxx") and r.stdout.endswith("tail\n")
+    assert "bytes of output omitted" in r.stdout
+    assert len(r.stdout) < 1_100_000
+    assert session.run("1").value == "1"
+
+
+def test_timeout_interrupts_and_keeps_state(session):
+    session.run("import time\nstate = 'kept'")
+    t = time.monotonic()
+    r = session.run("print('before')\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)",
+                    timeout=1)
+    assert 0.9 < time.monotonic() - t < 5
+    assert r.timed_out and not r.restarted
+    assert r.error.type == "KeyboardInterrupt" and "time.sleep" in r.error.traceback
+    assert r.stdout == "before\n"
+    assert session.run("state, n > 10").value == "('kept', True)"
+    # A busy loop with no system call is interrupted too.
+    r = session.run("while True: pass", timeout=0.5)
+    assert r.timed_out and not r.restarted
+    assert session.run("state").value == "'kept'"
+
+
+def test_unresponsive_interpreter_is_killed_and_restarted():
+    with pyjail.Session(interrupt_grace=1.0) as s:
+        s.run("state = 1")
+        t = time.monotonic()
+        r = s.run("import time\nwhile True:\n    try:\n        time.sleep(5)\n"
+                  "    except BaseException:\n        pass", timeout=0.5)
+        assert time.monotonic() - t < 6
+        assert r.timed_out and r.restarted and s.restarts == 1
+        assert r.error.type == "TimeoutError" and "every variable" in r.error.message
+        r = s.run("state")
+        assert r.error.type == "NameError"            # a fresh interpreter
+        assert s.run("1 + 1").value == "2"
+
+
+def test_failed_cells_take_their_processes_along(session):
+    session.run("import subprocess, sys, time\n"
+                "def sleeper():\n"
+                "    return subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)'])")
+    # A successful cell's processes live on (a server, a pool, ...).
+    r = session.run("keep = sleeper()")
+    assert r.ok and r.processes_killed == 0
+    r = session.run("p = sleeper()\ntime.sleep(30)", timeout=0.5)
+    assert r.timed_out and not r.restarted and r.processes_killed == 1
+    assert session.run("p.wait(5) != None, keep.poll() is None").value == "(True, True)"
+    r = session.run("q = sleeper()\n1 / 0")
+    assert r.error.type == "ZeroDivisionError" and r.processes_killed == 1
+    assert session.run("q.wait(5) != None, keep.poll() is None").value == "(True, True)"
+    assert session.kill_processes() == 1
+    assert session.run("keep.wait(5) != None").value == "True"
+
+
+def test_killed_interpreter_gives_a_clear_result():
+    with pyjail.Session() as s:
+        s.run("v = 1")
+        os.kill(s.pid, signal.SIGKILL)
+        assert wait_until(lambda: s._proc.poll() is not None)
+        r = s.run("v")
+        assert r.restarted and r.error.type == "InterpreterDied"
+        assert "SIGKILL" in r.error.message and "every variable" in r.error.message
+        assert s.run("v").error.type == "NameError"
+        assert s.run("2").value == "2"
+
+
+def test_interpreter_dying_in_a_cell():
+    with pyjail.Session() as s:
+        r = s.run("import os\nprint('bye', flush=True)\nos._exit(3)")
+        assert r.restarted and r.error.type == "InterpreterDied"
+        assert "exited with status 3" in r.error.message
+        assert s.run("1").value == "1"
+
+
+def test_no_auto_restart_raises():
+    s = pyjail.Session(auto_restart=False)
+    try:
+        os.kill(s.pid, signal.SIGKILL)
+        assert wait_until(lambda: s._proc.poll() is not None)
+        with pytest.raises(pyjail.SessionDiedError, match="SIGKILL"):
+            s.run("1")
+        with pytest.raises(pyjail.SessionClosedError):
+            s.run("1")
+    finally:
+        s.close()
+
+
+def test_garbage_on_the_channel_restarts_never_hangs(session):
+    # The cell's code runs in the server's process and can write to the channel
+    # on purpose: the driver must stay in control.
+    t = time.monotonic()
+    r = session.run(
+        "import os, stat\n"
+        "for fd in range(3, 64):\n"
+        "    try:\n"
+        "        if stat.S_ISFIFO(os.fstat(fd).st_mode):\n"
+        "            os.write(fd, b'garbage' * 100)\n"
+        "    except OSError:\n"
+        "        pass\n", timeout=10)
+    assert time.monotonic() - t < 15
+    assert r.restarted or r.ok
+    assert session.run("40 + 2").value == "42"
+
+
+def test_files_up_and_down(session, tmp_path):
+    assert session.upload("data/in.txt", "hello") == 5
+    session.upload("raw.bin", bytes(range(256)))
+    r = session.run("open('data/in.txt').read().upper()")
+    assert r.value == "'HELLO'"
+    session.run("open('out.txt', 'w').write('result')")
+    assert session.download("out.txt") == b"result"
+    assert session.download("/work/raw.bin") == bytes(range(256))
+    assert session.list_files() == {"data/in.txt": 5, "raw.bin": 256, "out.txt": 6}
+    assert session.list_files(patterns=["*.txt"]) == {"data/in.txt": 5, "out.txt": 6}
+    host = tmp_path / "h.txt"
+    host.write_text("from host")
+    session.upload_file(host)
+    assert session.run("open('h.txt').read()").value == "'from host'"
+    session.download_file("out.txt", tmp_path / "o.txt")
+    assert (tmp_path / "o.txt").read_bytes() == b"result"
+    with pytest.raises(FileNotFoundError):
+        session.download("missing.txt")
+    with pytest.raises(IsADirectoryError):
+        session.download("data")
+    session.run("open('big', 'wb').write(b'x' * 5000)")
+    with pytest.raises(pyjail.SessionError, match="more than the limit"):
+        session.download("big", max_bytes=1000)
+
+
+def test_upload_past_the_tmpfs_is_an_error():
+    with pyjail.Session(tmpfs_size="2M") as s:
+        with pytest.raises(OSError):
+            s.upload("huge", b"x" * (4 << 20))
+        assert s.run("1").value == "1"
+
+
+def test_host_functions_and_variables(session):
+    calls = []
+
+    def lookup(key, default=None):
+        calls.append(key)
+        if key == "bad":
+            raise KeyError("no such key")
+        return {"key": key, "n": [1, 2]}
+
+    session.expose({"lookup": lookup})
+    r = session.run("r = lookup('a')\nr['n'][1]")
+    assert r.value == "2" and calls == ["a"]
+    r = session.run("try:\n    lookup('bad')\nexcept KeyError as e:\n    print('caught', e)")
+    assert r.stdout == "caught 'no such key'\n"
+    r = session.run("lookup(object())")
+    assert r.error.type == "TypeError" and "plain data" in r.error.message
+    failed = session.set_variables({"cfg": {"a": (1, 2)}, "when": 3.5, "lock": threading.Lock()})
+    assert set(failed) == {"lock"}
+    assert session.run("cfg['a'][1] + when").value == "5.5"
+
+
+def test_fork_bomb_ends_the_cell_not_the_session(session):
+    session.run("keep = 'me'")
+    r = session.run("import os\nwhile True:\n    os.fork()", timeout=10)
+    assert not r.ok and not r.restarted
+    assert session.run("keep").value == "'me'"
+    # A bomb whose processes swallow every error starves the interpreter of CPU:
+    # it answers the interrupt (and keeps its state), or it is replaced.
+    r = session.run("import os\nwhile True:\n    try:\n        os.fork()\n"
+                    "    except BaseException:\n        pass", timeout=1)
+    assert r.timed_out
+    if r.restarted:
+        assert "fresh one" in r.error.message
+        session.run("keep = 'me'")
+    # Nothing of the bomb is left: the jail holds the interpreter and pid 1 only.
+    assert session.run("import os\nsum(p.isdigit() for p in os.listdir('/proc'))").value == "2"
+    assert session.run("import subprocess, sys\n"
+                       "subprocess.run([sys.executable, '-c', 'print(7)'], capture_output=True)"
+                       ".stdout").value == "b'7\\n'"
+
+
+def test_memory_bomb_ends_the_cell_not_the_session():
+    with pyjail.Session(memory="512M") as s:
+        s.run("keep = 1")
+        r = s.run("x = []\nwhile True:\n    x.append(bytearray(10 ** 7))", timeout=30)
+        assert not r.ok
+        assert r.error.type == "MemoryError" or r.restarted
+        s.run("x = None")
+        assert s.run("1 + 1").value == "2"
+
+
+def test_host_files_and_network_are_out_of_reach(session):
+    r = session.run("import os\nos.path.exists(%r), os.listdir('/work'), open('/etc/passwd').read()"
+                    % os.path.abspath(__file__))
+    assert r.value.startswith("(False, [], 'root:x:0:0")
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        r = session.run("import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)"
+                        % server.getsockname()[1])
+    finally:
+        server.close()
+    assert r.error.type == "PermissionError"
+
+
+def test_multiprocessing_and_threads(session):
+    r = session.run(
+        "import multiprocessing as mp\n"
+        "def square(v):\n    return v * v\n"
+        "with mp.Pool(2) as pool:\n    out = pool.map(square, range(5))\n"
+        "out")
+    assert r.value == "[0, 1, 4, 9, 16]", r.error
+
+
+def test_processes_die_with_the_session():
+    marker = "pyjail-test-marker-%d" % os.getpid()
+    s = pyjail.Session()
+    s.run("import subprocess, sys\n"
+          "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', %r])"
+          % marker)
+    assert wait_until(lambda: host_processes(marker))
+    pid = s.pid
+    s.close()
+    assert wait_until(lambda: not host_processes(marker))
+    assert pid not in pyjail_children()
+    with pytest.raises(pyjail.SessionClosedError):
+        s.run("1")
+    s.close()   # twice is fine
+
+
+def test_close_leaves_nothing_behind():
+    before = set(os.listdir(tempfile.gettempdir()))
+    s = pyjail.Session()
+    s.run("open('f', 'w').write('x')")
+    s.restart()
+    s.close()
+    after = set(os.listdir(tempfile.gettempdir()))
+    assert not [n for n in after - before if n.startswith("pyjail-session-")]
+    assert not pyjail_children()
+
+
+def test_garbage_collected_session_is_cleaned_up():
+    import gc
+    s = pyjail.Session()
+    pid = s.pid
+    del s
+    gc.collect()
+    assert wait_until(lambda: pid not in pyjail_children())
+
+
+def test_server_from_the_rootfs_and_from_the_driver(monkeypatch):
+    from pyjail import _channel
+    with pyjail.Session() as s:
+        from conftest import MUST_WORK
+        if s.server_info.get("server") != "rootfs":
+            msg = ("the rootfs's pyjail_server.py differs from python/pyjail/_server.py: "
+                   "rebuild the rootfs (the driver fell back to sending its own)")
+            if MUST_WORK:
+                pytest.fail(msg)
+            pytest.skip(msg)
+    monkeypatch.setattr(_channel, "_SERVER_SHA256_IN_USE", ["0" * 64])
+    with pyjail.Session() as s:
+        assert s.server_info["server"] == "driver"
+        assert s.run("6 * 7").value == "42"
+
+
+def test_setup_errors_and_bad_input():
+    with pytest.raises(pyjail.JailError, match="no-such"):
+        pyjail.Session(profile="no-such")
+    with pyjail.Session() as s:
+        with pytest.raises(TypeError):
+            s.run(b"1")
+        with pytest.raises(ValueError):
+            s.expose({"not an identifier": print})
+
+
+def test_round_trip_is_fast(session):
+    session.run("1")
+    times = []
+    for _ in range(50):
+        t = time.monotonic()
+        session.run("1")
+        times.append(time.monotonic() - t)
+    times.sort()
+    assert times[len(times) // 2] < 0.05
