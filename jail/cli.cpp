@@ -24,13 +24,13 @@ struct App {
         app.set_help_flag("-h,--help", "Print this help and exit");
         app.add_flag("-V,--version", version, "Print the version and exit");
         app.footer(
-            "Usage: pyjail [OPTIONS] [--] COMMAND [ARGS...]\n"
+            "Run:   pyjail [OPTIONS] [--] COMMAND [ARGS...]\n"
             "       pyjail doctor [--json]   (can this host run jails? how to fix it)\n"
             "  python, python3 and python3.X name the rootfs's interpreter; in\n"
             "  `python script.py`, the script is made visible read-only inside the jail.\n"
             "Exit status: the program's own; 128+N if it died of signal N; 124 when\n"
-            "--wall-time expired; 125 when pyjail failed; 126/127 when the command\n"
-            "cannot be executed / is not found.  See pyjail(1).");
+            "--wall-time or --cpu-time ran out; 125 when pyjail failed; 126/127 when the\n"
+            "command cannot be executed / is not found.  See pyjail(1).");
         for (const auto& o : option_table()) {
             std::string flag = "--" + std::string(o.name);
             std::string help(o.help);

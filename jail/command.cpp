@@ -47,7 +47,7 @@ std::optional<std::size_t> find_python_script(const std::vector<std::string>& ar
 }
 
 ResolvedCommand resolve_command(const std::vector<std::string>& argv,
-                                const std::function<bool(const std::string&)>& is_executable,
+                                const std::function<FileKind(const std::string&)>& probe,
                                 const std::vector<std::string>& pythons) {
     ResolvedCommand r;
     const std::string& name = argv.at(0);
@@ -56,7 +56,7 @@ ResolvedCommand resolve_command(const std::vector<std::string>& argv,
     if (is_python_name(name)) {
         r.is_python = true;
         r.exec_path = "/usr/bin/" + name;
-        if (!is_executable(r.exec_path))
+        if (probe(r.exec_path) != FileKind::Executable)
             throw JailError("command", fmt::format("{} is not in the jail's rootfs (it has: {})",
                                                    name, have),
                             0, "run `python3`, or build a rootfs from that interpreter", 127);
@@ -70,10 +70,15 @@ ResolvedCommand resolve_command(const std::vector<std::string>& argv,
             r.exec_path = name;  // relative to the jail's working directory: found at exec
             return r;
         }
-        if (!is_executable(name))
-            throw JailError("command", fmt::format("{} is not an executable file inside the jail",
+        FileKind kind = probe(name);
+        if (kind == FileKind::NotExecutable)
+            throw JailError("command", fmt::format("{} cannot be executed: it is not an "
+                                                   "executable file",
                                                    name),
-                            0, "the host's files are not visible in the jail; bind it with --ro-bind",
+                            0, {}, 126);
+        if (kind == FileKind::Missing)
+            throw JailError("command", fmt::format("{} is not in the jail", name), 0,
+                            "the host's files are not visible in the jail; bind it with --ro-bind",
                             127);
         r.exec_path = name;
         return r;
@@ -84,7 +89,7 @@ ResolvedCommand resolve_command(const std::vector<std::string>& argv,
         std::string dir(path.substr(0, colon));
         path = colon == std::string_view::npos ? std::string_view{} : path.substr(colon + 1);
         std::string candidate = dir + "/" + name;
-        if (is_executable(candidate)) {
+        if (probe(candidate) == FileKind::Executable) {
             r.exec_path = candidate;
             return r;
         }

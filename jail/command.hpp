@@ -26,11 +26,13 @@ struct ResolvedCommand {
     std::optional<std::size_t> script_index;
 };
 
-// `is_executable(path)` says whether an absolute in-jail path names an executable file.
+enum class FileKind { Missing, NotExecutable, Executable };
+
+// `probe(path)` says what an absolute in-jail path names.
 // `pythons` lists the interpreter names the rootfs has (for the not-found message).
 // Throws JailError with exit code 127 when the command is not in the jail.
 ResolvedCommand resolve_command(const std::vector<std::string>& argv,
-                                const std::function<bool(const std::string&)>& is_executable,
+                                const std::function<FileKind(const std::string&)>& probe,
                                 const std::vector<std::string>& pythons);
 
 }  // namespace pyjail

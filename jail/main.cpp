@@ -50,6 +50,24 @@ int run_doctor(const std::vector<std::string>& args) {
     return doctor_exit_code(checks);
 }
 
+std::string cli_report_path(const CliArgs& cli, const std::string& cwd) {
+    auto it = cli.given.find("report");
+    return it == cli.given.end() || it->second.back().empty()
+               ? std::string()
+               : absolute_path(it->second.back(), cwd);
+}
+
+int cli_report_fd(const CliArgs& cli) {
+    auto it = cli.given.find("report-fd");
+    if (it == cli.given.end()) return -1;
+    const std::string& v = it->second.back();
+    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(v) < 3)
+        throw UsageError(fmt::format("--report-fd: '{}' is not a descriptor above 2", v),
+                         "0-2 are the program's");
+    return std::stoi(v);
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "doctor") return run_doctor(args);
@@ -59,23 +77,27 @@ int run(int argc, char** argv) {
         return *cli.exit_now;
     }
 
-    Settings settings = default_settings();
-    DataDirs dirs = find_data_dirs();
-    std::string profile_name = setting(settings, "profile").value;
-    if (auto it = cli.given.find("profile"); it != cli.given.end()) profile_name = it->second.back();
-    std::string profile_path = find_profile(profile_name, dirs);
-    apply_profile(settings, parse_profile(read_file(profile_path, "profile"), profile_path));
-    apply_cli(settings, cli);
-
     char cwd[PATH_MAX];
     if (::getcwd(cwd, sizeof cwd) == nullptr)
         throw JailError("cwd", "cannot read the current directory", errno);
-    Policy policy = make_policy(settings, cli.command, cwd);
-    ReportTarget report = ReportTarget::open_from_parent(policy);
+
+    // A report asked for on the command line is opened first, so that even a bad profile or
+    // option value is reported to whoever reads it.
+    ReportTarget report = ReportTarget::open_from_parent(cli_report_path(cli, cwd), cli_report_fd(cli));
     RunFacts facts;
-    facts.profile = policy.profile;
-    facts.command = policy.command;
+    facts.command = cli.command;
     try {
+        Settings settings = default_settings();
+        DataDirs dirs = find_data_dirs();
+        std::string profile_name = setting(settings, "profile").value;
+        if (auto it = cli.given.find("profile"); it != cli.given.end())
+            profile_name = it->second.back();
+        facts.profile = profile_name;
+        std::string profile_path = find_profile(profile_name, dirs);
+        apply_profile(settings, parse_profile(read_file(profile_path, "profile"), profile_path));
+        apply_cli(settings, cli);
+        Policy policy = make_policy(settings, cli.command, cwd);
+        if (!report.wanted()) report = ReportTarget::open_from_parent(policy.report_path, -1);
         Prepared prepared = prepare_from_parent(std::move(policy), dirs);
         if (prepared.policy.explain) {
             std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts,

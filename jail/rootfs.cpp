@@ -85,13 +85,15 @@ bool exists_in_rootfs(int rootfs_fd, const std::string& jail_path, bool& is_dir)
     return ok;
 }
 
-bool is_executable_in_rootfs(int rootfs_fd, const std::string& jail_path) {
+FileKind probe_in_rootfs(int rootfs_fd, const std::string& jail_path) {
     int fd = open_in_rootfs(rootfs_fd, jail_path, O_PATH);
-    if (fd < 0) return false;
+    if (fd < 0) return FileKind::Missing;
     struct stat st {};
-    bool ok = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0;
+    bool exists = ::fstat(fd, &st) == 0;
     ::close(fd);
-    return ok;
+    if (!exists) return FileKind::Missing;
+    return S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0 ? FileKind::Executable
+                                                            : FileKind::NotExecutable;
 }
 
 std::vector<std::string> pythons_in_rootfs(int rootfs_fd) {

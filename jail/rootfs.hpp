@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "command.hpp"
 #include "mountplan.hpp"
 #include "sys.hpp"
 
@@ -16,7 +17,7 @@ std::vector<RootfsEntry> list_rootfs_top(int rootfs_fd);
 
 // Whether `jail_path` (absolute) names an executable regular file inside the rootfs,
 // resolving symlinks as the jail would (relative to the rootfs, never escaping it).
-bool is_executable_in_rootfs(int rootfs_fd, const std::string& jail_path);
+FileKind probe_in_rootfs(int rootfs_fd, const std::string& jail_path);
 
 // Whether `jail_path` exists in the rootfs; sets is_dir.
 bool exists_in_rootfs(int rootfs_fd, const std::string& jail_path, bool& is_dir);

@@ -167,6 +167,18 @@ SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set
     for (const auto& name : allow)
         if (deny.count(name) != 0)
             throw UsageError(fmt::format("{}: '{}' is both allowed and denied", set_path, name));
+    // After the filter is installed the jail's pid 1 still hands its listener to pyjail,
+    // starts the program and reaps it: a set without these would deadlock (the refusal of a
+    // sendmsg cannot be answered before the listener arrives) or never start the program.
+    std::string missing;
+    for (const char* need : {"sendmsg", "close", "clone", "execve", "exit_group", "wait4",
+                             "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
+                             "openat", "dup2"})
+        if (allow.count(need) == 0) missing += (missing.empty() ? "" : ", ") + std::string(need);
+    if (!missing.empty())
+        throw UsageError(fmt::format("{}: the set must allow {} (the jail itself needs them "
+                                     "once the filter is in place)",
+                                     set_path, missing));
     set.allow.assign(allow.begin(), allow.end());
     set.deny.assign(deny.begin(), deny.end());
     return set;

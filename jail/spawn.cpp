@@ -93,18 +93,19 @@ std::pair<uid_t, gid_t> resolve_host_user(const HostUser& u) {
     return {pw->pw_uid, pw->pw_gid};
 }
 
-// Whether `path` (absolute, in the jail) is an executable the jail will see: through a bind,
-// or in the rootfs.
-bool executable_in_jail(const Prepared& p, const std::vector<BindSpec>& binds,
-                        const std::string& path) {
+// What `path` (absolute, in the jail) names for the jail: through a bind, or in the rootfs.
+FileKind probe_in_jail(const Prepared& p, const std::vector<BindSpec>& binds,
+                       const std::string& path) {
     for (const auto& b : binds) {
         if (path == b.target || path.rfind(b.target + "/", 0) == 0) {
             std::string host = b.source + path.substr(b.target.size());
             struct stat st {};
-            return ::stat(host.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 0111);
+            if (::stat(host.c_str(), &st) != 0) return FileKind::Missing;
+            return S_ISREG(st.st_mode) && (st.st_mode & 0111) ? FileKind::Executable
+                                                               : FileKind::NotExecutable;
         }
     }
-    return is_executable_in_rootfs(p.rootfs_fd.get(), path);
+    return probe_in_rootfs(p.rootfs_fd.get(), path);
 }
 
 // Kills and reaps the jail if the parent leaves before supervising it to the end.
@@ -219,7 +220,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     if (!policy.command.empty()) {
         p.command = resolve_command(
             policy.command,
-            [&](const std::string& path) { return executable_in_jail(p, binds, path); },
+            [&](const std::string& path) { return probe_in_jail(p, binds, path); },
             pythons_in_rootfs(p.rootfs_fd.get()));
     }
     p.argv = policy.command;
@@ -253,7 +254,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     gid_t root_gid = 0;
     if (::geteuid() == 0) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
     p.ids = plan_idmaps(::geteuid(), ::getegid(), root_uid, root_gid);
-    if (::geteuid() == 0) warn_unwritable_binds(binds, p.ids);
+    if (::geteuid() == 0 && !policy.quiet) warn_unwritable_binds(binds, p.ids);
     p.env = jail_environment(policy);
 
     // The filter is compiled here, so a broken set fails before any process exists.
@@ -279,30 +280,25 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
             throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
                             0, "or run with --cgroup auto to fall back to rlimits");
-    } else {
-        p.cgroup.why_not = "--cgroup off";
-    }
+    }  // --cgroup off: rlimits by choice, nothing to explain
     if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
     p.limits = plan_limits(l, p.cgroup.ok);
     p.policy = std::move(policy);
     return p;
 }
 
-ReportTarget ReportTarget::open_from_parent(const Policy& policy) {
+ReportTarget ReportTarget::open_from_parent(const std::string& path, int fd) {
     ReportTarget t;
-    if (!policy.report_path.empty()) {
-        t.owned_.reset(::open(policy.report_path.c_str(),
-                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644));
-        if (!t.owned_)
-            throw JailError("report", fmt::format("cannot write {}", policy.report_path), errno);
+    if (!path.empty()) {
+        t.owned_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644));
+        if (!t.owned_) throw JailError("report", fmt::format("cannot write {}", path), errno);
         t.fd_ = t.owned_.get();
-        t.name_ = policy.report_path;
-    } else if (policy.report_fd >= 0) {
-        if (::fcntl(policy.report_fd, F_GETFD) < 0)
-            throw JailError("report", fmt::format("--report-fd {} is not open", policy.report_fd),
-                            errno);
-        t.fd_ = policy.report_fd;
-        t.name_ = fmt::format("fd {}", policy.report_fd);
+        t.name_ = path;
+    } else if (fd >= 0) {
+        if (::fcntl(fd, F_GETFD) < 0)
+            throw JailError("report", fmt::format("--report-fd {} is not open", fd), errno);
+        t.fd_ = fd;
+        t.name_ = fmt::format("fd {}", fd);
     }
     return t;
 }

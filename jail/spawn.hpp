@@ -47,7 +47,8 @@ int spawn_and_supervise_from_parent(Prepared& prepared, char** host_argv, RunFac
 // so that an unwritable report fails the run up front.
 class ReportTarget {
 public:
-    static ReportTarget open_from_parent(const Policy& policy);
+    // `path` ("" for none) or `fd` (-1 for none).
+    static ReportTarget open_from_parent(const std::string& path, int fd);
     bool wanted() const { return fd_ >= 0; }
     void write(const RunFacts& facts) const;  // failures are reported on stderr
 

@@ -15,7 +15,8 @@ say() { printf '==> %s\n' "$*"; }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
-      qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base)
+      qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
+      python3-venv)
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then
@@ -52,4 +53,16 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
 fi
 
 say "integration tests, and the cgroup v2 limits in a VM"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm "$@"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man "$@"
+
+# The Python package, against the real LangChain and smolagents from PyPI, in a venv.
+venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}
+if [[ ! -x $venv/bin/python ]] || ! cmp -s tests/python/requirements.txt "$venv/requirements.txt"; then
+    say "installing the Python package's test dependencies into $venv"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+    cp tests/python/requirements.txt "$venv/requirements.txt"
+fi
+say "Python package tests"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"

@@ -11,7 +11,10 @@ namespace {
 using Args = std::vector<std::string>;
 const std::set<std::string> kRootfs = {"/usr/bin/python3", "/usr/bin/python3.11",
                                        "/usr/bin/python", "/usr/bin/env"};
-bool in_rootfs(const std::string& p) { return kRootfs.count(p) != 0; }
+FileKind in_rootfs(const std::string& p) {
+    if (p == "/etc/passwd") return FileKind::NotExecutable;
+    return kRootfs.count(p) != 0 ? FileKind::Executable : FileKind::Missing;
+}
 }  // namespace
 
 TEST_CASE("python names") {
@@ -73,5 +76,13 @@ TEST_CASE("a command that is not in the jail is refused with 127") {
     CHECK(err({"ls"}) == "command: ls: command not found in the jail (PATH=/usr/local/bin:/usr/"
                          "bin:/bin; the rootfs has: python3, python3.11) (the jail sees only its "
                          "rootfs, not the host's programs)");
-    CHECK(err({"/bin/sh"}).find("not an executable file inside the jail") != std::string::npos);
+    CHECK(err({"/bin/sh"}) == "command: /bin/sh is not in the jail (the host's files are not "
+                              "visible in the jail; bind it with --ro-bind)");
+    try {
+        resolve_command({"/etc/passwd"}, in_rootfs, {});
+        FAIL("no error");
+    } catch (const JailError& e) {
+        CHECK(e.exit_code() == 126);
+        CHECK(e.one_line() == "command: /etc/passwd cannot be executed: it is not an executable file");
+    }
 }
