@@ -255,8 +255,9 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         if (!rf.value.empty()) {
             auto fd = count("report-fd", true);
             if (*fd < 3)
-                throw UsageError(fmt::format("{}: use a descriptor above 2 (0-2 are the program's)",
-                                             where(rf, "report-fd")));
+                throw UsageError(fmt::format("{}: '{}' is not a descriptor above 2",
+                                             where(rf, "report-fd"), rf.value),
+                                 "0-2 are the program's");
             p.report_fd = static_cast<int>(*fd);
         }
     }

@@ -185,7 +185,7 @@ def test_cgroup_require_refuses_where_there_is_none(run_jail, world_tmp, as_user
     ("--pids", "0", "--pids: '0' is not a whole number above 0"),
     ("--cpus", "0", "--cpus: '0' CPUs is out of range"),
     ("--cgroup", "maybe", "--cgroup: 'maybe' is not a cgroup mode (use auto, require or off)"),
-    ("--report-fd", "1", "--report-fd: use a descriptor above 2"),
+    ("--report-fd", "1", "--report-fd: '1' is not a descriptor above 2 (0-2 are the program's)"),
 ])
 def test_bad_limit_values(run_jail, as_user, option, value, message):
     r = run_jail([option, value, "--", "python3", "-c", "print(1)"], user=as_user)
