@@ -6,6 +6,8 @@
 #include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <cerrno>
@@ -114,10 +116,22 @@ std::vector<Check> check_cgroup() {
     try {
         // The controllers a jail would enable, so their files exist in the leaf.
         CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
+        // A child born into the leaf, as a jail is (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
+        CloneArgs args;
+        args.flags = kCloneIntoCgroup;
+        args.cgroup = static_cast<std::uint64_t>(leaf.dir_fd());
+        args.exit_signal = SIGCHLD;
+        pid_t pid = sys_clone3(args);
+        if (pid == 0) ::_exit(0);
+        if (pid < 0)
+            throw JailError("cgroup", "clone3 with CLONE_INTO_CGROUP failed", errno,
+                            "pyjail needs Linux 5.7 or newer for limits through cgroup v2");
+        ::waitpid(pid, nullptr, 0);
         bool kill = ::access((leaf.path() + "/cgroup.kill").c_str(), F_OK) == 0;
         bool peak = ::access((leaf.path() + "/memory.peak").c_str(), F_OK) == 0;
         out.push_back({"cgroup v2", Check::Verdict::Ok,
-                       fmt::format("delegated: {} (made and removed a test leaf)", site.base), ""});
+                       fmt::format("delegated: {} (started a process in a test leaf)", site.base),
+                       ""});
         out.push_back({"cgroup.kill", kill ? Check::Verdict::Ok : Check::Verdict::Warn,
                        kill ? "present" : "missing (Linux < 5.14): the jail is frozen, then killed",
                        ""});
@@ -166,6 +180,22 @@ Check check_rootfs(const DataDirs& dirs) {
             ""};
 }
 
+// Each shipped profile parses and plans here (--explain does all but start the jail).
+Check check_profiles(const std::string& self, const DataDirs& dirs) {
+    std::string good, bad, out;
+    for (const auto& name : list_profiles(dirs)) {
+        int rc = run_capture(quote(self) + " --profile " + quote(name) +
+                                 " --quiet --explain -- python3 -c pass",
+                             out);
+        if (rc == 0) good += (good.empty() ? "" : ", ") + name;
+        else bad += fmt::format("{}{}: {}", bad.empty() ? "" : "; ", name, first_line(out));
+    }
+    if (!bad.empty())
+        return {"profiles", Check::Verdict::Warn, fmt::format("can plan: {}; cannot: {}", good, bad),
+                "run those from a directory they accept, or fix what the message says"};
+    return {"profiles", Check::Verdict::Ok, fmt::format("{} plan here", good), ""};
+}
+
 Check check_strict(const std::string& self) {
     std::string out;
     int rc = run_capture(quote(self) +
@@ -194,6 +224,7 @@ std::vector<Check> run_doctor_checks(const std::string& self) {
     for (auto& c : check_cgroup()) checks.push_back(std::move(c));
     DataDirs dirs = find_data_dirs();
     checks.push_back(check_rootfs(dirs));
+    checks.push_back(check_profiles(self, dirs));
     checks.push_back(check_strict(self));
     return checks;
 }

@@ -959,23 +959,22 @@ def _kill_others():
             os.kill(-1, signal.SIGKILL)
         except OSError:
             pass
-        while True:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
+        _reap_children()
         import time
         time.sleep(0.005)
+    _reap_children()
+    return len(killed)
+
+
+def _reap_children():
+    """Reaps every child of this process that has ended, without waiting."""
     while True:
         try:
             pid, _ = os.waitpid(-1, os.WNOHANG)
         except ChildProcessError:
-            break
+            return
         if pid == 0:
-            break
-    return len(killed)
+            return
 
 
 def main():

@@ -27,6 +27,8 @@ def test_doctor_on_this_host(pyjail_bin, as_user):
     assert status["seccomp"] == "ok"
     assert status["rootfs"] == "ok"
     assert status["profile strict"] == "ok"
+    assert status["profiles"] == "ok"
+    assert "batch, repl, standard, strict plan here" in r.stdout
     assert status["cgroup v2"] in ("ok", "warn")
     if status["cgroup v2"] == "warn":  # say why, and how to get one
         assert "fix: " in r.stdout
