@@ -329,6 +329,22 @@ class Builder:
             if link != jail_real:
                 self.symlink(link, os.path.relpath(jail_real, "/usr/bin"))
 
+    def copy_shell(self):
+        """A POSIX shell at /bin/sh: os.system(), os.popen() and subprocess's shell=True
+        need one, and code written for a normal machine uses them. dash, when the host has
+        it: small, and no more than a program could run anyway (the jail's limits and filter
+        apply to it as to Python)."""
+        for candidate in ("/usr/bin/dash", "/bin/dash"):
+            if os.path.isfile(candidate):
+                real = os.path.realpath(candidate)
+                self.copy_file(real, "/usr/bin/dash")
+                os.chmod(self.dest("/usr/bin/dash"), 0o755)
+                self.elf_sources.add(real)
+                self.symlink("/usr/bin/sh", "dash")
+                return
+        self.warn("no dash on this host: the jail will have no /bin/sh (os.system and "
+                  "shell=True will fail); apt-get install dash")
+
     def copy_stdlib(self):
         stdlib = self.info["stdlib"]
         dynload = os.path.realpath(self.info["dynload"])
@@ -747,6 +763,7 @@ class Builder:
         self.make_layout()
         self.say("interpreter %s (Python %s)" % (self.binary, self.info["version"]))
         self.copy_interpreter()
+        self.copy_shell()
         self.copy_stdlib()
         self.copy_packages()
         self.copy_libraries()
