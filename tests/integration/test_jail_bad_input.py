@@ -129,7 +129,7 @@ def test_no_command(run_jail, as_user):
     assert_one_error(r, 125, "no command")
 
 
-@pytest.mark.parametrize("command", [["ls"], ["sh", "-c", "id"], ["/bin/ls"],
+@pytest.mark.parametrize("command", [["ls"], ["bash", "-c", "id"], ["/bin/ls"],
                                      ["/usr/bin/nonexistent"], [""]])
 def test_command_not_in_the_rootfs(run_jail, as_user, command):
     r = run_jail(["--", *command], user=as_user)
@@ -153,3 +153,16 @@ def test_host_user_unknown_name(run_jail, root_user):
     r = run_jail(["--host-user", "no-such-user-here", "--", "python", "-c", "1"],
                  user=root_user)
     assert_one_error(r, 125, "no-such-user-here")
+
+
+def test_the_rootfs_shell_serves_os_system_and_shell_true(run_jail, as_user):
+    # /bin/sh is in the rootfs (and nothing else of the host's programs): code written for a
+    # normal machine that shells out still runs, inside the same jail.
+    r = run_jail(["--", "python3", "-c",
+                  "import os, subprocess\n"
+                  "print(os.system('exit 3') >> 8)\n"
+                  "print(subprocess.run('echo $((6 * 7)); id -u 2>/dev/null || echo no-id',"
+                  " shell=True, capture_output=True, text=True).stdout, end='')\n"],
+                 user=as_user)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "3\n42\nno-id\n"
