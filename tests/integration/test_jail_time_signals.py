@@ -39,6 +39,9 @@ def test_wall_time_leaves_a_quick_program_alone(run_jail, as_user, helpers):
 
 
 # The handler may run while print("ready") is still returning: it must not print itself.
+# The programs wait in short sleeps: CPython runs a Python-level handler between bytecodes,
+# so a signal that lands just before time.sleep() enters the kernel (easy to hit when the
+# signal is relayed) waits for that sleep to end -- with or without a jail.
 HANDLER = """\
 import os, signal, sys, time
 def handler(signum, frame):
@@ -46,7 +49,8 @@ def handler(signum, frame):
     os._exit(7)
 signal.signal(getattr(signal, sys.argv[1]), handler)
 print("ready", flush=True)
-time.sleep(30)
+for _ in range(600):
+    time.sleep(0.05)
 print("not interrupted", flush=True)
 """
 
@@ -65,7 +69,8 @@ def test_sigint_is_a_keyboard_interrupt(popen_jail, as_user, helpers):
     code = ("import os, time\n"
             "try:\n"
             "    print('ready', flush=True)\n"
-            "    time.sleep(30)\n"
+            "    for _ in range(600):\n"
+            "        time.sleep(0.05)\n"
             "except KeyboardInterrupt:\n"
             "    os.write(1, b'KeyboardInterrupt\\n')\n"
             "    os._exit(9)\n")
@@ -78,7 +83,7 @@ def test_sigint_is_a_keyboard_interrupt(popen_jail, as_user, helpers):
 
 def test_uncaught_sigint_ends_the_program_with_130(popen_jail, as_user, helpers):
     p = popen_jail(["--", "python", "-c", "import time\nprint('ready', flush=True)\n"
-                    "time.sleep(30)\n"], user=as_user)
+                    "for _ in range(600):\n    time.sleep(0.05)\n"], user=as_user)
     assert helpers.read_line(p.stdout, 10) == b"ready\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=10)
