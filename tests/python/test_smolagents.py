@@ -101,7 +101,9 @@ def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path):
     assert "PermissionError" in str(steps[3].error)
     assert "timed out after 2 s" in str(steps[4].error)
     assert "BlockingIOError" in str(steps[5].error)
-    assert "MemoryError" in str(steps[6].error) or "restarted" in str(steps[6].error)
+    # The bomb ends its cell: at the memory limit, or (on a loaded machine, zero-filling
+    # 100 MB at a time) at the cell's timeout first.
+    assert any(word in str(steps[6].error) for word in ("MemoryError", "restarted", "timed out"))
     assert "still 7.0 10" in steps[7].observations
     assert steps[8].is_final_answer
 
