@@ -363,12 +363,9 @@ def test_setup_errors_and_bad_input():
             s.expose({"not an identifier": print})
 
 
-def test_round_trip_is_fast(session):
-    session.run("1")
-    times = []
-    for _ in range(50):
-        t = time.monotonic()
-        session.run("1")
-        times.append(time.monotonic() - t)
-    times.sort()
-    assert times[len(times) // 2] < 0.05
+def test_many_cells_in_a_row_keep_their_order(session):
+    # Speed is measured by bench/session.py, not here; this checks that back-to-back cells
+    # each get their own answer.
+    session.run("n = 0")
+    values = [session.run("n += 1\nn").value for _ in range(50)]
+    assert values == [str(i) for i in range(1, 51)]
