@@ -4,12 +4,14 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <csignal>
+#include <cstring>
 #include <sstream>
 #include <thread>
 
@@ -143,6 +145,24 @@ void vacate(const std::string& base) {
 
 std::atomic<unsigned> g_leaf_counter{0};
 
+bool is_systemd_unit(const std::string& path) {
+    std::string name = path.substr(path.rfind('/') + 1);
+    for (const char* suffix : {".scope", ".service", ".slice"}) {
+        std::size_t n = std::strlen(suffix);
+        if (name.size() > n && name.compare(name.size() - n, n, suffix) == 0) return true;
+    }
+    return false;
+}
+
+bool marked_delegated(const std::string& path) {
+    for (const char* attr : {"trusted.delegate", "user.delegate"}) {
+        char value[8] = {};
+        ssize_t n = ::getxattr(path.c_str(), attr, value, sizeof value - 1);
+        if (n > 0 && value[0] == '1') return true;
+    }
+    return false;
+}
+
 }  // namespace
 
 CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
@@ -190,6 +210,17 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
         else
             site.why_not = fmt::format("the {} controller(s) are not delegated to {}; {}", list,
                                        base, kDelegateHint);
+        return site;
+    }
+    // Root may write to every cgroup, so for root writable proves nothing: a cgroup that
+    // systemd manages (a .scope, .service or .slice) is ours only if it was delegated, which
+    // systemd marks with a delegate xattr. (For other users, systemd makes a cgroup writable
+    // only by delegating it.)
+    if (parent.empty() && ::geteuid() == 0 && is_systemd_unit(base) && !marked_delegated(base)) {
+        site.why_not = fmt::format("cgroup {} belongs to systemd and was not delegated; run "
+                                   "pyjail with `systemd-run --scope -p Delegate=yes pyjail ...`, "
+                                   "or name a delegated cgroup with --cgroup-parent",
+                                   base);
         return site;
     }
     if (::access(base.c_str(), W_OK) != 0 ||

@@ -232,3 +232,17 @@ def test_doctor_finds_the_delegated_cgroup(vm_run, user):
     assert "ok    cgroup.kill      present" in out
     assert "ok    memory.peak      present" in out
     assert "warn" not in out and "FAIL" not in out
+
+
+@pytest.mark.vm("""
+mkdir -p /sys/fs/cgroup/demo.scope
+sh -c 'echo $$ > /sys/fs/cgroup/demo.scope/cgroup.procs && exec "$PYJAIL" --cgroup require -- python3 -c "print(1)"'
+echo "rc: $?"
+ls /sys/fs/cgroup/demo.scope
+""", timeout=60)
+def test_root_leaves_a_systemd_unit_that_was_not_delegated_alone(vm_run):
+    # Root may write to every cgroup; a .scope without systemd's delegate mark is not its.
+    out = vm_run.output
+    assert "rc: 125" in out, vm_run.describe()
+    assert "cgroup /sys/fs/cgroup/demo.scope belongs to systemd and was not delegated" in out
+    assert "pyjail-supervisor" not in out  # nothing was moved or made there
