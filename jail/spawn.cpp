@@ -290,8 +290,15 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
 ReportTarget ReportTarget::open_from_parent(const std::string& path, int fd) {
     ReportTarget t;
     if (!path.empty()) {
-        t.owned_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY, 0644));
-        if (!t.owned_) throw JailError("report", fmt::format("cannot write {}", path), errno);
+        // Not through a symlink: a report path in a shared directory must not let another
+        // user point pyjail (perhaps root) at a file to truncate.
+        t.owned_.reset(::open(path.c_str(),
+                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644));
+        if (!t.owned_) {
+            int e = errno;
+            throw JailError("report", fmt::format("cannot write {}", path), e,
+                            e == ELOOP ? "the report file must not be a symbolic link" : "");
+        }
         t.fd_ = t.owned_.get();
         t.name_ = path;
     } else if (fd >= 0) {

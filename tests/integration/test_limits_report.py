@@ -215,3 +215,15 @@ def test_quiet_leaves_stderr_to_the_program(run_jail, world_tmp, as_user):
     assert r.report["status"] == "wall-timeout"
     r = run_jail(["--quiet", "--seccomp", "off", "--", "python3", "-c", "pass"], user=as_user)
     assert "WARNING: --seccomp off" in r.stderr  # never quiet about that
+
+
+def test_the_report_is_never_written_through_a_symlink(run_jail, world_tmp, as_user):
+    d = world_tmp.dir(0o777)
+    victim = world_tmp.file("victim.txt", "keep me")
+    link = d / "report.json"
+    link.symlink_to(victim)
+    r = run_jail(["--report", str(link), "--", "python3", "-c", "print(1)"], user=as_user)
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr == (f"pyjail: report: cannot write {link}: Too many levels of symbolic links "
+                        "(the report file must not be a symbolic link)\n")
+    assert victim.read_text() == "keep me"
