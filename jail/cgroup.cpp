@@ -232,6 +232,7 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
     }
     site.ok = true;
     site.base = base;
+    site.mount = mount;
     return site;
 }
 
@@ -282,8 +283,7 @@ CgroupLeaf::CgroupLeaf(const CgroupSite& site,
         path_.clear();
         throw JailError("cgroup", "cannot open the jail's cgroup", e);
     }
-    std::string mount = cgroup2_mount();
-    mount_ = mount;
+    mount_ = site.mount;
 }
 
 CgroupLeaf::~CgroupLeaf() {

@@ -22,6 +22,7 @@ namespace pyjail {
 struct CgroupSite {
     bool ok = false;
     std::string base;     // absolute directory of the delegated cgroup
+    std::string mount;    // where the cgroup2 hierarchy is mounted
     std::string why_not;  // one line: what is missing, and how to get it
 };
 

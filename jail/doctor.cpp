@@ -83,18 +83,15 @@ Check check_user_namespaces() {
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
-    std::string max;
-    try_read_file("/proc/sys/user/max_user_namespaces", max);
+    std::string max = read_sysctl("/proc/sys/user/max_user_namespaces");
     return {"user namespaces", Check::Verdict::Ok,
             fmt::format("created one as uid {} (user.max_user_namespaces = {})", ::geteuid(),
-                        max.empty() ? "?" : first_line(max)),
+                        max.empty() ? "?" : max),
             ""};
 }
 
 Check check_seccomp() {
-    std::uint32_t action = SECCOMP_RET_USER_NOTIF;
-    if (::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) != 0) {
-        int e = errno;
+    if (int e = seccomp_user_notif_errno(); e != 0) {
         return {"seccomp", Check::Verdict::Fail,
                 fmt::format("no syscall filters with user notification: {}", std::strerror(e)),
                 child_step_hint("seccomp", EINVAL)};
@@ -213,9 +210,7 @@ std::vector<Check> run_doctor_checks(const std::string& self) {
     std::vector<Check> checks;
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
-    std::string aa;
-    if (try_read_file("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", aa) &&
-        first_line(aa) == "1")
+    if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
         checks.push_back({"apparmor", Check::Verdict::Warn,
                           "kernel.apparmor_restrict_unprivileged_userns=1: unprivileged user "
                           "namespaces need an AppArmor profile",

@@ -61,11 +61,15 @@ std::vector<std::string> list_profiles(const DataDirs& dirs) {
     return names;
 }
 
+// "strict" names a shipped file; "./mine.toml" or "x.toml" is a path.
+bool names_a_file(const std::string& name_or_path) {
+    return name_or_path.find('/') != std::string::npos ||
+           (name_or_path.size() > 5 &&
+            name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
+}
+
 std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
-    bool is_path = name_or_path.find('/') != std::string::npos ||
-                   (name_or_path.size() > 5 &&
-                    name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
-    std::string path = is_path ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
+    std::string path = names_a_file(name_or_path) ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
     if (name_or_path == "groups" || ::access(path.c_str(), R_OK) != 0)
         throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, path),
                          "use python, a set file, or off");
@@ -73,10 +77,7 @@ std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& di
 }
 
 std::string find_profile(const std::string& name_or_path, const DataDirs& dirs) {
-    bool is_path = name_or_path.find('/') != std::string::npos ||
-                   (name_or_path.size() > 5 &&
-                    name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
-    if (is_path) {
+    if (names_a_file(name_or_path)) {
         if (::access(name_or_path.c_str(), R_OK) != 0)
             throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path),
                             errno);

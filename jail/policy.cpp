@@ -251,15 +251,6 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
         const auto& r = item("report");
         if (!r.value.empty()) p.report_path = absolute_path(r.value, cwd);
-        const auto& rf = item("report-fd");
-        if (!rf.value.empty()) {
-            auto fd = count("report-fd", true);
-            if (*fd < 3)
-                throw UsageError(fmt::format("{}: '{}' is not a descriptor above 2",
-                                             where(rf, "report-fd"), rf.value),
-                                 "0-2 are the program's");
-            p.report_fd = static_cast<int>(*fd);
-        }
     }
     {
         const auto& sc = item("seccomp");

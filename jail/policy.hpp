@@ -44,8 +44,7 @@ struct Policy {
     Limits limits;
     CgroupMode cgroup = CgroupMode::Auto;
     std::string cgroup_parent;  // "" : pyjail's own cgroup
-    std::string report_path;    // "" : none
-    int report_fd = -1;
+    std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
     HostUser host_user;
     bool explain = false;
     bool verbose = false;

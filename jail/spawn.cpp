@@ -177,9 +177,7 @@ void warn_unwritable_binds(const std::vector<BindSpec>& binds, const IdMaps& ids
 
 // Fail closed, and early, on a kernel that cannot filter syscalls or notify us of refusals.
 void probe_seccomp_from_parent() {
-    std::uint32_t action = SECCOMP_RET_USER_NOTIF;
-    if (::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) != 0) {
-        int e = errno;
+    if (int e = seccomp_user_notif_errno(); e != 0) {
         throw JailError("seccomp", "this kernel cannot filter syscalls with user notification", e,
                         child_step_hint("seccomp", e == EOPNOTSUPP ? EINVAL : e));
     }

@@ -1,6 +1,7 @@
 #include "sys.hpp"
 
 #include <fcntl.h>
+#include <linux/seccomp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -66,6 +67,11 @@ ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) 
         if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
             std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
     return n;
+}
+
+int seccomp_user_notif_errno() noexcept {
+    std::uint32_t action = SECCOMP_RET_USER_NOTIF;
+    return ::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0 ? 0 : errno;
 }
 
 bool try_read_file(const std::string& path, std::string& out) noexcept {

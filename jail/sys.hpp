@@ -67,6 +67,9 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
 int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept;
 ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept;
 
+// Whether seccomp filters can notify a supervisor (SECCOMP_RET_USER_NOTIF): 0, or an errno.
+int seccomp_user_notif_errno() noexcept;
+
 // Reads a small file whole; throws JailError naming `step`.
 std::string read_file(const std::string& path, const std::string& step);
 // Reads a small file whole; returns false instead of throwing.
