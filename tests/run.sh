@@ -16,17 +16,14 @@ say() { printf '==> %s\n' "$*"; }
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
-      python3-venv)
+      python3-venv man-db)
 missing=()
 for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
 if ((${#missing[@]})); then
-    if [[ $(id -u) -ne 0 ]]; then
-        echo "tests/run.sh: missing packages: ${missing[*]} (install them: sudo apt-get install ${missing[*]})" >&2
-        exit 1
-    fi
+    sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo   # as tools/quickstart.sh does
     say "installing ${missing[*]}"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 say "building ($build)"
