@@ -37,6 +37,7 @@ DataDirs find_data_dirs() {
     if (dir == PYJAIL_BUILD_DIR || !is_dir(installed_profiles)) {
         d.profiles = std::string(PYJAIL_SOURCE_DIR) + "/profiles";
         d.rootfs = std::string(PYJAIL_BUILD_DIR) + "/rootfs";
+        d.compiled_filters = std::string(PYJAIL_BUILD_DIR) + "/seccomp-filters";
     } else {
         d.profiles = installed_profiles;
         d.rootfs = dir + "/" + PYJAIL_REL_ROOTFS;
@@ -44,6 +45,7 @@ DataDirs find_data_dirs() {
     char real[PATH_MAX];
     if (::realpath(d.profiles.c_str(), real) != nullptr) d.profiles = real;
     if (::realpath(d.rootfs.c_str(), real) != nullptr) d.rootfs = real;
+    if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
     return d;
 }
 

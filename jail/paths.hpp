@@ -11,6 +11,7 @@ namespace pyjail {
 struct DataDirs {
     std::string profiles;  // directory of NAME.toml files
     std::string rootfs;    // the default rootfs
+    std::string compiled_filters;  // seccomp sets compiled at build time (compiled_filter.hpp)
 };
 
 DataDirs find_data_dirs();

@@ -49,6 +49,7 @@
 #include <sys/resource.h>
 
 #include "child.hpp"
+#include "compiled_filter.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
@@ -255,15 +256,27 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     if (::geteuid() == 0 && !policy.quiet) warn_unwritable_binds(binds, p.ids);
     p.env = jail_environment(policy);
 
-    // The filter is compiled here, so a broken set fails before any process exists.
+    // The filter is ready before any process exists: compiled at build time for exactly this
+    // set, or compiled here, so that a broken set fails now.
     if (policy.seccomp != "off") {
         probe_seccomp_from_parent();
         std::string set_path = find_seccomp_set(policy.seccomp, dirs);
         std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
-        p.seccomp = parse_seccomp_set(read_file(set_path, "seccomp"), set_path,
-                                      read_file(groups_path, "seccomp"), groups_path);
-        p.seccomp->name = policy.seccomp;
-        p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
+        FilterInputs in{read_file(set_path, "seccomp"), read_file(groups_path, "seccomp"), policy.net};
+        std::string file = dirs.compiled_filters + "/" + compiled_filter_file_name(in);
+        std::string bytes;
+        std::optional<CompiledFilter> compiled;
+        if (try_read_file(file, bytes)) compiled = decode_compiled_filter(bytes, in);
+        if (compiled) {
+            p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
+                                   std::move(compiled->deny)};
+            p.seccomp_filter = std::move(compiled->program);
+            p.seccomp_compiled_at = file;
+        } else {
+            p.seccomp = parse_seccomp_set(in.set_text, set_path, in.groups_text, groups_path);
+            p.seccomp->name = policy.seccomp;
+            p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
+        }
     }
 
     // Limits: cgroup v2 where a delegated cgroup can be had, rlimits otherwise.
@@ -487,6 +500,11 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         throw JailError(m.step, m.text, m.err, child_step_hint(m.step, m.err),
                         m.exit_code != 0 ? m.exit_code : kExitJailError);
     }
+    if (verbose && p.seccomp)
+        std::fprintf(stderr, "pyjail: seccomp filter %s\n",
+                     p.seccomp_compiled_at.empty()
+                         ? "compiled at run time (no filter compiled at build time matches this set)"
+                         : ("compiled at build time: " + p.seccomp_compiled_at).c_str());
     if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.setup_ms);
     if (verbose && !s.denied.empty())
         std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.denied).c_str());

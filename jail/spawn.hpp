@@ -29,7 +29,8 @@ struct Prepared {
     MountPlan mounts;
     IdMaps ids;
     std::optional<SeccompSet> seccomp;        // none: --seccomp off
-    std::vector<sock_filter> seccomp_filter;  // compiled here, before any process exists
+    std::vector<sock_filter> seccomp_filter;  // ready before any process exists
+    std::string seccomp_compiled_at;          // the build-time file it came from, or ""
     CgroupSite cgroup;              // where the jail's cgroup goes, or why it cannot
     LimitPlan limits;               // every limit and the mechanism enforcing it
     std::vector<int> content_fds;   // per mounts.sources: fd of a copied-in source, else -1

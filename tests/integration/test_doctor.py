@@ -26,6 +26,7 @@ def test_doctor_on_this_host(pyjail_bin, as_user):
     assert status["user namespaces"] == "ok"
     assert status["seccomp"] == "ok"
     assert status["rootfs"] == "ok"
+    assert status["seccomp filters"] == "ok"
     assert status["profile strict"] == "ok"
     assert status["profiles"] == "ok"
     assert "batch, repl, standard, strict plan here" in r.stdout

@@ -24,6 +24,34 @@ def test_the_installed_binary_finds_its_own_profiles_and_rootfs(prefix, run_jail
     assert f"profile ({prefix}/share/pyjail/profiles/strict.toml:" in r.stdout
 
 
+def test_the_compiled_seccomp_filters_are_installed_and_used(prefix, run_jail, as_user):
+    compiled = sorted((prefix / "share/pyjail/profiles/seccomp/compiled").glob("*.bpf"))
+    assert len(compiled) == 2  # the python set, for --net none and --net loopback
+    r = run_jail(["--verbose", "--", "python3", "-c", "pass"], user=as_user)
+    assert r.returncode == 0, r.stderr
+    assert f"compiled at build time: {prefix}/share/pyjail/profiles/seccomp/compiled/" in r.stderr
+
+
+def test_without_its_compiled_filters_pyjail_compiles_and_doctor_says_so(prefix, world_tmp, as_user):
+    """A copy of the installation whose compiled filters went missing still runs, filtered."""
+    copy = world_tmp.dir() / "install"
+    shutil.copytree(prefix / "bin", copy / "bin")
+    shutil.copytree(prefix / "share/pyjail", copy / "share/pyjail",
+                    ignore=shutil.ignore_patterns("*.bpf"))
+    (copy / "lib/pyjail").mkdir(parents=True)
+    (copy / "lib/pyjail/rootfs").symlink_to(prefix / "lib/pyjail/rootfs")
+    binary = str(copy / "bin/pyjail")
+    run = lambda *args: subprocess.run([*as_user.prefix, binary, *args], capture_output=True,
+                                       text=True, timeout=60, cwd="/")
+    r = run("--verbose", "--", "python3", "-c", "import socket; socket.socket()")
+    assert r.returncode == 1
+    assert "PermissionError" in r.stderr
+    assert "pyjail: seccomp filter compiled at run time" in r.stderr
+    r = run("doctor")
+    assert r.returncode == 0
+    assert "warn  seccomp filters  set 'python' (net none, net loopback) has no up-to-date filter" in r.stdout
+
+
 def test_man_pages_are_installed(prefix):
     assert (prefix / "share/man/man1/pyjail.1").is_file()
     assert (prefix / "share/man/man5/pyjail-profile.5").is_file()

@@ -260,6 +260,32 @@ def test_a_broken_set_file_names_the_line(run_jail, world_tmp, as_user):
     assert f"{bad}:2: unknown syscall 'reed'" in r.stderr
 
 
+@pytest.mark.parametrize("net", ["none", "loopback"])
+def test_the_shipped_set_uses_the_filter_compiled_at_build_time(run_jail, as_user, net):
+    r = run_jail(["--verbose", "--net", net, "--", "python3", "-c", "pass"], user=as_user)
+    assert r.returncode == 0, r.stderr
+    assert "pyjail: seccomp filter compiled at build time: " in r.stderr, r.stderr
+
+
+def test_an_edited_set_is_compiled_at_run_time_and_enforced(run_jail, world_tmp, as_user):
+    """A set that differs from the shipped one by a byte must not load the shipped filter."""
+    from pathlib import Path
+    shipped = Path(__file__).resolve().parents[2] / "profiles" / "seccomp" / "python.toml"
+    text = shipped.read_text()
+    assert '"@debugging", ' in text
+    # Allow kcmp (which the shipped set denies with the rest of @debugging).
+    text = text.replace('"@debugging", ', "").replace("allow = [", 'allow = ["kcmp", ', 1)
+    edited = world_tmp.file("edited.toml", text)
+    program = "import errno as _errno, os\n" + SYSCALL + "print(sc(312, os.getpid(), os.getpid(), 1, 0, 0), sc(272, 0x10000000))\n"
+    r = run_jail(["--verbose", "--seccomp", str(edited), "--", "python3", "-c", program],
+                 user=as_user)
+    assert r.returncode == 0, r.stderr
+    assert "compiled at run time" in r.stderr, r.stderr
+    kcmp, unshare = r.stdout.split()
+    assert kcmp == "ok"            # the edit took effect: kcmp(KCMP_VM) of itself reaches the kernel
+    assert unshare == "EPERM"      # and the rest of the set is still enforced
+
+
 @pytest.fixture(scope="module")
 def numpy_rootfs():
     """A rootfs with the host's numpy in it (Debian: python3-numpy), built for this module."""
