@@ -78,20 +78,36 @@ std::string fd_path(int fd) {
     return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
+// A user of /etc/passwd, by name or uid. The file is read directly, not through NSS: pyjail
+// is linked statically, and a static binary cannot rely on loading NSS modules.
+std::optional<std::pair<uid_t, gid_t>> passwd_entry(const std::string& name, std::optional<uid_t> uid) {
+    FILE* f = std::fopen("/etc/passwd", "re");
+    if (f == nullptr) return std::nullopt;
+    std::optional<std::pair<uid_t, gid_t>> found;
+    while (passwd* pw = ::fgetpwent(f)) {
+        if (uid ? pw->pw_uid == *uid : name == pw->pw_name) {
+            found = {pw->pw_uid, pw->pw_gid};
+            break;
+        }
+    }
+    std::fclose(f);
+    return found;
+}
+
 // The host user root's jails run as (--host-user).
 std::pair<uid_t, gid_t> resolve_host_user(const HostUser& u) {
     if (u.uid && u.gid) return {*u.uid, *u.gid};
     if (u.uid) {
-        passwd* pw = ::getpwuid(*u.uid);
-        return {*u.uid, pw != nullptr ? pw->pw_gid : static_cast<gid_t>(*u.uid)};
+        auto pw = passwd_entry("", u.uid);
+        return {*u.uid, pw ? pw->second : static_cast<gid_t>(*u.uid)};
     }
-    passwd* pw = ::getpwnam(u.name.c_str());
-    if (pw == nullptr)
-        throw UsageError(fmt::format("--host-user: no user named '{}' on this host", u.name),
+    auto pw = passwd_entry(u.name, std::nullopt);
+    if (!pw)
+        throw UsageError(fmt::format("--host-user: no user named '{}' in /etc/passwd", u.name),
                          "give UID:GID, e.g. 65534:65534");
-    if (pw->pw_uid == 0 || pw->pw_gid == 0)
+    if (pw->first == 0 || pw->second == 0)
         throw UsageError(fmt::format("--host-user: '{}' is root", u.name));
-    return {pw->pw_uid, pw->pw_gid};
+    return *pw;
 }
 
 // What `path` (absolute, in the jail) names for the jail: through a bind, or in the rootfs.
