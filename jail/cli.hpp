@@ -1,5 +1,5 @@
-// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed with CLI11 from the
-// option table. It only collects text; checking values is policy.cpp's job, the same as for
+// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed from the option
+// table. It only collects text; checking values is policy.cpp's job, the same as for
 // profiles, so both report bad values the same way.
 #pragma once
 
