@@ -133,3 +133,24 @@ TEST_CASE("the shipped profiles parse and apply") {
         CHECK_NOTHROW(apply_profile(s, parse_profile(text, path)));
     }
 }
+
+TEST_CASE("cli: values, repeats and mistakes") {
+    CHECK(parse_cli({"--memory=1G", "--memory", "2G", "--", "x"}).given.at("memory") ==
+          std::vector<std::string>{"2G"});  // the last one wins
+    CHECK(parse_cli({"--env", "A=1", "--env=B=2", "x"}).given.at("env") ==
+          std::vector<std::string>{"A=1", "B=2"});
+    CHECK(parse_cli({"--hostname", "--", "x"}).given.at("hostname") ==
+          std::vector<std::string>{"--"});  // a value may look like anything
+    CHECK(parse_cli({"-h"}).output.find("\nUsage: pyjail [OPTIONS] [--] COMMAND") != std::string::npos);
+    CHECK(parse_cli({"-V"}).output == "pyjail " PYJAIL_VERSION "\n");
+    CHECK(parse_cli({"x", "--help"}).command == std::vector<std::string>{"x", "--help"});
+    CHECK_THROWS_WITH_AS(parse_cli({"--memory"}), "--memory needs a value (SIZE)", UsageError);
+    CHECK_THROWS_WITH_AS(parse_cli({"--memry", "1G"}), "unknown option --memry", UsageError);
+    CHECK_THROWS_WITH_AS(parse_cli({"--verbose=yes"}), "--verbose takes no value", UsageError);
+    CHECK_THROWS_WITH_AS(parse_cli({"-x"}), "unknown option -x", UsageError);
+    try {
+        parse_cli({"--wall-tim=3"});
+    } catch (const UsageError& e) {
+        CHECK(e.hint() == "did you mean --wall-time?");
+    }
+}
