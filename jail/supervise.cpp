@@ -38,14 +38,16 @@ public:
     Supervisor(const Supervisor&) = delete;
     Supervisor& operator=(const Supervisor&) = delete;
 
-    void drain_messages() {
+    // Reads every waiting message. Returns false once the jail's end is closed (EOF).
+    bool drain_messages() {
         while (true) {
             JailMessage m{};
             int fd = -1;
             ssize_t n = recv_with_fd(sync_fd_, &m, sizeof m, fd, MSG_DONTWAIT);
             UniqueFd passed(fd);
             if (n < 0 && errno == EINTR) continue;
-            if (n != static_cast<ssize_t>(sizeof m)) return;
+            if (n == 0) return false;
+            if (n != static_cast<ssize_t>(sizeof m)) return true;
             m.step[sizeof m.step - 1] = '\0';
             m.text[sizeof m.text - 1] = '\0';
             switch (m.kind) {
@@ -125,6 +127,7 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
     bool timed_out = false, killed = false;
     double deadline = a.wall_time > 0 ? a.started_ms + a.wall_time * 1e3 : 0;
     int out_fd = a.out_fd, err_fd = a.err_fd;
+    int sync_fd = a.sync_fd;  // -1 once the jail's end is closed
     std::uint64_t output = 0;
     bool over_output = false, over_cpu = false;
     auto kill_jail = [&] {
@@ -145,7 +148,7 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
         // --cpu-time is checked ten times a second: the jail can overrun it by that much.
         if (a.cpu_time > 0 && a.cpu_usage && !killed && (timeout < 0 || timeout > 100)) timeout = 100;
         pollfd fds[6] = {{a.pidfd, POLLIN, 0},
-                         {a.sync_fd, POLLIN, 0},
+                         {sync_fd, POLLIN, 0},
                          {a.signal_fd, POLLIN, 0},
                          {sv.listener ? sv.listener.get() : -1, POLLIN, 0},
                          {out_fd, POLLIN, 0},
@@ -164,7 +167,11 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
             }
         }
         if (n <= 0) continue;
-        if (fds[1].revents & POLLIN) sv.drain_messages();
+        // Once the jail's pid 1 is gone the socket stays readable (EOF) until the pidfd says
+        // so too: polling it then would spin, taking a CPU from the kernel while it tears the
+        // jail's namespaces down.
+        if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !sv.drain_messages())
+            sync_fd = -1;
         if (fds[2].revents & POLLIN) {
             signalfd_siginfo si{};
             if (::read(a.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
