@@ -3,29 +3,152 @@
 
 These machines are noisy, so the commands are interleaved: every round runs each command once,
 in a fresh random order, and the report gives each command's median and its paired median
-difference from bare python3 in the same rounds, with a bootstrap 95% confidence interval.
+difference (and ratio) to its baseline in the same rounds, with a bootstrap 95% confidence
+interval. The baseline of a jailed command is the same command in bare python3; the baseline
+of `pyjail --version` is `/bin/true`, the floor of spawning any process.
 
-    bench/startup.py [--pyjail build/pyjail] [--rounds 300] [--markdown bench/RESULTS.md]
+bubblewrap runs the nearest equivalent of pyjail's strict jail: the same namespaces, the same
+rootfs bound read-only, a new session, --die-with-parent and pyjail's own compiled seccomp
+filter (the BPF of the `python` set for `--net none`, handed over on a file descriptor).
+
+This script measures start-up only; bench/run.py measures everything and writes RESULTS.md:
+
+    bench/startup.py [--pyjail build/pyjail] [--rounds 300]
 """
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import random
+import shlex
 import shutil
 import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+LEAN = ["-I", "-S", "-c", "pass"]
+PLAIN = ["-c", "pass"]
+IMPORTS = ["-c", "import json, re, decimal"]
+
+BARE_LEAN = "python3 -I -S -c pass"
+BARE_PLAIN = "python3 -c pass"
+BARE_IMPORTS = "python3 -c 'import json, re, decimal'"
+TRUE = "/bin/true"
+JAIL_LEAN = "pyjail strict: python -I -S -c pass"
+JAIL_LEAN_NO_SECCOMP = "pyjail strict --seccomp off: python -I -S -c pass"
+JAIL_PLAIN = "pyjail strict: python -c pass"
+JAIL_IMPORTS = "pyjail strict: python -c 'import json, re, decimal'"
+VERSION = "pyjail --version"
+BWRAP_LEAN = "bwrap + seccomp: python3 -I -S -c pass"
+BWRAP_PLAIN = "bwrap + seccomp: python3 -c pass"
+BWRAP_LEAN_NO_SECCOMP = "bwrap, no seccomp: python3 -I -S -c pass"
 
 
-def bwrap_command(rootfs: str, argv: list[str]) -> list[str]:
-    """The nearest bubblewrap equivalent of pyjail's strict jail (no seccomp, no limits)."""
+def relative(arg: str) -> str:
+    """A path inside this checkout relative to it (reports must not depend on where it is)."""
+    prefix = str(REPO) + os.sep
+    return arg[len(prefix):] if arg.startswith(prefix) else arg
+
+
+def shown(argv: list[str]) -> str:
+    """A command line as a shell would take it."""
+    return shlex.join(relative(a) for a in argv)
+
+
+# --- what pyjail uses: its rootfs, profiles and compiled seccomp filter --------------------
+
+def jail_dirs(pyjail: str) -> tuple[str, str]:
+    """The rootfs and profile directory the binary uses, from its own --explain."""
+    out = subprocess.run([pyjail, "--profile", "strict", "--explain"], capture_output=True,
+                         text=True, check=True).stdout
+    rootfs = profiles = None
+    for line in out.splitlines():
+        if line.startswith("rootfs ="):
+            rootfs = line.split('"')[1]
+        elif "# profile (" in line and profiles is None:
+            # e.g. `net = "none"   # profile (/x/profiles/strict.toml:4)`
+            profiles = os.path.dirname(line.split("# profile (", 1)[1].rsplit(":", 1)[0])
+    if rootfs is None or profiles is None:
+        sys.exit(f"startup.py: cannot find the rootfs and profiles in `{pyjail} --explain`")
+    return rootfs, profiles
+
+
+def parse_compiled_filter(data: bytes) -> dict:
+    """The fields of a compiled filter file (format: jail/compiled_filter.cpp)."""
+    pos = 0
+
+    def line() -> str:
+        nonlocal pos
+        end = data.index(b"\n", pos)
+        text, pos = data[pos:end].decode(), end + 1
+        return text
+
+    def count(tag: str) -> int:
+        name, n = line().split(" ")
+        if name != tag:
+            raise ValueError(f"expected {tag!r}, found {name!r}")
+        return int(n)
+
+    def blob(tag: str) -> bytes:
+        nonlocal pos
+        n = count(tag)
+        out, pos = data[pos:pos + n], pos + n + 1  # the blob, then its "\n"
+        return out
+
+    fields: dict = {}
+    if line() != "pyjail-seccomp-filter 1":
+        raise ValueError("not a pyjail compiled filter")
+    for _ in range(4):  # pyjail, libseccomp, arch, net
+        key, value = line().split(" ", 1)
+        fields[key] = value
+    fields["set"], fields["groups"] = blob("set"), blob("groups")
+    fields["allow"] = [line() for _ in range(count("allow"))]
+    fields["deny"] = [line() for _ in range(count("deny"))]
+    fields["bpf"] = blob("bpf")
+    if pos != len(data) or not fields["bpf"] or len(fields["bpf"]) % 8:
+        raise ValueError("malformed bpf section")
+    return fields
+
+
+def find_python_filter(pyjail: str, profiles: str) -> tuple[str, bytes] | None:
+    """pyjail's compiled BPF for the `python` set with --net none: (file, BPF bytes)."""
+    seccomp = Path(profiles, "seccomp")
+    want_set = (seccomp / "python.toml").read_bytes()
+    want_groups = (seccomp / "groups.toml").read_bytes()
+    # Where a build and an install keep them (jail/paths.cpp).
+    for d in (Path(pyjail).resolve().parent / "seccomp-filters", seccomp / "compiled"):
+        for f in sorted(d.glob("*.bpf")):
+            try:
+                fields = parse_compiled_filter(f.read_bytes())
+            except ValueError:
+                continue
+            if (fields["net"] == "none" and fields["set"] == want_set
+                    and fields["groups"] == want_groups):
+                return str(f), fields["bpf"]
+    return None
+
+
+class FilterFd:
+    """The BPF program in a memfd that bwrap reads with `--seccomp FD`. bwrap reads from the
+    shared file offset, so rewind() must run before every launch."""
+
+    def __init__(self, bpf: bytes):
+        self.fd = os.memfd_create("pyjail-bench-bpf")
+        os.write(self.fd, bpf)
+
+    def rewind(self) -> None:
+        os.lseek(self.fd, 0, os.SEEK_SET)
+
+
+def bwrap_command(rootfs: str, argv: list[str], seccomp_fd: int | None = None) -> list[str]:
+    """The nearest bubblewrap equivalent of pyjail's strict jail (no resource limits)."""
     cmd = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
@@ -39,125 +162,207 @@ def bwrap_command(rootfs: str, argv: list[str]) -> list[str]:
             cmd += ["--ro-bind", path, "/" + entry]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/work",
             "--chdir", "/work", "--remount-ro", "/"]
+    if seccomp_fd is not None:
+        cmd += ["--seccomp", str(seccomp_fd)]
     return cmd + argv
 
 
-def time_once(cmd: list[str]) -> float:
+# --- the cases and the interleaved measurement -------------------------------------------
+
+@dataclass
+class Case:
+    name: str
+    argv: list[str]
+    baseline: str | None = None          # the case it is paired with
+    pass_fds: tuple[int, ...] = ()
+    prepare: Callable[[], None] | None = None  # runs before each launch, outside the timing
+
+
+@dataclass
+class Setup:
+    """Everything the start-up cases need, found once."""
+    pyjail: str
+    python: str
+    rootfs: str
+    bwrap: bool
+    filter_file: str | None = None
+    filter_fd: FilterFd | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def setup(pyjail: str, python: str) -> Setup:
+    rootfs, profiles = jail_dirs(pyjail)
+    s = Setup(pyjail, python, rootfs, bwrap=shutil.which("bwrap") is not None)
+    if not s.bwrap:
+        s.notes.append("bwrap not found (apt-get install bubblewrap): no bubblewrap lines.")
+        return s
+    found = find_python_filter(pyjail, profiles)
+    if found is None:
+        s.notes.append("no compiled `python` filter for --net none found next to the binary "
+                       "(build it first): no bubblewrap + seccomp lines.")
+    else:
+        s.filter_file, bpf = found
+        s.filter_fd = FilterFd(bpf)
+    return s
+
+
+def strict(pyjail: str, argv: list[str], options: tuple[str, ...] = ()) -> list[str]:
+    """`pyjail --profile strict -- ARGV` (--quiet: nothing of pyjail's own on stderr)."""
+    return [pyjail, "--profile", "strict", "--quiet", *options, "--", *argv]
+
+
+def startup_cases(s: Setup) -> list[Case]:
+    cases = [
+        Case(BARE_LEAN, [s.python] + LEAN),
+        Case(BARE_PLAIN, [s.python] + PLAIN),
+        Case(BARE_IMPORTS, [s.python] + IMPORTS),
+        Case(TRUE, ["/bin/true"]),
+        Case(JAIL_LEAN, strict(s.pyjail, ["python"] + LEAN), BARE_LEAN),
+        Case(JAIL_LEAN_NO_SECCOMP, strict(s.pyjail, ["python"] + LEAN, ("--seccomp", "off")),
+             BARE_LEAN),
+        Case(JAIL_PLAIN, strict(s.pyjail, ["python"] + PLAIN), BARE_PLAIN),
+        Case(JAIL_IMPORTS, strict(s.pyjail, ["python"] + IMPORTS), BARE_IMPORTS),
+        Case(VERSION, [s.pyjail, "--version"], TRUE),
+    ]
+    if s.bwrap:
+        # The rootfs's own interpreter: the rootfs is built from the bare one.
+        py = "/usr/bin/python3"
+        if s.filter_fd is not None:
+            fd = s.filter_fd
+            for name, args, base in ((BWRAP_LEAN, LEAN, BARE_LEAN),
+                                     (BWRAP_PLAIN, PLAIN, BARE_PLAIN)):
+                cases.append(Case(name, bwrap_command(s.rootfs, [py] + args, fd.fd), base,
+                                  (fd.fd,), fd.rewind))
+        cases.append(Case(BWRAP_LEAN_NO_SECCOMP, bwrap_command(s.rootfs, [py] + LEAN),
+                          BARE_LEAN))
+    return cases
+
+
+def run_case(case: Case, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
+    return subprocess.run(case.argv, stdin=subprocess.DEVNULL, stdout=stdout,
+                          stderr=subprocess.PIPE, pass_fds=case.pass_fds)
+
+
+def time_once(case: Case) -> float:
+    """Wall time of one run in ms; a failed run ends the benchmark."""
+    if case.prepare:
+        case.prepare()
     start = time.perf_counter_ns()
-    r = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.PIPE)
+    r = run_case(case)
     elapsed = (time.perf_counter_ns() - start) / 1e6
     if r.returncode != 0:
-        sys.exit(f"startup.py: {cmd[0]} failed ({r.returncode}): {r.stderr.decode().strip()}")
+        sys.exit(f"bench: `{case.name}` failed ({r.returncode}): {r.stderr.decode().strip()}")
     return elapsed
 
 
-def bootstrap_ci(diffs: list[float], n: int = 2000) -> tuple[float, float]:
+def check_bwrap_filter(s: Setup) -> str | None:
+    """Proof that bwrap really ran the program under the filter: its Seccomp line."""
+    if s.filter_fd is None:
+        return None
+    code = "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0])"
+    case = Case("check", bwrap_command(s.rootfs, ["/usr/bin/python3", "-I", "-S", "-c", code],
+                                       s.filter_fd.fd), pass_fds=(s.filter_fd.fd,))
+    s.filter_fd.rewind()
+    r = run_case(case, stdout=subprocess.PIPE)
+    line = " ".join(r.stdout.decode().split())
+    if r.returncode != 0 or line != "Seccomp: 2":
+        sys.exit(f"bench: bwrap did not run under the filter ({r.returncode}, {line!r}): "
+                 f"{r.stderr.decode().strip()}")
+    return line
+
+
+def interleave(cases: list[Case], rounds: int) -> dict[str, list[float]]:
+    """Each round runs every case once, in a fresh random order."""
+    for case in cases:  # warm caches, and fail early
+        time_once(case)
+    samples: dict[str, list[float]] = {c.name: [] for c in cases}
+    rng = random.Random()
+    for _ in range(rounds):
+        order = list(cases)
+        rng.shuffle(order)
+        for case in order:
+            samples[case.name].append(time_once(case))
+    return samples
+
+
+# --- statistics and the table -----------------------------------------------------------
+
+def bootstrap_ci(values: list[float], n: int = 2000) -> tuple[float, float]:
+    """95% CI of the median, by resampling (a fixed seed: the same data, the same interval)."""
     rng = random.Random(1)
-    meds = sorted(statistics.median(rng.choices(diffs, k=len(diffs))) for _ in range(n))
+    meds = sorted(statistics.median(rng.choices(values, k=len(values))) for _ in range(n))
     return meds[int(0.025 * n)], meds[int(0.975 * n)]
+
+
+@dataclass
+class Paired:
+    diff: float                  # median of per-round differences, ms
+    diff_ci: tuple[float, float]
+    ratio: float                 # median of per-round ratios
+    ratio_ci: tuple[float, float]
+
+
+def paired(samples: dict[str, list[float]], name: str, base: str) -> Paired:
+    pairs = list(zip(samples[name], samples[base]))
+    diffs = [a - b for a, b in pairs]
+    ratios = [a / b for a, b in pairs]
+    return Paired(statistics.median(diffs), bootstrap_ci(diffs),
+                  statistics.median(ratios), bootstrap_ci(ratios))
+
+
+def startup_table(cases: list[Case], samples: dict[str, list[float]]) -> list[str]:
+    lines = ["| command | median | paired with | difference (median, 95% CI) "
+             "| ratio (median, 95% CI) |",
+             "|---|---:|---|---|---|"]
+    for c in cases:
+        med = f"{statistics.median(samples[c.name]):.2f} ms"
+        if c.baseline is None:
+            lines.append(f"| `{c.name}` | {med} | | | |")
+            continue
+        p = paired(samples, c.name, c.baseline)
+        lines.append(f"| `{c.name}` | {med} | `{c.baseline}` | {p.diff:+.2f} ms "
+                     f"[{p.diff_ci[0]:+.2f}, {p.diff_ci[1]:+.2f}] | {p.ratio:.3f} "
+                     f"[{p.ratio_ci[0]:.3f}, {p.ratio_ci[1]:.3f}] |")
+    return lines
+
+
+def startup_notes(samples: dict[str, list[float]]) -> list[str]:
+    """pyjail's overhead next to bubblewrap's, and what the seccomp filter costs each."""
+    def over(name: str, base: str) -> float:
+        return paired(samples, name, base).diff
+
+    out = []
+    for jail, bw, base in ((JAIL_LEAN, BWRAP_LEAN, BARE_LEAN), (JAIL_PLAIN, BWRAP_PLAIN, BARE_PLAIN)):
+        if bw in samples:
+            dj, db = over(jail, base), over(bw, base)
+            out.append(f"- `{jail}`: overhead {dj:+.2f} ms over bare python3, against "
+                       f"bubblewrap + seccomp's {db:+.2f} ms (paired medians): "
+                       f"{dj / db:.2f}x bubblewrap's." if db > 0 else
+                       f"- `{jail}`: overhead {dj:+.2f} ms; bubblewrap + seccomp's {db:+.2f} ms.")
+    out.append(f"- pyjail's seccomp filter (load + install + notifier): "
+               f"{over(JAIL_LEAN, JAIL_LEAN_NO_SECCOMP):+.2f} ms (paired median).")
+    if BWRAP_LEAN in samples and BWRAP_LEAN_NO_SECCOMP in samples:
+        out.append(f"- bubblewrap's `--seccomp` with the same filter: "
+                   f"{over(BWRAP_LEAN, BWRAP_LEAN_NO_SECCOMP):+.2f} ms (paired median).")
+    out.append(f"- `{VERSION}` minus `/bin/true`: {over(VERSION, TRUE):+.2f} ms (paired median): "
+               "pyjail's own start next to the floor of spawning any process.")
+    return out
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--pyjail", default=str(HERE.parent / "build" / "pyjail"))
-    ap.add_argument("--rootfs", default=None, help="rootfs for bwrap (default: pyjail's)")
+    ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--rounds", type=int, default=300)
-    ap.add_argument("--markdown", help="also write the table to this file")
     args = ap.parse_args()
 
-    rootfs = args.rootfs
-    if rootfs is None:
-        out = subprocess.run([args.pyjail, "--explain"], capture_output=True, text=True, check=True)
-        rootfs = next(l.split('"')[1] for l in out.stdout.splitlines() if l.startswith("rootfs ="))
-
-    lean = ["-I", "-S", "-c", "pass"]
-    plain = ["-c", "pass"]
-    imports = ["-c", "import json, re, decimal"]
-    strict = [args.pyjail, "--profile", "strict", "--quiet", "--"]
-    cases: dict[str, list[str]] = {}
-    baseline: dict[str, str] = {}
-
-    def case(name: str, cmd: list[str], base: str | None = None) -> None:
-        cases[name] = cmd
-        if base:
-            baseline[name] = base
-
-    case("python3 -I -S -c pass", [args.python] + lean)
-    case("python3 -c pass", [args.python] + plain)
-    case("python3 -c 'import json, re, decimal'", [args.python] + imports)
-    case("pyjail strict: python -I -S -c pass", strict + ["python"] + lean, "python3 -I -S -c pass")
-    case("pyjail strict --seccomp off: python -I -S -c pass",
-         [args.pyjail, "--profile", "strict", "--quiet", "--seccomp", "off", "--", "python"] + lean,
-         "python3 -I -S -c pass")
-    case("pyjail strict: python -c pass", strict + ["python"] + plain, "python3 -c pass")
-    case("pyjail strict: python -c 'import json, re, decimal'", strict + ["python"] + imports,
-         "python3 -c 'import json, re, decimal'")
-    case("pyjail --version", [args.pyjail, "--version"])
-    if shutil.which("bwrap"):
-        case("bwrap (same rootfs): python3 -I -S -c pass",
-             bwrap_command(rootfs, ["/usr/bin/python3"] + lean), "python3 -I -S -c pass")
-        case("bwrap (same rootfs): python3 -c pass",
-             bwrap_command(rootfs, ["/usr/bin/python3"] + plain), "python3 -c pass")
-    else:
-        print("startup.py: bwrap not found (apt-get install bubblewrap); comparing without it",
-              file=sys.stderr)
-
-    for cmd in cases.values():  # warm caches, and fail early
-        time_once(cmd)
-    samples: dict[str, list[float]] = {name: [] for name in cases}
-    rng = random.Random()
-    for _ in range(args.rounds):
-        order = list(cases)
-        rng.shuffle(order)
-        for name in order:
-            samples[name].append(time_once(cases[name]))
-
-    rows = []
-    for name, xs in samples.items():
-        base = baseline.get(name)
-        if base:
-            diffs = [a - b for a, b in zip(xs, samples[base])]
-            lo, hi = bootstrap_ci(diffs)
-            over = f"+{statistics.median(diffs):.2f} ms [{lo:.2f}, {hi:.2f}]"
-        else:
-            over = ""
-        rows.append((name, statistics.median(xs), over))
-
-    def overhead(name: str) -> float:
-        return statistics.median(a - b for a, b in zip(samples[name], samples[baseline[name]]))
-
-    ratio = ""
-    if "bwrap (same rootfs): python3 -I -S -c pass" in samples:
-        for jail, bw in (("pyjail strict: python -I -S -c pass",
-                          "bwrap (same rootfs): python3 -I -S -c pass"),
-                         ("pyjail strict: python -c pass", "bwrap (same rootfs): python3 -c pass")):
-            dj, db = overhead(jail), overhead(bw)
-            ratio += (f"\n`{jail}`: overhead {dj:+.2f} ms vs bubblewrap's {db:+.2f} ms over bare "
-                      f"python3 (paired medians): {dj / db:.2f}x bubblewrap's.\n")
-        seccomp = overhead("pyjail strict: python -I -S -c pass") - overhead(
-            "pyjail strict --seccomp off: python -I -S -c pass")
-        ratio += f"\nThe seccomp filter (compile + install + notifier) adds {seccomp:+.2f} ms.\n"
-
-    versions = subprocess.run([args.pyjail, "--version"], capture_output=True, text=True).stdout.strip()
-    bwv = subprocess.run(["bwrap", "--version"], capture_output=True, text=True).stdout.strip() if shutil.which("bwrap") else "none"
-    pyv = subprocess.run([args.python, "-V"], capture_output=True, text=True).stdout.strip()
-    lines = [
-        f"Date: {datetime.date.today()}, kernel {platform.release()}, {os.cpu_count()} CPUs; "
-        f"{versions}, {bwv}, {pyv}; {args.rounds} interleaved rounds.",
-        "",
-        "| command | median | overhead vs bare python3 (paired median, 95% CI) |",
-        "|---|---:|---|",
-    ]
-    lines += [f"| `{n}` | {m:.2f} ms | {o} |" for n, m, o in rows]
-    text = "\n".join(lines) + "\n" + ratio
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(
-            "# Start-up benchmark\n\nProduced by `bench/startup.py` "
-            f"(`{' '.join(sys.argv[1:]) or 'no options'}`); the exact bwrap command is in "
-            "`bwrap_command()` there.\n\n" + text)
+    s = setup(args.pyjail, args.python)
+    for note in s.notes:
+        print("startup.py:", note, file=sys.stderr)
+    check_bwrap_filter(s)
+    cases = startup_cases(s)
+    samples = interleave(cases, args.rounds)
+    print("\n".join(startup_table(cases, samples) + [""] + startup_notes(samples)))
     return 0
 
 
