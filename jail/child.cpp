@@ -197,13 +197,17 @@ void step_mounts(const ChildPlan& p) {
                     src = source_paths[static_cast<std::size_t>(op.source_slot)];
                     if (!op.source_path.empty()) src += "/" + op.source_path;
                 }
-                if (::mount(src.c_str(), t, nullptr, op.flags, nullptr) != 0)
+                // The rootfs as the new root, on the staging directory like a tmpfs root.
+                bool root = op.target.empty();
+                if (::mount(src.c_str(), root ? p.staging_dir.c_str() : t, nullptr, op.flags, nullptr) != 0)
                     fail(op.source_slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError,
                          "bind %s on /%s",
                          op.source_slot >= 0
                              ? p.mounts.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
                              : src.c_str(),
                          t);
+                if (root && ::chdir(p.staging_dir.c_str()) != 0)
+                    fail("mount root", errno, kExitJailError, "chdir %s", p.staging_dir.c_str());
                 break;
             }
             case OpKind::Remount:
@@ -221,9 +225,9 @@ void step_mounts(const ChildPlan& p) {
     if (sys_pivot_root(".", ".") != 0) fail("pivot_root", errno, kExitJailError, "pivot_root");
     if (::umount2(".", MNT_DETACH) != 0) fail("pivot_root", errno, kExitJailError, "detach old root");
     if (::chdir("/") != 0) fail("pivot_root", errno, kExitJailError, "chdir /");
-    // The root tmpfs held only mount points and symlinks: read-only, nothing can be added.
-    do_mount("remount root", nullptr, "/", nullptr,
-             MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, nullptr);
+    // The root (the rootfs, or a tmpfs of mount points and symlinks): read-only, nothing can
+    // be added.
+    do_mount("remount root", nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
     if (::chdir(p.mounts.cwd.c_str()) != 0)
         fail("chdir", errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
 }

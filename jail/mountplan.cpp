@@ -38,6 +38,34 @@ bool is_under(const std::string& path, const std::string& dir) {
 
 constexpr unsigned long kTmpfsFlags = MS_NOSUID | MS_NODEV;
 
+// The mount points the jail always mounts on.
+constexpr const char* kJailMounts[] = {"proc", "dev", "tmp", "work"};
+
+bool rootfs_has_dir(const MountFacts& facts, const std::string& name) {
+    return std::any_of(facts.rootfs_top.begin(), facts.rootfs_top.end(), [&](const RootfsEntry& e) {
+        return e.name == name && e.kind == RootfsEntry::Kind::Dir;
+    });
+}
+
+// The rootfs can itself be the root (one bind instead of a tmpfs and a bind per top-level
+// directory, a few hundred microseconds of every run) when no mount point has to be created
+// in the root: the rootfs has the jail's own, and every bind lands on a path the rootfs has or
+// inside the jail's writable tmpfs mounts.
+bool rootfs_can_be_root(const MountFacts& facts, const std::vector<BindSpec>& binds,
+                        bool script_needs_a_dir) {
+    if (script_needs_a_dir) return false;
+    for (const char* d : kJailMounts)
+        if (!rootfs_has_dir(facts, d)) return false;
+    for (std::size_t i = 0; i < binds.size(); ++i) {
+        std::string t = rel(binds[i].target);
+        std::string top = t.substr(0, t.find('/'));
+        bool in_jail_mount = top == "tmp" || top == "work" || top == "dev";
+        if (!in_jail_mount && !(rootfs_has_dir(facts, top) && facts.binds.at(i).target_in_rootfs))
+            return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 std::vector<BindSpec> all_binds(const Policy& policy) {
@@ -64,33 +92,56 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     plan.sources.push_back({rootfs, false});
     auto& ops = plan.ops;
     std::string tmpfs_size = fmt::format("size={}", policy.tmpfs_size);
+    auto binds = all_binds(policy);
+    bool work_is_bound =
+        std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
+    bool script_in_a_bind = false;
+    if (script_host_path) {
+        const std::string& real = facts.script_real_path.value_or(*script_host_path);
+        for (const auto& f : facts.binds)
+            script_in_a_bind |= f.real_source == real || (f.is_dir && is_under(real, f.real_source));
+    }
+    bool script_needs_a_dir = script_host_path && !script_in_a_bind && work_is_bound;
 
-    // The new root: a tmpfs that holds only mount points and symlinks, read-only at the end.
-    ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
-
-    // The rootfs, read-only. nosuid and nodev: nothing in it may gain privileges or reach
-    // devices, whatever its files say; the source mount's locked flags must be kept.
-    std::vector<std::string> rootfs_dirs;
+    // The root, read-only at the end. nosuid and nodev: nothing in the rootfs may gain
+    // privileges or reach devices, whatever its files say; the source mount's locked flags
+    // must be kept.
     unsigned long ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
-    for (const auto& e : facts.rootfs_top) {
-        if (jail_owned(e.name)) continue;
-        if (e.kind == RootfsEntry::Kind::Dir) {
-            rootfs_dirs.push_back(e.name);
-            ops.push_back({OpKind::Mkdir, e.name, -1, "", 0, "", 0755});
-            ops.push_back({OpKind::Bind, e.name, 0, e.name, MS_BIND, "", 0});
-            ops.push_back({OpKind::Remount, e.name, -1, "", ro | facts.rootfs_locked_flags, "", 0});
-        } else if (e.kind == RootfsEntry::Kind::Symlink) {
-            ops.push_back({OpKind::Symlink, e.name, -1, e.link_target, 0, "", 0});
+    std::vector<std::string> rootfs_dirs;
+    bool rootfs_is_root = rootfs_can_be_root(facts, binds, script_needs_a_dir);
+    if (rootfs_is_root) {
+        ops.push_back({OpKind::Bind, "", 0, "", MS_BIND, "", 0});
+        plan.root_flags = ro | facts.rootfs_locked_flags;
+        for (const auto& e : facts.rootfs_top)
+            if (e.kind == RootfsEntry::Kind::Dir && !jail_owned(e.name)) rootfs_dirs.push_back(e.name);
+    } else {
+        // A tmpfs that holds only mount points and symlinks, the rootfs's directories bound in.
+        ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
+        plan.root_flags = ro;
+        for (const auto& e : facts.rootfs_top) {
+            if (jail_owned(e.name)) continue;
+            if (e.kind == RootfsEntry::Kind::Dir) {
+                rootfs_dirs.push_back(e.name);
+                ops.push_back({OpKind::Mkdir, e.name, -1, "", 0, "", 0755});
+                ops.push_back({OpKind::Bind, e.name, 0, e.name, MS_BIND, "", 0});
+                ops.push_back({OpKind::Remount, e.name, -1, "", ro | facts.rootfs_locked_flags, "", 0});
+            } else if (e.kind == RootfsEntry::Kind::Symlink) {
+                ops.push_back({OpKind::Symlink, e.name, -1, e.link_target, 0, "", 0});
+            }
         }
     }
+    // The jail's own mount points: in the rootfs already, or made in the tmpfs root.
+    auto mount_point = [&](const char* name) {
+        if (!rootfs_is_root) ops.push_back({OpKind::Mkdir, name, -1, "", 0, "", 0755});
+    };
 
     // A fresh procfs for the jail's pid namespace: only the jail's processes are in it.
-    ops.push_back({OpKind::Mkdir, "proc", -1, "", 0, "", 0755});
+    mount_point("proc");
     ops.push_back({OpKind::Proc, "proc", -1, "", MS_NOSUID | MS_NODEV | MS_NOEXEC, "", 0});
 
     // A minimal /dev: a few harmless character devices bound from the host (a user namespace
     // cannot mknod), no disks, no ttys, no /dev/mem; made read-only once filled.
-    ops.push_back({OpKind::Mkdir, "dev", -1, "", 0, "", 0755});
+    mount_point("dev");
     ops.push_back({OpKind::Tmpfs, "dev", -1, "", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k", 0});
     for (const char* d : {"null", "zero", "full", "random", "urandom"}) {
         std::string t = std::string("dev/") + d;
@@ -113,14 +164,11 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
                    "newinstance,ptmxmode=0666,mode=0620", 0});
 
     // Private, size-capped scratch space; nothing written there outlives the run.
-    ops.push_back({OpKind::Mkdir, "tmp", -1, "", 0, "", 0755});
+    mount_point("tmp");
     ops.push_back({OpKind::Tmpfs, "tmp", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
 
-    auto binds = all_binds(policy);
-    bool work_is_bound =
-        std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
     if (!work_is_bound) {
-        ops.push_back({OpKind::Mkdir, "work", -1, "", 0, "", 0755});
+        mount_point("work");
         ops.push_back({OpKind::Tmpfs, "work", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
     }
 
@@ -151,7 +199,9 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
         plan.sources.push_back({b.source, false});
         std::string t = rel(b.target);
         // A mount point is ready only where the rootfs is bound (not under /tmp, /work, ...).
-        bool ready = in_ro_rootfs && f.target_in_rootfs;
+        bool ready = (in_ro_rootfs && f.target_in_rootfs) ||
+                     (rootfs_is_root && std::find(std::begin(kJailMounts), std::end(kJailMounts), t) !=
+                                            std::end(kJailMounts));
         if (!ready)
             ops.push_back({f.is_dir ? OpKind::Mkdir : OpKind::MkFile, t, -1, "", 0, "", f.is_dir ? 0755u : 0644u});
         ops.push_back({OpKind::Bind, t, slot, "", MS_BIND, "", 0});

@@ -3,9 +3,12 @@
 // kind and mount flags) are gathered by the parent beforehand, and the child only executes the
 // ops, so the plan can be printed by --explain and tested without privileges.
 //
-// The jail's root is a fresh tmpfs. The rootfs's top-level directories are bound into it
-// read-only, the jail's own mounts (/proc, /dev, /tmp, /work) and the user's binds are added,
-// then the child pivots into it and makes it read-only too.
+// The jail's root is the rootfs itself, bound read-only, when it has every mount point the
+// jail needs (the default rootfs has /proc, /dev, /tmp and /work). Otherwise -- a rootfs
+// without them, or a bind to a path the rootfs lacks -- the root is a fresh tmpfs that holds
+// only mount points and symlinks, and the rootfs's top-level directories are bound into it.
+// Either way the jail's own mounts (/proc, /dev, /tmp, /work) and the user's binds are added,
+// then the child pivots into the root and makes it read-only.
 #pragma once
 
 #include <optional>
@@ -41,7 +44,8 @@ enum class OpKind {
     Tmpfs,    // mount a tmpfs at target (target "" is the new root itself)
     Proc,     // mount the jail's own procfs at target
     Devpts,   // mount a new devpts instance at target
-    Bind,     // bind source at target (source: below a slot's fd, or a host path when slot < 0)
+    Bind,     // bind source at target (source: below a slot's fd, or a host path when slot < 0;
+              // target "" is the new root itself)
     Remount,  // change the flags of the bind mount at target
     Mkdir,    // create a directory (with parents) as a mount point
     MkFile,   // create an empty file as a mount point
@@ -67,6 +71,7 @@ struct SourceRef {
 struct MountPlan {
     std::vector<SourceRef> sources;  // the parent opens these; slot 0 is the rootfs
     std::vector<MountOp> ops;
+    unsigned long root_flags = 0;    // MS_* flags of the final read-only remount of the root
     std::string cwd = "/work";
     std::optional<std::string> script_jail_path;
 };

@@ -145,3 +145,66 @@ TEST_CASE("binds that cannot be placed fail at plan time") {
                          "be bound writable",
                          UsageError);
 }
+
+namespace {
+// A rootfs like the default one: it has the jail's own mount points.
+MountFacts full_rootfs_facts() {
+    MountFacts f = rootfs_facts();
+    f.rootfs_top.push_back({"dev", RootfsEntry::Kind::Dir, ""});
+    f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
+    return f;
+}
+bool tmpfs_root(const std::vector<std::string>& l) {
+    return l.front().rfind("tmpfs    / (", 0) == 0;
+}
+}  // namespace
+
+TEST_CASE("a rootfs with the jail's mount points is the root itself: one bind, read-only") {
+    Policy p = policy_from("");
+    MountFacts f = full_rootfs_facts();
+    f.rootfs_locked_flags = MS_NOATIME;
+    f.script_real_path = "/home/u/proj/x.py";
+    MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/x.py"));
+    auto l = lines(plan);
+    CHECK(l.front() == "bind     / <- /rootfs");
+    CHECK(plan.root_flags == (MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME));
+    // No mount point is made (the root will be read-only): the rootfs has them all.
+    CHECK(std::none_of(l.begin(), l.end(), [](const std::string& s) {
+        return s.rfind("mkdir    /proc", 0) == 0 || s.rfind("mkdir    /tmp", 0) == 0 ||
+               s.rfind("mkdir    /work", 0) == 0 || s.rfind("mkdir    /dev ", 0) == 0 ||
+               s == "mkdir    /dev";
+    }));
+    CHECK_FALSE(has(l, "bind     /usr <- /rootfs/usr"));
+    CHECK(has(l, "proc     /proc (nosuid,nodev,noexec)"));
+    CHECK(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=67108864)"));
+    CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
+    // Binds onto paths the rootfs has, or inside the jail's tmpfs mounts, keep it so.
+    Policy b = policy_from("ro-bind = [\"/etc/x.conf:/etc/x.conf\", \"/data:/tmp/data\"]\nbind = [\"/out:/work\"]\n");
+    f.binds = {{false, "/etc/x.conf", 0, true}, {true, "/data", 0, false}, {true, "/out", 0, false}};
+    f.script_real_path = "/out/x.py";
+    auto lb = lines(plan_mounts(b, "/rootfs", f, std::string("/out/x.py")));
+    CHECK(lb.front() == "bind     / <- /rootfs");
+    CHECK(has(lb, "mkdir    /tmp/data"));
+    CHECK_FALSE(has(lb, "mkdir    /work"));
+    CHECK(has(lb, "bind     /work <- /out"));
+}
+
+TEST_CASE("a mount point the rootfs lacks makes the root a tmpfs") {
+    MountFacts f = full_rootfs_facts();
+    // A bind to a new top-level path.
+    Policy mnt = policy_from("ro-bind = [\"/data:/mnt/data\"]\n");
+    f.binds = {{true, "/data", 0, false}};
+    auto l = lines(plan_mounts(mnt, "/rootfs", f, std::nullopt));
+    CHECK(tmpfs_root(l));
+    CHECK(has(l, "mkdir    /mnt/data"));
+    CHECK(has(l, "bind     /usr <- /rootfs/usr"));
+    // A script outside every bind while /work is a host directory: it goes to /script.
+    Policy w = policy_from("workdir = \"out\"\n");
+    f.binds = {{true, "/home/u/proj/out", 0, true}};
+    f.script_real_path = "/opt/jobs/x.py";
+    CHECK(tmpfs_root(lines(plan_mounts(w, "/rootfs", f, std::string("/opt/jobs/x.py")))));
+    // A rootfs without /work.
+    MountFacts no_work = rootfs_facts();
+    no_work.rootfs_top.push_back({"dev", RootfsEntry::Kind::Dir, ""});
+    CHECK(tmpfs_root(lines(plan_mounts(policy_from(""), "/rootfs", no_work, std::nullopt))));
+}
