@@ -57,13 +57,6 @@ int g_sync_fd = -1;
     ::_exit(exit_code);
 }
 
-void send_simple(MsgKind kind, int wait_status) {
-    JailMessage m{};
-    m.kind = kind;
-    m.wait_status = wait_status;
-    (void)::send(g_sync_fd, &m, sizeof m, MSG_NOSIGNAL);
-}
-
 // The parent-death signal: if the supervisor dies (even by SIGKILL), so does the jail -- pid 1
 // dying takes every process of the pid namespace with it. Credential changes clear it, so
 // it is set again after them; the POLLHUP check closes the race with a parent that died
@@ -111,7 +104,9 @@ void do_mount(const char* step, const char* src, const char* target, const char*
 }
 
 void mkdirs(const char* step, const std::string& path, unsigned mode) {
-    // Parents first; an existing directory is fine.
+    // Usually the parent exists: one call. Otherwise parents first; an existing directory is
+    // fine.
+    if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
     for (std::size_t i = 1; i <= path.size(); ++i) {
         if (i != path.size() && path[i] != '/') continue;
         std::string part = path.substr(0, i);
@@ -180,9 +175,12 @@ void step_mounts(const ChildPlan& p) {
                 break;
             case OpKind::Mkdir: mkdirs("mkdir", op.target, op.mode); break;
             case OpKind::MkFile: {
-                auto slash = op.target.rfind('/');
-                if (slash != std::string::npos) mkdirs("mkdir", op.target.substr(0, slash), 0755);
                 int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
+                if (fd < 0 && errno == ENOENT) {  // its directory first
+                    auto slash = op.target.rfind('/');
+                    if (slash != std::string::npos) mkdirs("mkdir", op.target.substr(0, slash), 0755);
+                    fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
+                }
                 if (fd < 0) fail("mkfile", errno, kExitJailError, "cannot create mount point /%s", t);
                 ::close(fd);
                 break;
@@ -320,21 +318,20 @@ void step_new_keyring() {
         fail("keyring", errno, kExitJailError, "cannot join a new session keyring");
 }
 
-void step_seccomp(const ChildPlan& p) {
+// Returns the filter's listener (or -1 without a filter), which goes to the supervisor with
+// the "ready" message: one wake-up of the supervisor instead of two.
+int step_seccomp(const ChildPlan& p) {
     // Last before the program, so the set-up above is not limited by it. The filter notifies
     // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
-    if (p.seccomp_filter.empty()) return;
+    // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
+    // set must allow (parse_seccomp_set checks), and hands the listener over first thing.
+    if (p.seccomp_filter.empty()) return -1;
     sock_fprog prog{static_cast<unsigned short>(p.seccomp_filter.size()),
                     const_cast<sock_filter*>(p.seccomp_filter.data())};
     long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                               SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
     if (listener < 0) fail("seccomp", errno, kExitJailError, "cannot install the syscall filter");
-    JailMessage m{};
-    m.kind = MsgKind::Listener;
-    int fd = static_cast<int>(listener);
-    if (int e = send_with_fd(g_sync_fd, &m, sizeof m, fd); e != 0)
-        fail("seccomp", e, kExitJailError, "cannot hand the filter's listener to pyjail");
-    ::close(fd);
+    return static_cast<int>(listener);
 }
 
 void install_init_signals() {
@@ -389,10 +386,14 @@ void run_child(const ChildPlan& p) noexcept {
     step_drop_capabilities();
     step_no_new_privs();
     step_new_keyring();
-    step_seccomp(p);
+    int listener = step_seccomp(p);
     install_init_signals();
 
-    send_simple(MsgKind::Ready, 0);
+    JailMessage ready{};
+    ready.kind = MsgKind::Ready;
+    if (int e = send_with_fd(g_sync_fd, &ready, sizeof ready, listener); e != 0)
+        fail("seccomp", e, kExitJailError, "cannot hand the filter's listener to pyjail");
+    if (listener >= 0) ::close(listener);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,
     // and pid 1 waits the few microseconds until the exec. It runs on a stack of its own, so
     // nothing it does can disturb this frame.

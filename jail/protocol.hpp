@@ -9,9 +9,9 @@ namespace pyjail {
 
 enum class MsgKind : std::uint32_t {
     Error = 1,   // a set-up step failed: step, err, text, exit_code
-    Ready = 2,   // the jail is set up; the program is being started
+    Ready = 2,   // the jail is set up; the program is being started. Carries the seccomp
+                 // notification fd (SCM_RIGHTS) when there is a filter
     Status = 3,  // the program ended: wait_status
-    Listener = 4,  // carries the seccomp notification fd (SCM_RIGHTS)
 };
 
 struct JailMessage {

@@ -54,11 +54,11 @@ public:
                 case MsgKind::Error:
                     if (!result.error) result.error = m;
                     break;
-                case MsgKind::Ready: result.setup_ms = monotonic_ms() - started_ms_; break;
-                case MsgKind::Status: status = m.wait_status; break;
-                case MsgKind::Listener:
+                case MsgKind::Ready:
+                    result.setup_ms = monotonic_ms() - started_ms_;
                     if (passed && !listener) listener = std::move(passed);
                     break;
+                case MsgKind::Status: status = m.wait_status; break;
             }
         }
     }
