@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <string_view>
+
 #include "error.hpp"
 
 namespace pyjail {
@@ -21,6 +24,38 @@ IdMaps plan_idmaps(uid_t invoker_uid, gid_t invoker_gid, uid_t root_maps_to_uid,
     m.uid_map = fmt::format("{} {} 1\n", kJailUid, m.host_uid);
     m.gid_map = fmt::format("{} {} 1\n", kJailGid, m.host_gid);
     return m;
+}
+
+std::optional<std::pair<uid_t, gid_t>> find_passwd_entry(const std::string& passwd_text,
+                                                         const std::string& name,
+                                                         std::optional<uid_t> uid) {
+    auto number = [](std::string_view v) -> std::optional<std::uint32_t> {
+        if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string_view::npos)
+            return std::nullopt;
+        std::uint32_t n = 0;
+        for (char c : v) n = n * 10 + static_cast<std::uint32_t>(c - '0');
+        return n;
+    };
+    std::string_view text(passwd_text);
+    while (!text.empty()) {
+        std::size_t nl = text.find('\n');
+        std::string_view line = text.substr(0, nl);
+        text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+        // name:password:uid:gid:gecos:home:shell
+        std::string_view field[4];
+        std::size_t n = 0;
+        for (std::size_t from = 0; n < 4; ++n) {
+            std::size_t colon = line.find(':', from);
+            if (colon == std::string_view::npos) break;
+            field[n] = line.substr(from, colon - from);
+            from = colon + 1;
+        }
+        auto u = n == 4 ? number(field[2]) : std::nullopt;
+        auto g = n == 4 ? number(field[3]) : std::nullopt;
+        if (!u || !g) continue;
+        if (uid ? *u == *uid : field[0] == name) return std::make_pair(*u, *g);
+    }
+    return std::nullopt;
 }
 
 }  // namespace pyjail

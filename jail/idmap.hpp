@@ -4,8 +4,11 @@
 // must never be host root, so host uid 0 is never mapped at all.
 #pragma once
 
-#include <string>
 #include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <utility>
 
 namespace pyjail {
 
@@ -23,5 +26,11 @@ struct IdMaps {
 // Throws JailError if the result would map anything to host root.
 IdMaps plan_idmaps(uid_t invoker_uid, gid_t invoker_gid, uid_t root_maps_to_uid,
                    gid_t root_maps_to_gid);
+
+// (uid, gid) of the user named `name` -- or, given `uid`, of that uid -- in the text of an
+// /etc/passwd file. Malformed lines are skipped.
+std::optional<std::pair<uid_t, gid_t>> find_passwd_entry(const std::string& passwd_text,
+                                                         const std::string& name,
+                                                         std::optional<uid_t> uid);
 
 }  // namespace pyjail

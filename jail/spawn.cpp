@@ -78,30 +78,18 @@ std::string fd_path(int fd) {
     return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
-// A user of /etc/passwd, by name or uid. The file is read directly, not through NSS: pyjail
-// is linked statically, and a static binary cannot rely on loading NSS modules.
-std::optional<std::pair<uid_t, gid_t>> passwd_entry(const std::string& name, std::optional<uid_t> uid) {
-    FILE* f = std::fopen("/etc/passwd", "re");
-    if (f == nullptr) return std::nullopt;
-    std::optional<std::pair<uid_t, gid_t>> found;
-    while (passwd* pw = ::fgetpwent(f)) {
-        if (uid ? pw->pw_uid == *uid : name == pw->pw_name) {
-            found = {pw->pw_uid, pw->pw_gid};
-            break;
-        }
-    }
-    std::fclose(f);
-    return found;
-}
-
 // The host user root's jails run as (--host-user).
 std::pair<uid_t, gid_t> resolve_host_user(const HostUser& u) {
     if (u.uid && u.gid) return {*u.uid, *u.gid};
+    // /etc/passwd is read directly, not through NSS: pyjail is linked statically, and a
+    // static binary cannot rely on loading NSS modules.
+    std::string passwd;
+    (void)try_read_file("/etc/passwd", passwd);
     if (u.uid) {
-        auto pw = passwd_entry("", u.uid);
+        auto pw = find_passwd_entry(passwd, "", u.uid);
         return {*u.uid, pw ? pw->second : static_cast<gid_t>(*u.uid)};
     }
-    auto pw = passwd_entry(u.name, std::nullopt);
+    auto pw = find_passwd_entry(passwd, u.name, std::nullopt);
     if (!pw)
         throw UsageError(fmt::format("--host-user: no user named '{}' in /etc/passwd", u.name),
                          "give UID:GID, e.g. 65534:65534");
