@@ -25,6 +25,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -244,14 +245,31 @@ def run_case(case: Case, stdout=subprocess.DEVNULL) -> subprocess.CompletedProce
 
 
 def time_once(case: Case) -> float:
-    """Wall time of one run in ms; a failed run ends the benchmark."""
+    """Wall time of one run in ms; a failed run ends the benchmark.
+
+    posix_spawn and waitpid, with stderr in a file that is read only on failure: as little of
+    the harness's own work as possible falls between the two clock readings.
+    """
     if case.prepare:
         case.prepare()
-    start = time.perf_counter_ns()
-    r = run_case(case)
-    elapsed = (time.perf_counter_ns() - start) / 1e6
-    if r.returncode != 0:
-        sys.exit(f"bench: `{case.name}` failed ({r.returncode}): {r.stderr.decode().strip()}")
+    with tempfile.TemporaryFile() as err:
+        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
+        for fd in case.pass_fds:
+            os.set_inheritable(fd, True)
+        try:
+            start = time.perf_counter_ns()
+            pid = os.posix_spawnp(case.argv[0], case.argv, os.environ, file_actions=actions)
+            _, status = os.waitpid(pid, 0)
+            elapsed = (time.perf_counter_ns() - start) / 1e6
+        finally:
+            for fd in case.pass_fds:
+                os.set_inheritable(fd, False)
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            sys.exit(f"bench: `{case.name}` failed ({code}): {err.read().decode().strip()}")
     return elapsed
 
 
