@@ -1,24 +1,15 @@
 #include <doctest/doctest.h>
 
-#include <fstream>
-#include <sstream>
-
 #include "compiled_filter.hpp"
 #include "seccomp.hpp"
+#include "shipped_sets.hpp"
 
 using namespace pyjail;
 
 namespace {
-std::string slurp(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-const std::string kDir = std::string(PYJAIL_SOURCE_DIR) + "/profiles/seccomp/";
 
 struct Fixture {
-    FilterInputs in{slurp(kDir + "python.toml"), slurp(kDir + "groups.toml"), NetMode::None};
+    FilterInputs in{slurp(kSeccompDir + "python.toml"), slurp(kSeccompDir + "groups.toml"), NetMode::None};
     SeccompSet set = parse_seccomp_set(in.set_text, "python.toml", in.groups_text, "groups.toml");
     CompiledFilter out{set.allow, set.deny, compile_seccomp(set, NetMode::None)};
     std::string file = encode_compiled_filter(in, out);

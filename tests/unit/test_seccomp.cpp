@@ -5,24 +5,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "error.hpp"
 #include "seccomp.hpp"
+#include "shipped_sets.hpp"
 
 using namespace pyjail;
 
 namespace {
-std::string slurp(const std::string& path) {
-    std::ifstream f(path);
-    std::stringstream ss;
-    ss << f.rdbuf();
-    return ss.str();
-}
-const std::string kDir = std::string(PYJAIL_SOURCE_DIR) + "/profiles/seccomp/";
 SeccompSet python_set() {
-    return parse_seccomp_set(slurp(kDir + "python.toml"), "python.toml", slurp(kDir + "groups.toml"),
+    return parse_seccomp_set(slurp(kSeccompDir + "python.toml"), "python.toml", slurp(kSeccompDir + "groups.toml"),
                              "groups.toml");
 }
 bool has(const std::vector<std::string>& v, const char* n) {
