@@ -67,8 +67,29 @@ void die_with_parent() {
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
 }
 
-void step_wait_for_parent() {
-    // Until the parent has written the id maps we are nobody here; the byte says they are in.
+bool write_self(const char* path, const std::string& text) {
+    int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+    ::close(fd);
+    return ok;
+}
+
+void step_wait_for_parent(const ChildPlan& p) {
+    // Until the id maps are written we are nobody here. An unprivileged invoker's maps name
+    // only its own ids, which the kernel lets the new namespace's first process write itself
+    // (setgroups denied first, as for any unprivileged gid_map): no round trip to the parent.
+    if (!p.own_uid_map.empty()) {
+        if (!write_self("/proc/self/setgroups", "deny"))
+            fail("id maps", errno, kExitJailError, "cannot deny setgroups");
+        if (!write_self("/proc/self/uid_map", p.own_uid_map))
+            fail("id maps", errno, kExitJailError, "cannot write uid_map");
+        if (!write_self("/proc/self/gid_map", p.own_gid_map))
+            fail("id maps", errno, kExitJailError, "cannot write gid_map");
+        return;
+    }
+    // Root maps another user, which only the parent (with CAP_SETUID on the host) may write;
+    // the byte says the maps are in.
     char go = 0;
     ssize_t n;
     do n = ::read(g_sync_fd, &go, 1);
@@ -373,7 +394,7 @@ void run_child(const ChildPlan& p) noexcept {
     g_sync_fd = p.sync_fd;
     ::close(p.parent_end_fd);
 
-    step_wait_for_parent();
+    step_wait_for_parent(p);
     step_scrub_host_memory(p);
     step_become_jail_user(p);
     step_mounts(p);

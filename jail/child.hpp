@@ -19,6 +19,9 @@ struct ChildPlan {
     int parent_end_fd = -1;    // the parent's end, closed first thing in the child
     uid_t jail_uid = 0;
     gid_t jail_gid = 0;
+    // The id maps, when the child writes them itself (an unprivileged invoker, whose own ids
+    // are all it maps); empty when the parent writes them (root maps another user).
+    std::string own_uid_map, own_gid_map;
     std::string staging_dir;   // host directory the new root is assembled on
     MountPlan mounts;
     // Per slot of `mounts.sources`: for content sources (copied in), the fd the parent

@@ -12,9 +12,10 @@
 //   3. open every bind source and the script
 //      (as the invoking user: the jail can only
 //      see what its user could open)
-//   4. clone3(NEW*)  ------------------------>  waits on the sync socket
-//   5. write setgroups=deny, uid_map, gid_map
-//      send "go"  ----------------------------> become the jail user, mount plan, pivot_root,
+//   4. clone3(NEW*)  ------------------------>  writes its own id maps; or, when root runs
+//                                              pyjail, waits on the sync socket while
+//   5. (root) write setgroups=deny, uid_map,    the parent writes them
+//      gid_map, send "go"  -------------------> become the jail user, mount plan, pivot_root,
 //                                              hostname, lo, rlimits, setsid, close fds,
 //                                              drop caps, no_new_privs, (seccomp), "ready",
 //                                              fork: pid 2 execs the program,
@@ -347,6 +348,11 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.host_argv = host_argv;
     plan.jail_uid = kJailUid;
     plan.jail_gid = kJailGid;
+    const bool child_maps_itself = ::geteuid() != 0;
+    if (child_maps_itself) {
+        plan.own_uid_map = p.ids.uid_map;
+        plan.own_gid_map = p.ids.gid_map;
+    }
     plan.staging_dir = "/tmp";
     plan.mounts = p.mounts;
     plan.content_fds = p.content_fds;
@@ -435,17 +441,20 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     out_write.reset();
     err_write.reset();
 
-    // The id maps. setgroups must be denied first, or an unprivileged writer may not write a
-    // gid_map -- and denying it keeps the jail from dropping groups to escape deny-ACLs.
-    std::string proc = fmt::format("/proc/{}/", pid);
-    if (int e = write_file(proc + "setgroups", "deny"); e != 0)
-        throw JailError("id maps", "cannot deny setgroups", e);
-    if (int e = write_file(proc + "uid_map", p.ids.uid_map); e != 0)
-        throw JailError("id maps", fmt::format("cannot write uid_map '{}'", p.ids.uid_map.substr(0, p.ids.uid_map.size() - 1)), e);
-    if (int e = write_file(proc + "gid_map", p.ids.gid_map); e != 0)
-        throw JailError("id maps", fmt::format("cannot write gid_map '{}'", p.ids.gid_map.substr(0, p.ids.gid_map.size() - 1)), e);
-    char go = 1;
-    if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
+    // The id maps, when root runs pyjail (otherwise the child writes its own). setgroups must
+    // be denied first, or an unprivileged writer may not write a gid_map -- and denying it
+    // keeps the jail from dropping groups to escape deny-ACLs.
+    if (!child_maps_itself) {
+        std::string proc = fmt::format("/proc/{}/", pid);
+        if (int e = write_file(proc + "setgroups", "deny"); e != 0)
+            throw JailError("id maps", "cannot deny setgroups", e);
+        if (int e = write_file(proc + "uid_map", p.ids.uid_map); e != 0)
+            throw JailError("id maps", fmt::format("cannot write uid_map '{}'", p.ids.uid_map.substr(0, p.ids.uid_map.size() - 1)), e);
+        if (int e = write_file(proc + "gid_map", p.ids.gid_map); e != 0)
+            throw JailError("id maps", fmt::format("cannot write gid_map '{}'", p.ids.gid_map.substr(0, p.ids.gid_map.size() - 1)), e);
+        char go = 1;
+        if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
+    }
 
     SuperviseArgs sa;
     sa.pidfd = pidfd;
