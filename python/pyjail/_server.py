@@ -17,18 +17,20 @@ untrusted input (sizes capped, fields type-checked, nothing unpickled).
 Frame: ``MAGIC`` (4 bytes), header length and body length (big-endian
 uint32), a JSON object (the header), the body (raw bytes).
 
-The driver imports this module too, for the frame format, the plain-data
-codec and the capped buffer; everything else only runs inside the jail, from
-``main()``. Standard library only; Python 3.9 or newer.
+The driver imports this module too, for the frame format, the wait for a
+frame, the plain-data codec and the capped buffer; everything else only runs
+inside the jail, from ``main()``. Standard library only; Python 3.9 or newer.
 """
 
 import base64
 import binascii
 import json
 import os
+import select
 import struct
 import sys
-from typing import Any, Dict
+import time
+from typing import Any, Dict, Optional
 
 PROTOCOL = 1
 MAGIC = b"PJF1"
@@ -43,9 +45,61 @@ DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
 
 # ---------------------------------------------------------------- framing
 
+# One encoder for every frame: json.dumps with options builds a new one per call.
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+
+
 def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
-    head = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    head = _encode_json(header).encode("utf-8")
     return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
+
+
+# ---------------------------------------------------------------- waiting
+
+# Waiting for the other side's next frame. A process asleep on a pipe is often
+# woken on another CPU, and on a VM that halts idle vCPUs (no guest halt
+# polling) each such wake-up costs ~30 µs, two per round trip: more than a
+# trivial cell's whole work. So both sides poll without sleeping for up to
+# SPIN_S before they sleep. A spin that ends without a frame (a slow cell, an
+# idle session, or a CPU shared with the other side or other work, which the
+# spin only holds up) has the next 1, 2, 4, ... up to MAX_SKIP waits sleep at
+# once; a spin that gets its frame starts that over. With a single CPU there
+# is no spinning.
+SPIN_S = 100e-6
+MAX_SKIP = 64
+
+
+class Spinner:
+    """Spins (see SPIN_S) before a wait for ``fd`` to be readable."""
+
+    def __init__(self, fd: int) -> None:
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+        try:
+            self.enabled = len(os.sched_getaffinity(0)) > 1
+        except (AttributeError, OSError):
+            self.enabled = False
+        self.skip = 0       # waits left that sleep at once
+        self.backoff = 1    # how many the next spin that fails skips
+
+    def spin(self, deadline: "Optional[float]" = None) -> bool:
+        """Poll for at most SPIN_S without sleeping: True once ``fd`` is
+        readable, False when the caller is to sleep."""
+        if not self.enabled:
+            return False
+        if self.skip:
+            self.skip -= 1
+            return False
+        end = time.monotonic() + SPIN_S
+        if deadline is not None and deadline < end:
+            return False        # too close to the deadline to be worth it
+        poll = self.poller.poll
+        while not poll(0):
+            if time.monotonic() >= end:
+                self.skip, self.backoff = self.backoff, min(2 * self.backoff, MAX_SKIP)
+                return False
+        self.backoff = 1
+        return True
 
 
 # ---------------------------------------------------------------- plain data
@@ -211,6 +265,13 @@ class Capture:
 # ================================================================ in the jail
 # Nothing below runs in the driver.
 
+try:
+    # signal.signal without its enum conversions (a few µs a cell).
+    from _signal import signal as _set_handler
+except ImportError:
+    from signal import signal as _set_handler
+
+
 class _EndCell(BaseException):
     """Raised by a host function that ends the cell (smolagents' final_answer).
     A BaseException, so `except Exception` in the cell does not swallow it."""
@@ -231,37 +292,55 @@ def _write_all(fd, data):
         view = view[n:]
 
 
-def _read_exact(fd, n):
-    chunks, left = [], n
-    while left:
-        b = os.read(fd, min(left, 1 << 20))
-        if not b:
+class _FrameReader:
+    """Frames from the driver, read in as few system calls as it takes: a
+    small frame (a cell, a ping) comes whole in one read."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = bytearray()
+
+    def fill(self):
+        """One read, of as much as a pipe holds. False at the end of the stream."""
+        data = os.read(self.fd, 1 << 16)
+        self.buf += data
+        return bool(data)
+
+    def next(self):
+        """The next (header, body) if the buffer holds all of it, else None."""
+        buf = self.buf
+        if len(buf) < FRAME.size:
             return None
-        chunks.append(b)
-        left -= len(b)
-    return b"".join(chunks)
+        magic, hlen, blen = FRAME.unpack_from(buf)
+        if magic != MAGIC or hlen > MAX_HEADER:
+            raise ValueError("bad frame from the driver")
+        end = FRAME.size + hlen + blen
+        if len(buf) < end:
+            return None
+        with memoryview(buf) as view:
+            head = bytes(view[FRAME.size:FRAME.size + hlen])
+            body = bytes(view[FRAME.size + hlen:end])
+        del buf[:end]
+        return json.loads(head.decode("utf-8")), body
 
-
-def _read_frame(fd):
-    raw = _read_exact(fd, FRAME.size)
-    if raw is None:
-        return None
-    magic, hlen, blen = FRAME.unpack(raw)
-    if magic != MAGIC or hlen > MAX_HEADER:
-        raise ValueError("bad frame from the driver")
-    head = _read_exact(fd, hlen)
-    body = _read_exact(fd, blen) if blen else b""
-    if head is None or body is None:
-        return None
-    return json.loads(head.decode("utf-8")), body
+    def read(self):
+        """The next (header, body), waiting for it; None once the driver has
+        closed its end."""
+        while True:
+            frame = self.next()
+            if frame is not None:
+                return frame
+            if not self.fill():
+                return None
 
 
 class _Drain:
     """Drains one of the user's output pipes into a Capture from a thread.
 
     The main thread takes the buffer after a cell under the same lock, after
-    reading whatever is still in the pipe itself: everything written before
-    the cell ended is in the buffer it takes, with no marker in the stream."""
+    reading whatever is still in the pipe itself (see take): everything
+    written before the cell ended is in the buffer it takes, with no marker
+    in the stream."""
 
     def __init__(self, rfd, limit):
         import threading
@@ -298,15 +377,20 @@ class _Drain:
                 if not self._read_available():
                     return
 
-    def take(self, next_limit):
+    def take(self, next_limit, pending):
+        """The buffer, with what is still in the pipe if ``pending`` (the pipe
+        polled readable): a byte the thread has read already is in the buffer
+        once we hold the lock."""
         with self.lock:
-            self._read_available()
+            if pending:
+                self._read_available()
             out, self.buf = self.buf, Capture(next_limit)
         return out
 
 
 class Server:
     def __init__(self):
+        import collections
         import threading
         import queue
         self.pid = os.getpid()
@@ -330,14 +414,36 @@ class Server:
         # also breaks a blocking call.
         import signal
         self.signal = signal
+        self.frames = _FrameReader(self.proto_in)
+        self.spinner = Spinner(self.proto_in)
+        self.pending = collections.deque()    # requests the channel thread read
+        self.replies = queue.SimpleQueue()    # replies to host-function calls
+        self.channel_lock = threading.Lock()
+        self.main_reads = True                # who reads the channel: see _channel_thread
+        self.thread_reads = False
+        self.call_waiting = False
+        self.control_r, self.control_w = os.pipe()
+        self.control_ack = queue.SimpleQueue()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
             self.drains = (_Drain(r1, self.output_limit), _Drain(r2, self.output_limit))
-            self.inbox = queue.Queue()
-            threading.Thread(target=self._reader, name="pyjail-channel", daemon=True).start()
+            self.output_poll = select.poll()
+            for d in self.drains:
+                self.output_poll.register(d.rfd, select.POLLIN)
+            threading.Thread(target=self._channel_thread, name="pyjail-channel",
+                             daemon=True).start()
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
-        signal.signal(signal.SIGINT, self._on_sigint)
+        self.sigint_handler = self._on_sigint
+        signal.signal(signal.SIGINT, self.sigint_handler)
+        # The pid namespace's last pid: while it stays the same, no process
+        # (or thread) was started, and the last list of the jail's processes
+        # still holds (see _processes_before_cell).
+        try:
+            self.last_pid_fd = os.open("/proc/sys/kernel/ns_last_pid", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            self.last_pid_fd = -1
+        self.before_cell = self.before_cell_key = None
         os.register_at_fork(after_in_child=self._after_fork_in_child)
         self.stdin = sys.stdin = open(0, "r", encoding="utf-8", errors="surrogateescape",
                                       closefd=False)
@@ -387,20 +493,101 @@ class Server:
         # the driver's timeout fired) is dropped.
 
     # ------------------------------------------------------------ channel
+    #
+    # Between cells the main thread reads the channel itself, so a request is
+    # one read away, with no hand-over between threads. While a cell runs,
+    # the channel thread reads it, but only once a host function's reply is
+    # awaited, and the main thread takes it back when the cell ends. The rest
+    # of the time that thread only waits for the driver to hang up.
 
-    def _reader(self):
+    def _channel_thread(self):
+        """Reads the channel while a cell that called a host function runs;
+        the rest of the time, waits for the driver to hang up."""
+        poller = select.poll()
+        poller.register(self.control_r, select.POLLIN)
+        poller.register(self.proto_in, 0)   # no events: only a hang-up wakes it
+        reading = False
         while True:
+            ready = dict(poller.poll())
+            if self.control_r in ready:
+                reading = os.read(self.control_r, 1) == b"r"
+                poller.modify(self.proto_in, select.POLLIN if reading else 0)
+                if not reading:
+                    self.control_ack.put(None)
+                    continue
+                # The main thread may have read a reply along with the cell
+                # (in one read): it is in the buffer, not in the pipe.
+                if self._pass_on_frames(fill=False):
+                    continue
+            elif reading:
+                if self._pass_on_frames(fill=True):
+                    continue
+            elif self.exit_status is not None:
+                return    # a finished spawn: main() exits with its status
+            # The driver is gone: end the jail (pid 1 then takes every
+            # remaining process with it), even in the middle of a cell.
+            os._exit(0)
+
+    def _pass_on_frames(self, fill):
+        """The channel thread's reading: one read if ``fill``, then every
+        complete frame in the buffer to the one it is for. False once the
+        driver is gone (the end of the stream, or a bad frame)."""
+        try:
+            if fill and not self.frames.fill():
+                return False
+            frame = self.frames.next()
+            while frame is not None:
+                op = frame[0].get("op")
+                if op == "reply":
+                    self.replies.put(frame)
+                elif op == "bye":
+                    os._exit(0)     # the driver is closing the session
+                else:
+                    self.pending.append(frame)
+                frame = self.frames.next()
+        except (OSError, ValueError):
+            return False
+        return True
+
+    def _lend_channel(self):
+        """At a cell's start: from now on a host-function call (or one that a
+        thread of an earlier cell is waiting for) has the channel thread read."""
+        with self.channel_lock:
+            self.main_reads = False
+            self._reader_for_calls()
+
+    def _reader_for_calls(self):
+        # With channel_lock held.
+        if self.call_waiting and not self.main_reads and not self.thread_reads:
+            self.thread_reads = True
+            os.write(self.control_w, b"r")
+
+    def _take_channel_back(self):
+        """At a cell's end: the main thread reads the channel again."""
+        with self.channel_lock:
+            self.main_reads = True
+            lent, self.thread_reads = self.thread_reads, False
+        if lent:
+            os.write(self.control_w, b"s")
+            self.control_ack.get()    # it has stopped reading
+
+    def _next_request(self):
+        """The next frame for the main loop, or None once the driver is gone."""
+        while True:
+            if self.pending:
+                return self.pending.popleft()
             try:
-                frame = _read_frame(self.proto_in)
+                frame = self.frames.next()
+                if frame is None:
+                    self.spinner.spin()
+                    frame = self.frames.read()
             except (OSError, ValueError):
-                frame = None
-            if frame is None:
-                if self.exit_status is not None:
-                    return    # a finished spawn: main() exits with its status
-                # The driver is gone: end the jail (pid 1 then takes every
-                # remaining process with it), even in the middle of a cell.
-                os._exit(0)
-            self.inbox.put(frame)
+                return None
+            if frame is None or frame[0].get("op") != "reply":
+                return frame
+            # A reply to a call from a thread a cell left running, or a late
+            # one to a call that was interrupted.
+            self.replies.put(frame)
 
     def send(self, header, body=b""):
         if os.getpid() != self.pid:
@@ -417,15 +604,17 @@ class Server:
                    "server": "driver" if globals().get("FROM_DRIVER") else "rootfs"})
         while True:
             try:
-                header, body = self.inbox.get()
+                frame = self._next_request()
+                if frame is None:
+                    return    # the driver is gone: main() ends the jail
+                header, body = frame
                 op = header.get("op")
                 rid = header.get("id")
                 if op == "bye":
                     return
                 handler = getattr(self, "op_" + str(op).replace("-", "_"), None)
                 if handler is None:
-                    if op != "reply":  # a late reply to an interrupted call
-                        self.send({"op": "error", "id": rid, "error": "unknown op %r" % op})
+                    self.send({"op": "error", "id": rid, "error": "unknown op %r" % op})
                     continue
                 handler(rid, header, body)
                 if self.exit_status is not None:
@@ -453,7 +642,7 @@ class Server:
     def op_exec(self, rid, header, body):
         code = header.get("code", "")
         limit = header.get("output_limit")
-        if isinstance(limit, int) and limit >= 0:
+        if isinstance(limit, int) and limit >= 0 and limit != self.output_limit:
             self.output_limit = limit
             for d in self.drains:
                 with d.lock:
@@ -461,13 +650,16 @@ class Server:
         self.cell_count += 1
         name = header.get("name") or "<cell-%d>" % self.cell_count
         result = {"op": "result", "id": rid, "error": None, "value": None}
-        started = (_pids(), _ticks_now())
+        started = self._processes_before_cell()
+        self._lend_channel()
         try:
             self._run_cell(code, name, header, result)
         except KeyboardInterrupt as e:
             # Raised after the cell's own code had finished.
             if result["error"] is None:
                 result["error"] = self._describe(e)
+        finally:
+            self._take_channel_back()
         if result["error"] is not None and header.get("kill_failed", True):
             # A cell that failed or was interrupted takes the processes it
             # started with it: what a fork bomb leaves behind once the cell's
@@ -477,11 +669,32 @@ class Server:
                 result["killed"] = _kill_started_since(started)
             except Exception:
                 pass
-        out = self.drains[0].take(self.output_limit)
-        err = self.drains[1].take(self.output_limit)
+        # One poll for both pipes rather than a read that fails on each.
+        ready = {fd for fd, _ in self.output_poll.poll(0)}
+        out, err = (d.take(self.output_limit, d.rfd in ready) for d in self.drains)
         result["stdout"] = [len(out.head), len(out.tail), out.omitted]
         result["stderr"] = [len(err.head), len(err.tail), err.omitted]
         self.send(result, bytes(out.head) + bytes(out.tail) + bytes(err.head) + bytes(err.tail))
+
+    def _processes_before_cell(self):
+        """The jail's processes now, for _kill_started_since. Listing /proc is
+        the costliest part of a trivial cell, so the list is kept while the
+        pid namespace's last pid shows that nothing was started since. (Only
+        pids going round their whole range between two cells, to the same
+        last one, could fool that, and then a failing cell would also kill
+        processes an earlier cell started.)"""
+        key = None
+        if self.last_pid_fd >= 0:
+            try:
+                key = os.pread(self.last_pid_fd, 32, 0)
+            except OSError:
+                pass
+        if key is None or key != self.before_cell_key:
+            # The key is read first: a process started while /proc is listed
+            # changes it, and the next cell lists again.
+            self.before_cell = (_pids(), _ticks_now())
+            self.before_cell_key = key
+        return self.before_cell
 
     def _run_cell(self, code, name, header, result):
         import ast
@@ -501,7 +714,7 @@ class Server:
                     sys.stdout = new
                 if sys.stderr is obj:
                     sys.stderr = new
-        self.signal.signal(self.signal.SIGINT, self._on_sigint)
+        _set_handler(self.signal.SIGINT, self.sigint_handler)
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
         try:
             tree = ast.parse(code, name, "exec")
@@ -633,13 +846,18 @@ class Server:
             self.next_call += 1
             cid = "c%d" % self.next_call
             payload.update({"op": "call", "id": cid, "name": name})
-            self.send(payload)
-            while True:
-                header, body = self.inbox.get()
-                if header.get("op") == "reply" and header.get("id") == cid:
-                    break
-                if header.get("op") == "bye":
-                    os._exit(0)
+            with self.channel_lock:
+                self.call_waiting = True
+                self._reader_for_calls()
+            try:
+                self.send(payload)
+                while True:
+                    header, body = self.replies.get()
+                    if header.get("id") == cid:
+                        break     # (a late reply to an interrupted call is dropped)
+            finally:
+                with self.channel_lock:
+                    self.call_waiting = False
         if "error" in header:
             etype = str(header.get("type", ""))
             message = str(header.get("error", ""))
@@ -898,7 +1116,6 @@ def _kill_started_since(since):
     ``since`` (the pids then, and the time in ticks), reap the ones that were
     this process's children, and return how many were killed."""
     import signal
-    import time
     before, start = since
     me = os.getpid()
     killed = set()
@@ -960,7 +1177,6 @@ def _kill_others():
         except OSError:
             pass
         _reap_children()
-        import time
         time.sleep(0.005)
     _reap_children()
     return len(killed)

@@ -518,30 +518,16 @@ class Session:
                           report=self.last_report, duration_s=time.monotonic() - start)
 
     def _cell_result(self, reply: Dict[str, Any], body: bytes, start: float) -> CellResult:
-        def lens(key: str) -> Tuple[int, int, int]:
-            v = reply.get(key)
-            if not (isinstance(v, list) and len(v) == 3 and
-                    all(isinstance(i, int) and i >= 0 for i in v)):
-                raise ProtocolError("bad %s lengths" % key)
-            return v[0], v[1], v[2]
-
-        def opt_str(key: str) -> Optional[str]:
-            v = reply.get(key)
-            return v if isinstance(v, str) else None
-
-        oh, ot, oo = lens("stdout")
-        eh, et, eo = lens("stderr")
+        oh, ot, oo = _lengths(reply, "stdout")
+        eh, et, eo = _lengths(reply, "stderr")
         if oh + ot + eh + et != len(body):
             raise ProtocolError("result body length mismatch")
-        pos = 0
-        parts = []
-        for n in (oh, ot, eh, et):
-            parts.append(body[pos:pos + n])
-            pos += n
-        res = CellResult(stdout=render_output(parts[0], parts[1], oo),
-                         stderr=render_output(parts[2], parts[3], eo),
-                         stdout_omitted=oo, stderr_omitted=eo,
-                         value=opt_str("value"), value_str=opt_str("value_str"),
+        stdout = render_output(body[:oh], body[oh:oh + ot], oo)
+        stderr = render_output(body[oh + ot:oh + ot + eh], body[oh + ot + eh:], eo)
+        value, value_str = reply.get("value"), reply.get("value_str")
+        res = CellResult(stdout=stdout, stderr=stderr, stdout_omitted=oo, stderr_omitted=eo,
+                         value=value if isinstance(value, str) else None,
+                         value_str=value_str if isinstance(value_str, str) else None,
                          duration_s=time.monotonic() - start)
         err = reply.get("error")
         if isinstance(err, dict):
@@ -722,6 +708,17 @@ class Session:
             t = time.monotonic()
             self._request({"op": "ping"}, timeout=timeout)
             return time.monotonic() - t
+
+
+def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:
+    """A result's [head, tail, omitted] byte counts of one stream, checked."""
+    v = reply.get(key)
+    if isinstance(v, list) and len(v) == 3:
+        a, b, c = v
+        if isinstance(a, int) and isinstance(b, int) and isinstance(c, int) and \
+                a >= 0 and b >= 0 and c >= 0:
+            return a, b, c
+    raise ProtocolError("bad %s lengths" % key)
 
 
 def _fmt(x: Optional[float]) -> str:

@@ -247,6 +247,100 @@ def test_host_functions_and_variables(session):
     assert session.run("cfg['a'][1] + when").value == "5.5"
 
 
+def test_host_functions_from_threads(session):
+    # Between cells the interpreter's main thread reads the channel, during a cell
+    # another thread does once a host function is called: a call from any thread of
+    # the jail gets its answer, also one made between cells by a thread an earlier
+    # cell left running (the driver answers it in the next cell).
+    session.expose({"double": lambda v: 2 * v})
+    r = session.run("import threading\nout = []\n"
+                    "ts = [threading.Thread(target=lambda i=i: out.append(double(i))) "
+                    "for i in range(4)]\n"
+                    "for t in ts: t.start()\n"
+                    "for t in ts: t.join()\n"
+                    "sorted(out)", timeout=20)
+    assert r.value == "[0, 2, 4, 6]", r.error
+    r = session.run("import time\nlate = []\n"
+                    "def call():\n    time.sleep(0.3)\n    late.append(double(21))\n"
+                    "t = threading.Thread(target=call)\nt.start()")
+    assert r.ok
+    time.sleep(1.0)     # the call is made between cells
+    assert session.run("t.join(20)\nlate", timeout=30).value == "[42]"
+    assert session.run("double(5)").value == "10"
+
+
+def test_reply_read_along_with_the_cell(session):
+    # The driver's reply to a call made between cells can reach the interpreter in
+    # the same read as the next cell: it must still reach the caller.
+    from pyjail import _server
+    session.expose({"double": lambda v: 2 * v})
+    session.run("import threading, time\nlate = []\n"
+                "def call():\n    time.sleep(0.3)\n    late.append(double(21))\n"
+                "t = threading.Thread(target=call)\nt.start()")
+    chan = session._chan
+    call, _ = chan.recv(time.monotonic() + 10)
+    assert call["op"] == "call" and call["name"] == "double"
+    cell = {"op": "exec", "id": "c", "code": "t.join(20)\nlate", "output_limit": 1000}
+    reply = {"op": "reply", "id": call["id"], "value": _server.encode_value(42)}
+    os.write(chan.wfd, _server.encode_frame(cell) + _server.encode_frame(reply))
+    result, _ = chan.recv(time.monotonic() + 30)
+    assert result["op"] == "result" and result["value"] == "[42]", result
+
+
+def test_interrupted_host_calls_leave_the_channel_in_order(session):
+    # A cell interrupted in the middle of host calls leaves at most a late reply
+    # behind, which the next call does not take for its own.
+    n = [0]
+
+    def tick():
+        n[0] += 1
+        return n[0]
+
+    session.expose({"tick": tick})
+    for _ in range(3):
+        r = session.run("while True:\n    last = tick()", timeout=0.5)
+        assert r.timed_out and not r.restarted, r.error
+        assert r.error.type == "KeyboardInterrupt"
+        before = n[0]
+        assert session.run("tick()").value == str(before + 1)
+    assert session.run("last > 0").value == "True"
+
+
+def test_the_jail_ends_when_the_driver_hangs_up():
+    # The driver gone (its end of the channel closed), the jail ends, also in the
+    # middle of a cell that never returns.
+    for busy in (False, True):
+        s = pyjail.Session()
+        try:
+            proc = s._proc
+            if busy:
+                s._chan.send({"op": "exec", "id": "x", "code": "while True: pass"})
+                time.sleep(0.3)
+            proc.stdin.close()
+            assert proc.wait(10) == 0
+        finally:
+            s.close()
+
+
+def test_failing_cell_spares_processes_started_between_cells(session):
+    # What a failing cell kills is what it started: a process that a thread of an
+    # earlier cell started between cells is not the failing cell's.
+    session.run("import subprocess, sys, threading\nlate = []\n"
+                "def start():\n"
+                "    late.append(subprocess.Popen([sys.executable, '-c', "
+                "'import time; time.sleep(300)']))\n"
+                "threading.Timer(0.5, start).start()")
+    assert session.run("pass").ok
+    time.sleep(1.5)
+    r = session.run("1 / 0")
+    assert r.error.type == "ZeroDivisionError" and r.processes_killed == 0
+    assert session.run("late[0].poll() is None").value == "True"
+    r = session.run("p = subprocess.Popen([sys.executable, '-c', "
+                    "'import time; time.sleep(300)'])\n1 / 0")
+    assert r.processes_killed == 1
+    assert session.run("p.wait(5) != None, late[0].poll() is None").value == "(True, True)"
+
+
 def test_fork_bomb_ends_the_cell_not_the_session(session):
     session.run("keep = 'me'")
     r = session.run("import os\nwhile True:\n    os.fork()", timeout=10)
