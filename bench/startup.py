@@ -149,20 +149,14 @@ class FilterFd:
 
 
 def bwrap_command(rootfs: str, argv: list[str], seccomp_fd: int | None = None) -> list[str]:
-    """The nearest bubblewrap equivalent of pyjail's strict jail (no resource limits)."""
+    """The nearest bubblewrap equivalent of pyjail's strict jail (no resource limits): like
+    pyjail with its default rootfs, the rootfs itself bound read-only as the root, the jail's
+    own /proc, /dev, /tmp and /work on it."""
     cmd = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-net", "--unshare-ipc",
            "--unshare-uts", "--unshare-cgroup-try", "--die-with-parent", "--new-session",
-           "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp"]
-    for entry in sorted(os.listdir(rootfs)):
-        path = os.path.join(rootfs, entry)
-        if entry in ("proc", "dev", "tmp", "work"):
-            continue
-        if os.path.islink(path):
-            cmd += ["--symlink", os.readlink(path), "/" + entry]
-        elif os.path.isdir(path):
-            cmd += ["--ro-bind", path, "/" + entry]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--tmpfs", "/work",
-            "--chdir", "/work", "--remount-ro", "/"]
+           "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+           "--ro-bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+           "--tmpfs", "/work", "--chdir", "/work"]
     if seccomp_fd is not None:
         cmd += ["--seccomp", str(seccomp_fd)]
     return cmd + argv
