@@ -165,9 +165,11 @@ class Session:
 
     ``run(code)`` executes a cell in one long-lived namespace and returns a
     CellResult. A cell that runs out of time gets a KeyboardInterrupt and the
-    session keeps its variables; only an interpreter that does not respond
-    within ``interrupt_grace`` seconds is killed and replaced (the result says
-    so). Processes a cell starts never outlive the session; those of a cell
+    session keeps its variables. An interpreter that has not answered halfway
+    through ``interrupt_grace`` seconds has every process its cells started
+    killed from the host (a fork bomb starving it of CPU is the usual cause);
+    only one that still does not answer is killed and replaced (the result
+    says so). Processes a cell starts never outlive the session; those of a cell
     that fails or times out are killed when it ends (a fork bomb's leftovers,
     a runaway child), while a successful cell's live on, e.g. a server or a
     pool for later cells (``kill_failed_cell_processes``).
@@ -456,6 +458,7 @@ class Session:
             header["name"] = name
         deadline = start + timeout if timeout is not None else None
         interrupted_at: Optional[float] = None
+        descendants_killed = False
         next_action = deadline
         self._final_values.clear()
         try:
@@ -469,9 +472,16 @@ class Session:
                         interrupted_at = now
                     elif now - interrupted_at >= self.interrupt_grace:
                         return self._killed_for_timeout(timeout, start)
+                    elif not descendants_killed and now - interrupted_at >= self.interrupt_grace / 2:
+                        # Still no answer: the cell's processes (a fork bomb) may be
+                        # starving the interpreter of CPU. Killing every process it
+                        # started costs less than killing it with the session's state.
+                        descendants_killed = True
+                        self._kill_interpreter_descendants()
                     # Again every half second: code may swallow one interrupt.
                     self._interrupt()
-                    next_action = min(now + 0.5, interrupted_at + self.interrupt_grace)
+                    step = self.interrupt_grace if descendants_killed else self.interrupt_grace / 2
+                    next_action = min(now + 0.5, interrupted_at + step)
                     continue
                 op = reply.get("op")
                 if op == "call":
@@ -506,6 +516,26 @@ class Session:
                                 "the interpreter did not accept the cell; it was killed and a "
                                 "fresh one started: every variable and file is lost"),
                 restarted=True, duration_s=time.monotonic() - start)
+
+    def _kill_interpreter_descendants(self) -> int:
+        """SIGKILLs, from the host, every process of the jail but its pid 1 and the
+        interpreter (the jail's pid 2): what the cells started, and orphans of theirs that
+        pid 1 adopted. Repeated while new ones appear (a fork bomb forks while it is being
+        killed), within a bound. Returns how many were killed."""
+        if self._proc is None:
+            return 0
+        killed: set = set()
+        for _ in range(20):
+            parents = _host_process_parents()
+            init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
+            victims = _descendants(parents, init)
+            victims = {pid for pid in victims if not _is_jail_pid(pid, 2)} - killed
+            if not victims:
+                break
+            for pid in victims:
+                if _kill_if_child_of(pid, parents[pid]):
+                    killed.add(pid)
+        return len(killed)
 
     def _killed_for_timeout(self, timeout: Optional[float], start: float) -> CellResult:
         self._stop()
@@ -708,6 +738,68 @@ class Session:
             t = time.monotonic()
             self._request({"op": "ping"}, timeout=timeout)
             return time.monotonic() - t
+
+
+def _host_process_parents() -> Dict[int, int]:
+    """pid -> parent pid of every process on the host, from /proc/PID/stat."""
+    parents: Dict[int, int] = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as f:
+                stat = f.read()
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            parents[int(name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            pass    # gone meanwhile
+    return parents
+
+
+def _is_jail_pid(pid: int, jail_pid: int) -> bool:
+    """Whether host process `pid` is `jail_pid` in its own (innermost) pid namespace."""
+    try:
+        with open("/proc/%d/status" % pid) as f:
+            for line in f:
+                if line.startswith("NSpid:"):
+                    return line.split()[-1] == str(jail_pid)
+    except OSError:
+        pass
+    return False
+
+
+def _descendants(parents: Dict[int, int], roots: Iterable[int]) -> set:
+    children: Dict[int, List[int]] = {}
+    for pid, pp in parents.items():
+        children.setdefault(pp, []).append(pid)
+    found: set = set()
+    todo = [c for r in roots for c in children.get(r, [])]
+    while todo:
+        pid = todo.pop()
+        if pid not in found:
+            found.add(pid)
+            todo.extend(children.get(pid, []))
+    return found
+
+
+def _kill_if_child_of(pid: int, parent: int) -> bool:
+    """SIGKILL `pid` if it still is `parent`'s child: through a pidfd, so that a pid that
+    was freed and reused by another process since the listing is never signalled."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return False
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        if int(stat[stat.rindex(b")") + 2:].split()[1]) != parent:
+            return False
+        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        return True
+    except (OSError, ValueError, IndexError):
+        return False
+    finally:
+        os.close(fd)
 
 
 def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:

@@ -127,6 +127,28 @@ def test_unresponsive_interpreter_is_killed_and_restarted():
         assert s.run("1 + 1").value == "2"
 
 
+def test_processes_that_keep_the_interpreter_from_answering_are_killed_first():
+    # The interpreter cannot answer the interrupt while its cell's processes hold it (here:
+    # it ignores SIGINT and waits for a runaway child; a fork bomb starving it of CPU is the
+    # same case). Before giving up on it, the driver kills every process it started, from
+    # the host; the interpreter then finishes the cell and the session keeps its state.
+    with pyjail.Session(interrupt_grace=2.0) as s:
+        s.run("state = 'kept'")
+        t = time.monotonic()
+        r = s.run("import os, signal\n"
+                  "child = os.fork()\n"
+                  "if child == 0:\n"
+                  "    while True:\n"
+                  "        pass\n"
+                  "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                  "_, status = os.waitpid(child, 0)\n"
+                  "print('child ended by signal', os.WTERMSIG(status))", timeout=0.5)
+        assert time.monotonic() - t < 5
+        assert not r.restarted and s.restarts == 0
+        assert r.stdout == "child ended by signal 9\n"
+        assert s.run("state").value == "'kept'"
+
+
 def test_failed_cells_take_their_processes_along(session):
     session.run("import subprocess, sys, time\n"
                 "def sleeper():\n"
