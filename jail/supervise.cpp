@@ -55,6 +55,7 @@ public:
                     if (!result.error) result.error = m;
                     break;
                 case MsgKind::Ready:
+                    ready = true;
                     result.setup_ms = monotonic_ms() - started_ms_;
                     if (passed && !listener) listener = std::move(passed);
                     break;
@@ -82,6 +83,7 @@ public:
     }
 
     Supervised result;
+    bool ready = false;
     std::optional<int> status;
     UniqueFd listener;
 
@@ -167,10 +169,13 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
             }
         }
         if (n <= 0) continue;
-        // Once the jail's pid 1 is gone the socket stays readable (EOF) until the pidfd says
-        // so too: polling it then would spin, taking a CPU from the kernel while it tears the
+        // After "ready" (which brings the filter's listener, needed at once) the jail only
+        // says how the program ended, and then its pid 1 exits: those messages are read when
+        // the pidfd says so, which saves waking up for them. Once the jail's end is closed,
+        // polling the socket would spin, taking a CPU from the kernel while it tears the
         // jail's namespaces down.
-        if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && !sv.drain_messages())
+        if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0 &&
+            (!sv.drain_messages() || sv.ready))
             sync_fd = -1;
         if (fds[2].revents & POLLIN) {
             signalfd_siginfo si{};
