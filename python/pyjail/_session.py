@@ -740,19 +740,25 @@ class Session:
             return time.monotonic() - t
 
 
+def _parent_of(pid: int) -> Optional[int]:
+    """The parent pid of host process `pid`, from /proc/PID/stat; None if it is gone."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+        return int(stat[stat.rindex(b")") + 2:].split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def _host_process_parents() -> Dict[int, int]:
-    """pid -> parent pid of every process on the host, from /proc/PID/stat."""
+    """pid -> parent pid of every process on the host."""
     parents: Dict[int, int] = {}
     for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name, "rb") as f:
-                stat = f.read()
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            parents[int(name)] = int(stat[stat.rindex(b")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            pass    # gone meanwhile
+        if name.isdigit():
+            parent = _parent_of(int(name))
+            if parent is not None:
+                parents[int(name)] = parent
     return parents
 
 
@@ -790,13 +796,11 @@ def _kill_if_child_of(pid: int, parent: int) -> bool:
     except OSError:
         return False
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-        if int(stat[stat.rindex(b")") + 2:].split()[1]) != parent:
+        if _parent_of(pid) != parent:
             return False
         signal.pidfd_send_signal(fd, signal.SIGKILL)
         return True
-    except (OSError, ValueError, IndexError):
+    except OSError:
         return False
     finally:
         os.close(fd)
