@@ -20,5 +20,19 @@ echo "==> building pyjail and its rootfs"
 cmake -S . -B build -G Ninja >/dev/null
 cmake --build build
 
-echo "==> build/pyjail --profile strict -- python examples/hello.py"
-exec build/pyjail --profile strict -- python examples/hello.py
+pyjail=build/pyjail
+if [[ $(id -u) -eq 0 ]] &&
+   ! setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$PWD/build/rootfs/usr"; then
+    # Run by root, the jail is nobody on the host, and nobody cannot reach this checkout (it
+    # is under /root, say): run an installed copy from a world-readable directory instead.
+    stage=$(mktemp -d /tmp/pyjail-quickstart.XXXXXX)
+    chmod 755 "$stage"
+    echo "==> nobody (the jail's host user when root runs pyjail) cannot read $PWD;"
+    echo "    installing a copy into $stage to run from there (sudo cmake --install build"
+    echo "    installs pyjail for good)"
+    DESTDIR="$stage" cmake --install build --prefix /usr/local >/dev/null
+    pyjail="$stage/usr/local/bin/pyjail"
+fi
+
+echo "==> $pyjail --profile strict -- python examples/hello.py"
+exec "$pyjail" --profile strict -- python examples/hello.py
