@@ -345,7 +345,8 @@ int step_seccomp(const ChildPlan& p) {
     // Last before the program, so the set-up above is not limited by it. The filter notifies
     // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
     // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
-    // set must allow (parse_seccomp_set checks), and hands the listener over first thing.
+    // set must allow (parse_seccomp_set checks) before it hands the listener over, with the
+    // "ready" message once its signals are set up.
     if (p.seccomp_filter.empty()) return -1;
     sock_fprog prog{static_cast<unsigned short>(p.seccomp_filter.size()),
                     const_cast<sock_filter*>(p.seccomp_filter.data())};
