@@ -67,25 +67,14 @@ void die_with_parent() {
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
 }
 
-bool write_self(const char* path, const std::string& text) {
-    int fd = ::open(path, O_WRONLY | O_CLOEXEC);
-    if (fd < 0) return false;
-    bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
-    ::close(fd);
-    return ok;
-}
-
 void step_wait_for_parent(const ChildPlan& p) {
     // Until the id maps are written we are nobody here. An unprivileged invoker's maps name
-    // only its own ids, which the kernel lets the new namespace's first process write itself
-    // (setgroups denied first, as for any unprivileged gid_map): no round trip to the parent.
+    // only its own ids, which the kernel lets the new namespace's first process write itself:
+    // no round trip to the parent.
     if (!p.own_uid_map.empty()) {
-        if (!write_self("/proc/self/setgroups", "deny"))
-            fail("id maps", errno, kExitJailError, "cannot deny setgroups");
-        if (!write_self("/proc/self/uid_map", p.own_uid_map))
-            fail("id maps", errno, kExitJailError, "cannot write uid_map");
-        if (!write_self("/proc/self/gid_map", p.own_gid_map))
-            fail("id maps", errno, kExitJailError, "cannot write gid_map");
+        const char* failed = "";
+        if (int e = write_id_maps("/proc/self/", p.own_uid_map, p.own_gid_map, failed); e != 0)
+            fail("id maps", e, kExitJailError, "cannot write %s", failed);
         return;
     }
     // Root maps another user, which only the parent (with CAP_SETUID on the host) may write;

@@ -73,6 +73,11 @@ std::string current_dir() {
     return buf;
 }
 
+// "1000 65534 1\n" -> "1000 65534 1", for messages.
+std::string trim_map(const std::string& map) {
+    return map.empty() || map.back() != '\n' ? map : map.substr(0, map.size() - 1);
+}
+
 std::string fd_path(int fd) {
     char buf[PATH_MAX];
     ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", fd).c_str(), buf, sizeof buf - 1);
@@ -268,11 +273,8 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         std::string set_path = find_seccomp_set(policy.seccomp, dirs);
         std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
         FilterInputs in{read_file(set_path, "seccomp"), read_file(groups_path, "seccomp"), policy.net};
-        std::string file = dirs.compiled_filters + "/" + compiled_filter_file_name(in);
-        std::string bytes;
-        std::optional<CompiledFilter> compiled;
-        if (try_read_file(file, bytes)) compiled = decode_compiled_filter(bytes, in);
-        if (compiled) {
+        std::string file;
+        if (auto compiled = load_compiled_filter(dirs, in, file)) {
             p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
                                    std::move(compiled->deny)};
             p.seccomp_filter = std::move(compiled->program);
@@ -441,17 +443,14 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     out_write.reset();
     err_write.reset();
 
-    // The id maps, when root runs pyjail (otherwise the child writes its own). setgroups must
-    // be denied first, or an unprivileged writer may not write a gid_map -- and denying it
-    // keeps the jail from dropping groups to escape deny-ACLs.
+    // The id maps, when root runs pyjail (otherwise the child writes its own).
     if (!child_maps_itself) {
-        std::string proc = fmt::format("/proc/{}/", pid);
-        if (int e = write_file(proc + "setgroups", "deny"); e != 0)
-            throw JailError("id maps", "cannot deny setgroups", e);
-        if (int e = write_file(proc + "uid_map", p.ids.uid_map); e != 0)
-            throw JailError("id maps", fmt::format("cannot write uid_map '{}'", p.ids.uid_map.substr(0, p.ids.uid_map.size() - 1)), e);
-        if (int e = write_file(proc + "gid_map", p.ids.gid_map); e != 0)
-            throw JailError("id maps", fmt::format("cannot write gid_map '{}'", p.ids.gid_map.substr(0, p.ids.gid_map.size() - 1)), e);
+        const char* failed = "";
+        if (int e = write_id_maps(fmt::format("/proc/{}/", pid), p.ids.uid_map, p.ids.gid_map, failed); e != 0)
+            throw JailError("id maps",
+                            fmt::format("cannot write {} ({} / {})", failed, trim_map(p.ids.uid_map),
+                                        trim_map(p.ids.gid_map)),
+                            e);
         char go = 1;
         if (::write(parent_end.get(), &go, 1) != 1) throw JailError("sync", "cannot release the jail", errno);
     }

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "error.hpp"
 
@@ -108,6 +109,19 @@ int write_file(const std::string& path, const std::string& data) noexcept {
     int err = n < 0 ? errno : (static_cast<std::size_t>(n) != data.size() ? EIO : 0);
     ::close(fd);
     return err;
+}
+
+int write_id_maps(const std::string& proc_dir, const std::string& uid_map,
+                  const std::string& gid_map, const char*& failed) noexcept {
+    const std::pair<const char*, const std::string*> files[] = {
+        {"setgroups", nullptr}, {"uid_map", &uid_map}, {"gid_map", &gid_map}};
+    for (const auto& [name, text] : files) {
+        if (int e = write_file(proc_dir + name, text != nullptr ? *text : "deny"); e != 0) {
+            failed = name;
+            return e;
+        }
+    }
+    return 0;
 }
 
 }  // namespace pyjail

@@ -78,4 +78,11 @@ bool try_read_file(const std::string& path, std::string& out) noexcept;
 // Writes all of `data` to `path` (no O_CREAT). Returns 0 or an errno.
 int write_file(const std::string& path, const std::string& data) noexcept;
 
+// Writes a user namespace's id maps through `proc_dir` ("/proc/self/" or "/proc/PID/"):
+// setgroups "deny" first, or an unprivileged writer may not write a gid_map -- and denying it
+// keeps the jail from dropping groups to escape deny-ACLs. Returns 0, or an errno with
+// `failed` naming the file ("setgroups", "uid_map", "gid_map").
+int write_id_maps(const std::string& proc_dir, const std::string& uid_map,
+                  const std::string& gid_map, const char*& failed) noexcept;
+
 }  // namespace pyjail
