@@ -203,10 +203,8 @@ Check check_compiled_filters(const DataDirs& dirs) {
         return {"seccomp filters", Check::Verdict::Warn, "cannot read the shipped set " + seccomp_dir + "python.toml",
                 "reinstall pyjail"};
     for (NetMode net : {NetMode::None, NetMode::Loopback}) {
-        FilterInputs in{set, groups, net};
-        std::string bytes;
-        if (!try_read_file(dirs.compiled_filters + "/" + compiled_filter_file_name(in), bytes) ||
-            !decode_compiled_filter(bytes, in))
+        std::string file;
+        if (!load_compiled_filter(dirs, FilterInputs{set, groups, net}, file))
             missing += fmt::format("{}net {}", missing.empty() ? "" : ", ", net_mode_name(net));
     }
     if (!missing.empty())

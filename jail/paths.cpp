@@ -10,6 +10,7 @@
 #include <climits>
 
 #include "error.hpp"
+#include "sys.hpp"
 
 namespace pyjail {
 
@@ -47,6 +48,14 @@ DataDirs find_data_dirs() {
     if (::realpath(d.rootfs.c_str(), real) != nullptr) d.rootfs = real;
     if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
     return d;
+}
+
+std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const FilterInputs& in,
+                                                   std::string& path) {
+    path = dirs.compiled_filters + "/" + compiled_filter_file_name(in);
+    std::string bytes;
+    if (!try_read_file(path, bytes)) return std::nullopt;
+    return decode_compiled_filter(bytes, in);
 }
 
 std::vector<std::string> list_profiles(const DataDirs& dirs) {

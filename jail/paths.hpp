@@ -3,8 +3,11 @@
 // environment), the binary in a build tree finds the in-tree ones.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
+
+#include "compiled_filter.hpp"
 
 namespace pyjail {
 
@@ -15,6 +18,11 @@ struct DataDirs {
 };
 
 DataDirs find_data_dirs();
+
+// The filter the build compiled from exactly these inputs, if `dirs` holds one (see
+// compiled_filter.hpp); `path` is set to the file it looked for.
+std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const FilterInputs& in,
+                                                   std::string& path);
 
 // A profile name ("strict") or a path to a profile file ("./mine.toml"). Throws UsageError.
 std::string find_profile(const std::string& name_or_path, const DataDirs& dirs);
