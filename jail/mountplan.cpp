@@ -95,13 +95,26 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     auto binds = all_binds(policy);
     bool work_is_bound =
         std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
-    bool script_in_a_bind = false;
+    // The user's binds, parents before children so a nested bind lands on top.
+    std::vector<std::size_t> order(binds.size());
+    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+        return depth(binds[a].target) < depth(binds[b].target);
+    });
+    // Where a bind already shows the script (the innermost such bind), if one does.
+    std::optional<std::string> script_via_bind;
+    const std::string real_script =
+        script_host_path ? facts.script_real_path.value_or(*script_host_path) : std::string();
     if (script_host_path) {
-        const std::string& real = facts.script_real_path.value_or(*script_host_path);
-        for (const auto& f : facts.binds)
-            script_in_a_bind |= f.real_source == real || (f.is_dir && is_under(real, f.real_source));
+        for (std::size_t i : order) {
+            const auto& f = facts.binds[i];
+            if (f.real_source == real_script) script_via_bind = binds[i].target;
+            else if (f.is_dir && is_under(real_script, f.real_source))
+                script_via_bind =
+                    normalize_path(binds[i].target + real_script.substr(f.real_source.size()));
+        }
     }
-    bool script_needs_a_dir = script_host_path && !script_in_a_bind && work_is_bound;
+    bool script_needs_a_dir = script_host_path && !script_via_bind && work_is_bound;
 
     // The root, read-only at the end. nosuid and nodev: nothing in the rootfs may gain
     // privileges or reach devices, whatever its files say; the source mount's locked flags
@@ -172,12 +185,6 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
         ops.push_back({OpKind::Tmpfs, "work", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
     }
 
-    // The user's binds, parents before children so a nested bind lands on top.
-    std::vector<std::size_t> order(binds.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return depth(binds[a].target) < depth(binds[b].target);
-    });
     for (std::size_t i : order) {
         const BindSpec& b = binds[i];
         const BindFacts& f = facts.binds.at(i);
@@ -213,18 +220,11 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     // The script: run from where a bind already shows it, else a private read-only copy in
     // the working directory (or, when /work is a host directory, in the read-only root).
     if (script_host_path) {
-        const std::string& real = facts.script_real_path.value_or(*script_host_path);
-        for (std::size_t i : order) {
-            const auto& f = facts.binds[i];
-            if (f.real_source == real) plan.script_jail_path = binds[i].target;
-            else if (f.is_dir && is_under(real, f.real_source))
-                plan.script_jail_path =
-                    normalize_path(binds[i].target + real.substr(f.real_source.size()));
-        }
+        plan.script_jail_path = script_via_bind;
         if (!plan.script_jail_path) {
             std::string dir = work_is_bound ? "script" : "work";
             if (work_is_bound) ops.push_back({OpKind::Mkdir, dir, -1, "", 0, "", 0755});
-            std::string t = dir + "/" + basename_of(real);
+            std::string t = dir + "/" + basename_of(real_script);
             int slot = static_cast<int>(plan.sources.size());
             plan.sources.push_back({*script_host_path, true});
             ops.push_back({OpKind::Copy, t, slot, "", 0, "", 0444});
