@@ -70,6 +70,19 @@ def session():
         s.close()
 
 
+@pytest.fixture
+def host_port():
+    """A TCP port on the host's 127.0.0.1 with a listener behind it: what a jail must not reach."""
+    import socket
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    try:
+        yield server.getsockname()[1]
+    finally:
+        server.close()
+
+
 def host_processes(marker):
     """Host processes whose command line contains marker (a unique string)."""
     out = []

@@ -2,7 +2,6 @@
 
 import asyncio
 import os
-import socket
 import warnings
 
 import pytest
@@ -99,21 +98,15 @@ def test_timeout_keeps_state(tool):
     assert int(tool.invoke("print(counter)")) > 20
 
 
-def test_host_files_and_network_out_of_reach(tool, tmp_path):
+def test_host_files_and_network_out_of_reach(tool, tmp_path, host_port):
     secret = tmp_path / "secret"
     secret.write_text("s3cret")
     out = tool.invoke("print(open(%r).read())" % str(secret))
     assert "FileNotFoundError" in out and "s3cret" not in out
     out = tool.invoke("print(open('/etc/passwd').read())")
     assert "jail:x:1000" in out and os.uname().nodename not in out.split("jail")[0]
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    try:
-        out = tool.invoke("import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)"
-                          % server.getsockname()[1])
-    finally:
-        server.close()
+    out = tool.invoke("import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)"
+                      % host_port)
     assert "PermissionError" in out
 
 

@@ -2,7 +2,6 @@
 
 import os
 import shutil
-import socket
 import time
 
 import pytest
@@ -144,16 +143,9 @@ def test_host_files_are_out_of_reach(tmp_path):
     assert "jail:x:1000" in r.stdout and "s3cret" not in r.stdout
 
 
-def test_network_is_out_of_reach():
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    port = server.getsockname()[1]
-    try:
-        r = pyjail.run("import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)"
-                       % port)
-    finally:
-        server.close()
+def test_network_is_out_of_reach(host_port):
+    r = pyjail.run("import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)"
+                   % host_port)
     assert r.exit_code == 1
     assert "PermissionError" in r.stderr
     assert any(d.get("syscall", "").startswith("socket(AF_INET") for d in r.denied_syscalls)

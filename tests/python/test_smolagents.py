@@ -1,6 +1,5 @@
 """pyjail.smolagents: a CodeAgent driven by a scripted model, its code in a jail."""
 
-import socket
 
 import pytest
 
@@ -55,13 +54,9 @@ def test_is_a_python_executor():
             ex("1 / 0")
 
 
-def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path):
+def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path, host_port):
     secret = tmp_path / "secret.txt"
     secret.write_text("s3cret")
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen(1)
-    port = server.getsockname()[1]
     actions = [
         # 1: a host tool, and state for later steps
         "apples = lookup_price('apple')\nprint('apple costs', apples)",
@@ -70,7 +65,7 @@ def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path):
         # 3: a host file
         "print(open(%r).read())" % str(secret),
         # 4: the network
-        "import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)" % port,
+        "import socket\nsocket.create_connection(('127.0.0.1', %d), timeout=3)" % host_port,
         # 5: a step that never ends
         "import time\nwhile True:\n    total += 0\n    time.sleep(0.01)",
         # 6: a fork bomb
@@ -83,14 +78,11 @@ def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path):
     ]
     model = ScriptedModel(actions)
     HOST_CALLS.clear()
-    try:
-        with PyjailExecutor(timeout=2) as executor:
-            agent = CodeAgent(tools=[lookup_price], model=model, executor=executor,
-                              max_steps=12, verbosity_level=0)
-            answer = agent.run("What do 4 apples and a pear cost, plus the bonus?",
-                               additional_args={"bonus": 10})
-    finally:
-        server.close()
+    with PyjailExecutor(timeout=2) as executor:
+        agent = CodeAgent(tools=[lookup_price], model=model, executor=executor,
+                          max_steps=12, verbosity_level=0)
+        answer = agent.run("What do 4 apples and a pear cost, plus the bonus?",
+                           additional_args={"bonus": 10})
     assert answer == {"total": 17.0, "items": ["apple", "pear"]}
     assert HOST_CALLS == ["apple", "pear"]
     steps = steps_of(agent)
