@@ -104,13 +104,14 @@ def bwrap_works():
     return None
 
 
-def jail(root, code, *python_args):
+def jail(root, code, *python_args, env=None):
     cmd = ["bwrap", "--unshare-all", "--ro-bind", str(root), "/", "--proc", "/proc",
            "--dev", "/dev", "--tmpfs", "/tmp", "--uid", str(UID), "--gid", str(GID),
            "--setenv", "HOME", "/tmp", "--chdir", "/tmp",
            "/usr/bin/python3"] + list(python_args) + ["-c", code]
     return subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          universal_newlines=True, env={"PATH": "/usr/bin"}, timeout=60)
+                          universal_newlines=True, env=dict(env or {}, PATH="/usr/bin"),
+                          timeout=60)
 
 
 needs_bwrap = pytest.mark.skipif(bwrap_works() is not None,
@@ -184,6 +185,23 @@ def test_no_dead_weight(root, stdlib):
     assert any(n.startswith("_ssl.") for n in dynload)
     assert not [n for n in dynload if n.startswith(("_tkinter", "_test", "xxlimited"))]
     assert not (root / "usr/lib/python3").exists()   # no host dist-packages
+    # The host's site policy (Debian's loads apport's hook) stays on the host.
+    assert not (stdlib / "sitecustomize.py").exists()
+    assert not list(stdlib.glob("__pycache__/sitecustomize.*"))
+
+
+def test_ld_cache(root):
+    # The loader finds each library through /etc/ld.so.cache instead of probing
+    # hwcaps directories: every library the interpreter needs is in it, at its
+    # path inside the tree.
+    cache = root / "etc/ld.so.cache"
+    assert cache.is_file()
+    listed = subprocess.run(["ldconfig", "-p", "-C", str(cache)], check=True,
+                            stdout=subprocess.PIPE, universal_newlines=True).stdout
+    entries = dict(re.findall(r"^\s+(\S+) \(.*\) => (\S+)$", listed, re.M))
+    for lib in ("libc.so.6", "libm.so.6", "libz.so.1", "libssl.so.3", "libgcc_s.so.1"):
+        assert lib in entries, (lib, listed)
+        assert (root / entries[lib].lstrip("/")).exists(), entries[lib]
 
 
 def test_pyc_unchecked_hash(stdlib, info):
@@ -393,3 +411,14 @@ def test_jail_uses_pyc(root):
     assert len(loaded) > 20
     assert all(".pyc" in l for l in loaded), [l for l in loaded if ".pyc" not in l]
     assert "could not create" not in proc.stderr
+
+
+@needs_bwrap
+def test_loader_uses_ld_cache(root):
+    # With the cache, the loader opens each library by its full path: no probes
+    # of glibc-hwcaps/tls subdirectories.
+    proc = jail(root, "pass", "-I", "-S", env={"LD_DEBUG": "libs"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "search cache=/etc/ld.so.cache" in proc.stderr, proc.stderr[-2000:]
+    tried = [l for l in proc.stderr.splitlines() if "trying file=" in l]
+    assert tried and not [l for l in tried if "glibc-hwcaps" in l or "/tls/" in l], tried
