@@ -186,9 +186,15 @@ def commands_section(s: startup.Setup, cases, memory_argv) -> list[str]:
     """The exact command lines; bubblewrap's long prefix is written once as $BWRAP."""
     prefix = startup.bwrap_command(s.rootfs, []) if s.bwrap else None
 
+    floor = {path: name for name, path in s.floor.items()}
+    floor_source = {startup.EXEC_ONLY: "bench/floor/exec_only.c, cc -O2 -nostdlib -static",
+                    startup.EMPTY_STATIC: "bench/floor/empty_main.c, cc -O2 -static"}
+
     def cmd(argv: list[str]) -> str:
         if prefix and argv[:len(prefix)] == prefix:
             return "$BWRAP " + shown(argv[len(prefix):])
+        if argv[0] in floor:  # built in a temporary directory: name the source instead
+            return floor_source[floor[argv[0]]]
         return shown(argv)
 
     lines = ["| name | command |", "|---|---|"]

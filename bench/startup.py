@@ -18,6 +18,7 @@ This script measures start-up only; bench/run.py measures everything and writes 
 from __future__ import annotations
 
 import argparse
+import atexit
 import os
 import random
 import shlex
@@ -47,6 +48,8 @@ JAIL_LEAN_NO_SECCOMP = "pyjail strict --seccomp off: python -I -S -c pass"
 JAIL_PLAIN = "pyjail strict: python -c pass"
 JAIL_IMPORTS = "pyjail strict: python -c 'import json, re, decimal'"
 VERSION = "pyjail --version"
+EXEC_ONLY = "exec only (no C library)"
+EMPTY_STATIC = "empty static glibc program"
 BWRAP_LEAN = "bwrap + seccomp: python3 -I -S -c pass"
 BWRAP_PLAIN = "bwrap + seccomp: python3 -c pass"
 BWRAP_LEAN_NO_SECCOMP = "bwrap, no seccomp: python3 -I -S -c pass"
@@ -182,12 +185,37 @@ class Setup:
     bwrap: bool
     filter_file: str | None = None
     filter_fd: FilterFd | None = None
+    floor: dict[str, str] = field(default_factory=dict)  # case name -> probe binary
     notes: list[str] = field(default_factory=list)
+
+
+def build_floor_probes(notes: list[str]) -> dict[str, str]:
+    """The two start-up floors, compiled from bench/floor into a temporary directory (removed
+    at exit): a program without any C library, and an empty static glibc program."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        notes.append("no C compiler (apt-get install gcc): no process start floor lines.")
+        return {}
+    out = tempfile.mkdtemp(prefix="pyjail-bench-floor-")
+    atexit.register(shutil.rmtree, out, True)
+    probes = {}
+    for name, src, flags in ((EXEC_ONLY, "exec_only.c", ["-nostdlib", "-static"]),
+                             (EMPTY_STATIC, "empty_main.c", ["-static"])):
+        binary = os.path.join(out, src[:-2])
+        r = subprocess.run([cc, "-O2", *flags, "-o", binary, str(HERE / "floor" / src)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if r.returncode != 0:
+            notes.append(f"cannot build bench/floor/{src} ({r.stdout.strip().splitlines()[-1:]}): "
+                         "no process start floor lines.")
+            return {}
+        probes[name] = binary
+    return probes
 
 
 def setup(pyjail: str, python: str) -> Setup:
     rootfs, profiles = jail_dirs(pyjail)
     s = Setup(pyjail, python, rootfs, bwrap=shutil.which("bwrap") is not None)
+    s.floor = build_floor_probes(s.notes)
     if not s.bwrap:
         s.notes.append("bwrap not found (apt-get install bubblewrap): no bubblewrap lines.")
         return s
@@ -219,6 +247,9 @@ def startup_cases(s: Setup) -> list[Case]:
         Case(JAIL_IMPORTS, strict(s.pyjail, ["python"] + IMPORTS), BARE_IMPORTS),
         Case(VERSION, [s.pyjail, "--version"], TRUE),
     ]
+    if s.floor:
+        cases += [Case(EXEC_ONLY, [s.floor[EXEC_ONLY]]),
+                  Case(EMPTY_STATIC, [s.floor[EMPTY_STATIC]], EXEC_ONLY)]
     if s.bwrap:
         # The rootfs's own interpreter: the rootfs is built from the bare one.
         py = "/usr/bin/python3"
@@ -358,6 +389,12 @@ def startup_notes(samples: dict[str, list[float]]) -> list[str]:
                    f"{over(BWRAP_LEAN, BWRAP_LEAN_NO_SECCOMP):+.2f} ms (paired median).")
     out.append(f"- `{VERSION}` minus `/bin/true`: {over(VERSION, TRUE):+.2f} ms (paired median): "
                "pyjail's own start next to the floor of spawning any process.")
+    if EMPTY_STATIC in samples:
+        out.append(f"- The floor of any process start here: exec alone "
+                   f"{statistics.median(samples[EXEC_ONLY]):.2f} ms; an empty static glibc program "
+                   f"{statistics.median(samples[EMPTY_STATIC]):.2f} ms, so glibc's own start costs "
+                   f"{over(EMPTY_STATIC, EXEC_ONLY):+.2f} ms (paired median). pyjail, bubblewrap "
+                   "and python3 each pay it once per run: a jail adds one such start.")
     return out
 
 
