@@ -29,11 +29,6 @@ constexpr const char* kDelegateHint =
     "run pyjail in a delegated cgroup, e.g. `systemd-run --user --scope -p Delegate=yes pyjail "
     "...`, or name one with --cgroup-parent";
 
-std::string trim(std::string s) {
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return s;
-}
-
 // Whitespace-separated words. (Not through an istringstream: the first stream a process
 // makes sets up the C++ locale, dozens of allocations and page faults on every run.)
 std::vector<std::string> words(std::string_view s) {
@@ -92,11 +87,6 @@ std::string own_cgroup() {
     return {};
 }
 
-std::string read_or_empty(const std::string& path) {
-    std::string s;
-    return try_read_file(path, s) ? trim(s) : std::string();
-}
-
 std::uint64_t keyed(const std::string& text, const std::string& key) {
     auto w = words(text);
     for (std::size_t i = 0; i + 1 < w.size(); i += 2)
@@ -150,7 +140,7 @@ void vacate(const std::string& base) {
     if (::mkdir(leaf.c_str(), 0755) != 0 && errno != EEXIST)
         throw JailError("cgroup", fmt::format("cannot create {}", leaf), errno, kDelegateHint);
     for (int round = 0; round < 10; ++round) {
-        std::string procs = read_or_empty(base + "/cgroup.procs");
+        std::string procs = read_trimmed(base + "/cgroup.procs");
         if (procs.empty()) return;
         for (const auto& pid : words(procs)) {
             int e = write_file(leaf + "/cgroup.procs", pid);
@@ -194,7 +184,6 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
         site.why_not = "no cgroup2 file system is mounted";
         return site;
     }
-    std::string root_controllers = read_or_empty(mount + "/cgroup.controllers");
     std::string base = parent;
     if (base.empty()) {
         std::string own = own_cgroup();
@@ -213,14 +202,16 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
                                    base, mount);
         return site;
     }
-    auto available = words(read_or_empty(base + "/cgroup.controllers"));
+    std::string controllers = read_trimmed(base + "/cgroup.controllers");
+    auto available = words(controllers);
     std::vector<std::string> missing;
     for (const auto& c : wanted)
         if (!has(available, c)) missing.push_back(c);
     if (!missing.empty()) {
         std::string list;
         for (const auto& m : missing) list += (list.empty() ? "" : ", ") + m;
-        auto at_root = words(root_controllers);
+        // Only to say why: the hierarchy's own controllers (read only on this path).
+        auto at_root = words(base == mount ? controllers : read_trimmed(mount + "/cgroup.controllers"));
         bool none_at_root = std::none_of(missing.begin(), missing.end(),
                                          [&](const std::string& c) { return has(at_root, c); });
         if (none_at_root)
@@ -262,7 +253,7 @@ CgroupLeaf::CgroupLeaf(const CgroupSite& site,
     const std::string& base = site.base;
     remove_stale_leaves(base);
 
-    auto enabled = words(read_or_empty(base + "/cgroup.subtree_control"));
+    auto enabled = words(read_trimmed(base + "/cgroup.subtree_control"));
     std::string enable;
     for (const auto& [file, value] : files) {
         std::string controller = file.substr(0, file.find('.'));

@@ -84,7 +84,7 @@ Check check_user_namespaces() {
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
-    std::string max = read_sysctl("/proc/sys/user/max_user_namespaces");
+    std::string max = read_trimmed("/proc/sys/user/max_user_namespaces");
     return {"user namespaces", Check::Verdict::Ok,
             fmt::format("created one as uid {} (user.max_user_namespaces = {})", ::geteuid(),
                         max.empty() ? "?" : max),
@@ -232,7 +232,7 @@ std::vector<Check> run_doctor_checks(const std::string& self) {
     std::vector<Check> checks;
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
-    if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
+    if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
         checks.push_back({"apparmor", Check::Verdict::Warn,
                           "kernel.apparmor_restrict_unprivileged_userns=1: unprivileged user "
                           "namespaces need an AppArmor profile",

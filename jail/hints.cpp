@@ -8,25 +8,18 @@
 
 namespace pyjail {
 
-std::string read_sysctl(const char* path) {
-    std::string v;
-    if (!try_read_file(path, v)) return {};
-    while (!v.empty() && (v.back() == '\n' || v.back() == ' ')) v.pop_back();
-    return v;
-}
-
 std::string namespace_hint(int err) {
     if (err == ENOSYS) return "this kernel has no clone3; pyjail needs Linux 5.7 or newer";
     if (err == ENOSPC || err == EUSERS) {
-        if (read_sysctl("/proc/sys/user/max_user_namespaces") == "0")
+        if (read_trimmed("/proc/sys/user/max_user_namespaces") == "0")
             return "user namespaces are disabled: sysctl -w user.max_user_namespaces=15000";
         return "too many namespaces: raise the user.max_*_namespaces sysctls";
     }
     if (err == EPERM || err == EACCES) {
-        if (read_sysctl("/proc/sys/kernel/unprivileged_userns_clone") == "0" && ::geteuid() != 0)
+        if (read_trimmed("/proc/sys/kernel/unprivileged_userns_clone") == "0" && ::geteuid() != 0)
             return "unprivileged user namespaces are disabled: "
                    "sysctl -w kernel.unprivileged_userns_clone=1";
-        if (read_sysctl("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
+        if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
             return "AppArmor restricts unprivileged user namespaces (Ubuntu 23.10+): install "
                    "pyjail's AppArmor profile, or sysctl -w "
                    "kernel.apparmor_restrict_unprivileged_userns=0";

@@ -6,8 +6,6 @@
 
 namespace pyjail {
 
-// A sysctl's value from /proc/sys (path given whole), trimmed; "" when unreadable.
-std::string read_sysctl(const char* path);
 
 // For a failure to create the jail's namespaces (clone3).
 std::string namespace_hint(int err);

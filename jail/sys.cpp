@@ -96,6 +96,13 @@ bool try_read_file(const std::string& path, std::string& out) noexcept {
     return true;
 }
 
+std::string read_trimmed(const std::string& path) {
+    std::string s;
+    if (!try_read_file(path, s)) return {};
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
+}
+
 std::string read_file(const std::string& path, const std::string& step) {
     std::string out;
     if (!try_read_file(path, out)) throw JailError(step, "cannot read " + path, errno);

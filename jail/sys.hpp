@@ -75,6 +75,10 @@ std::string read_file(const std::string& path, const std::string& step);
 // Reads a small file whole; returns false instead of throwing.
 bool try_read_file(const std::string& path, std::string& out) noexcept;
 
+// A small file's text without trailing newlines and spaces (a sysctl, a cgroup file), or ""
+// when it cannot be read.
+std::string read_trimmed(const std::string& path);
+
 // Writes all of `data` to `path` (no O_CREAT). Returns 0 or an errno.
 int write_file(const std::string& path, const std::string& data) noexcept;
 
