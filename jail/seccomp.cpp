@@ -168,10 +168,11 @@ SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set
         if (deny.count(name) != 0)
             throw UsageError(fmt::format("{}: '{}' is both allowed and denied", set_path, name));
     // After the filter is installed the jail's pid 1 still hands its listener to pyjail,
-    // starts the program and reaps it: a set without these would deadlock (the refusal of a
-    // sendmsg cannot be answered before the listener arrives) or never start the program.
+    // starts the program, reaps it and reports how it ended (send(), which is sendto): a set
+    // without these would deadlock (the refusal of a sendmsg cannot be answered before the
+    // listener arrives), never start the program, or lose its exit status.
     std::string missing;
-    for (const char* need : {"sendmsg", "close", "clone", "execve", "exit_group", "wait4",
+    for (const char* need : {"sendmsg", "sendto", "close", "clone", "execve", "exit_group", "wait4",
                              "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
                              "openat", "dup2"})
         if (allow.count(need) == 0) missing += (missing.empty() ? "" : ", ") + std::string(need);
