@@ -1,9 +1,7 @@
 #include "doctor.hpp"
 
 #include <fmt/format.h>
-#include <linux/seccomp.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 

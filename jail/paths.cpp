@@ -1,12 +1,10 @@
 #include "paths.hpp"
 
-#include <dirent.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <climits>
 
 #include "error.hpp"
@@ -60,15 +58,8 @@ std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const F
 
 std::vector<std::string> list_profiles(const DataDirs& dirs) {
     std::vector<std::string> names;
-    DIR* d = ::opendir(dirs.profiles.c_str());
-    if (d == nullptr) return names;
-    while (dirent* e = ::readdir(d)) {
-        std::string n = e->d_name;
-        if (n.size() > 5 && n.compare(n.size() - 5, 5, ".toml") == 0)
-            names.push_back(n.substr(0, n.size() - 5));
-    }
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
+    list_dir(dirs.profiles, ".toml", names);  // none when the directory cannot be read
+    for (auto& n : names) n.resize(n.size() - 5);
     return names;
 }
 

@@ -3,48 +3,30 @@
 // installed with the profiles.
 //
 //   pyjail-precompile-filters PROFILES_DIR OUT_DIR
-#include <dirent.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "seccomp.hpp"
+#include "sys.hpp"
 
 using namespace pyjail;
 
 namespace {
 
-std::string slurp(const std::string& path) {
-    std::ifstream f(path, std::ios::binary);
-    if (!f) throw std::runtime_error("cannot read " + path + ": " + std::strerror(errno));
-    std::ostringstream s;
-    s << f.rdbuf();
-    return s.str();
-}
-
 std::vector<std::string> list(const std::string& dir, const std::string& suffix) {
     std::vector<std::string> names;
-    DIR* d = ::opendir(dir.c_str());
-    if (d == nullptr) throw std::runtime_error("cannot list " + dir + ": " + std::strerror(errno));
-    while (dirent* e = ::readdir(d)) {
-        std::string n = e->d_name;
-        if (n.size() > suffix.size() && n.compare(n.size() - suffix.size(), suffix.size(), suffix) == 0)
-            names.push_back(n);
-    }
-    ::closedir(d);
-    std::sort(names.begin(), names.end());
+    if (!list_dir(dir, suffix, names))
+        throw std::runtime_error("cannot list " + dir + ": " + std::strerror(errno));
     return names;
 }
 
@@ -64,7 +46,7 @@ void write_atomically(const std::string& path, const std::string& bytes) {
 int precompile(const std::string& profiles, const std::string& out) {
     std::string seccomp_dir = profiles + "/seccomp";
     std::string groups_path = seccomp_dir + "/groups.toml";
-    std::string groups_text = slurp(groups_path);
+    std::string groups_text = read_file(groups_path, "seccomp groups");
     if (::mkdir(out.c_str(), 0755) != 0 && errno != EEXIST)
         throw std::runtime_error("cannot create " + out + ": " + std::strerror(errno));
 
@@ -72,7 +54,7 @@ int precompile(const std::string& profiles, const std::string& out) {
     for (const auto& file : list(seccomp_dir, ".toml")) {
         if (file == "groups.toml") continue;
         std::string set_path = seccomp_dir + "/" + file;
-        FilterInputs in{slurp(set_path), groups_text, NetMode::None};
+        FilterInputs in{read_file(set_path, "seccomp set"), groups_text, NetMode::None};
         SeccompSet set = parse_seccomp_set(in.set_text, set_path, in.groups_text, groups_path);
         for (NetMode net : {NetMode::None, NetMode::Loopback}) {
             in.net = net;

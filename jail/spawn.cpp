@@ -31,11 +31,8 @@
 #include "spawn.hpp"
 
 #include <fcntl.h>
-#include <linux/seccomp.h>
-#include <sys/syscall.h>
 #include <fmt/format.h>
 #include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>

@@ -1,13 +1,16 @@
 #include "sys.hpp"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <linux/seccomp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "error.hpp"
@@ -93,6 +96,19 @@ bool try_read_file(const std::string& path, std::string& out) noexcept {
         out.append(buf, static_cast<std::size_t>(n));
     }
     ::close(fd);
+    return true;
+}
+
+bool list_dir(const std::string& dir, const std::string& suffix, std::vector<std::string>& names) {
+    names.clear();
+    DIR* d = ::opendir(dir.c_str());
+    if (d == nullptr) return false;
+    while (dirent* e = ::readdir(d)) {
+        std::string_view n = e->d_name;
+        if (n.size() > suffix.size() && n.ends_with(suffix)) names.emplace_back(n);
+    }
+    ::closedir(d);
+    std::sort(names.begin(), names.end());
     return true;
 }
 

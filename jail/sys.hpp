@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace pyjail {
 
@@ -78,6 +79,10 @@ bool try_read_file(const std::string& path, std::string& out) noexcept;
 // A small file's text without trailing newlines and spaces (a sysctl, a cgroup file), or ""
 // when it cannot be read.
 std::string read_trimmed(const std::string& path);
+
+// The names in `dir` that end in `suffix` (and are longer than it), sorted. Returns false
+// with errno set when the directory cannot be read.
+bool list_dir(const std::string& dir, const std::string& suffix, std::vector<std::string>& names);
 
 // Writes all of `data` to `path` (no O_CREAT). Returns 0 or an errno.
 int write_file(const std::string& path, const std::string& data) noexcept;
