@@ -166,18 +166,14 @@ void step_mounts(const ChildPlan& p) {
 
     for (const MountOp& op : p.mounts.ops) {
         const char* t = op.target.c_str();
+        // The new root (a tmpfs, or the rootfs bound whole) goes on a host directory that only
+        // this mount namespace sees covered, and we step into it.
+        const bool root = op.target.empty();
+        const char* where = root ? p.staging_dir.c_str() : t;
         switch (op.kind) {
             case OpKind::Tmpfs:
-                if (op.target.empty()) {
-                    // The new root, assembled on a host directory that only this mount
-                    // namespace sees covered.
-                    do_mount("mount root", "tmpfs", p.staging_dir.c_str(), "tmpfs", op.flags,
-                             op.data.c_str());
-                    if (::chdir(p.staging_dir.c_str()) != 0)
-                        fail("mount root", errno, kExitJailError, "chdir %s", p.staging_dir.c_str());
-                } else {
-                    do_mount("mount tmpfs", "tmpfs", t, "tmpfs", op.flags, op.data.c_str());
-                }
+                do_mount(root ? "mount root" : "mount tmpfs", "tmpfs", where, "tmpfs", op.flags,
+                         op.data.c_str());
                 break;
             case OpKind::Proc: do_mount("mount /proc", "proc", t, "proc", op.flags, nullptr); break;
             case OpKind::Devpts:
@@ -205,17 +201,13 @@ void step_mounts(const ChildPlan& p) {
                     src = source_paths[static_cast<std::size_t>(op.source_slot)];
                     if (!op.source_path.empty()) src += "/" + op.source_path;
                 }
-                // The rootfs as the new root, on the staging directory like a tmpfs root.
-                bool root = op.target.empty();
-                if (::mount(src.c_str(), root ? p.staging_dir.c_str() : t, nullptr, op.flags, nullptr) != 0)
+                if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0)
                     fail(op.source_slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError,
                          "bind %s on /%s",
                          op.source_slot >= 0
                              ? p.mounts.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
                              : src.c_str(),
                          t);
-                if (root && ::chdir(p.staging_dir.c_str()) != 0)
-                    fail("mount root", errno, kExitJailError, "chdir %s", p.staging_dir.c_str());
                 break;
             }
             case OpKind::Remount:
@@ -226,6 +218,7 @@ void step_mounts(const ChildPlan& p) {
                 break;
             }
         }
+        if (root && ::chdir(where) != 0) fail("mount root", errno, kExitJailError, "chdir %s", where);
     }
 
     // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one; the
