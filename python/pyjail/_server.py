@@ -30,7 +30,7 @@ import select
 import struct
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 PROTOCOL = 1
 MAGIC = b"PJF1"
@@ -1085,9 +1085,21 @@ def _ticks_now():
         return None
 
 
-def _processes():
-    """(pid, state, parent pid, start time in ticks) of every process in the jail."""
-    out = []
+def _stat(pid: int) -> "Optional[List[bytes]]":
+    """The fields of /proc/PID/stat after the command name (state, parent pid, ...),
+    as bytes; None if the process is gone or the file cannot be read."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def _processes() -> "List[Tuple[int, str, int, int]]":
+    """(pid, state, parent pid, start time in ticks) of every process in /proc: the
+    jail's inside the jail, the host's when the driver calls it."""
+    out: "List[Tuple[int, str, int, int]]" = []
     try:
         entries = os.listdir("/proc")
     except OSError:
@@ -1095,11 +1107,12 @@ def _processes():
     for entry in entries:
         if not entry.isdigit():
             continue
+        fields = _stat(int(entry))
+        if fields is None:
+            continue
         try:
-            with open("/proc/%s/stat" % entry, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
             out.append((int(entry), fields[0].decode(), int(fields[1]), int(fields[19])))
-        except (OSError, IndexError, ValueError):
+        except (IndexError, ValueError):
             continue
     return out
 
@@ -1162,12 +1175,8 @@ def _kill_others():
             pass
         alive = []
         for pid in pids:
-            try:
-                with open("/proc/%d/stat" % pid, "rb") as f:
-                    state = f.read().rsplit(b")", 1)[1].split()[0]
-            except (OSError, IndexError):
-                continue
-            if state not in (b"Z", b"X"):
+            fields = _stat(pid)
+            if fields and fields[0] not in (b"Z", b"X"):
                 alive.append(pid)
         if not alive:
             break

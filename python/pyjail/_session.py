@@ -742,24 +742,18 @@ class Session:
 
 def _parent_of(pid: int) -> Optional[int]:
     """The parent pid of host process `pid`, from /proc/PID/stat; None if it is gone."""
+    fields = _server._stat(pid)
+    if fields is None:
+        return None
     try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        return int(stat[stat.rindex(b")") + 2:].split()[1])
-    except (OSError, ValueError, IndexError):
+        return int(fields[1])
+    except (ValueError, IndexError):
         return None
 
 
 def _host_process_parents() -> Dict[int, int]:
-    """pid -> parent pid of every process on the host."""
-    parents: Dict[int, int] = {}
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            parent = _parent_of(int(name))
-            if parent is not None:
-                parents[int(name)] = parent
-    return parents
+    """pid -> parent pid of every process on the host (none if /proc cannot be read)."""
+    return {pid: parent for pid, _state, parent, _start in _server._processes()}
 
 
 def _is_jail_pid(pid: int, jail_pid: int) -> bool:
