@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "error.hpp"
+#include "policy.hpp"
 
 namespace pyjail {
 
@@ -29,13 +30,6 @@ IdMaps plan_idmaps(uid_t invoker_uid, gid_t invoker_gid, uid_t root_maps_to_uid,
 std::optional<std::pair<uid_t, gid_t>> find_passwd_entry(const std::string& passwd_text,
                                                          const std::string& name,
                                                          std::optional<uid_t> uid) {
-    auto number = [](std::string_view v) -> std::optional<std::uint32_t> {
-        if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string_view::npos)
-            return std::nullopt;
-        std::uint32_t n = 0;
-        for (char c : v) n = n * 10 + static_cast<std::uint32_t>(c - '0');
-        return n;
-    };
     std::string_view text(passwd_text);
     while (!text.empty()) {
         std::size_t nl = text.find('\n');
@@ -50,8 +44,8 @@ std::optional<std::pair<uid_t, gid_t>> find_passwd_entry(const std::string& pass
             field[n] = line.substr(from, colon - from);
             from = colon + 1;
         }
-        auto u = n == 4 ? number(field[2]) : std::nullopt;
-        auto g = n == 4 ? number(field[3]) : std::nullopt;
+        auto u = n == 4 ? parse_small_number(field[2]) : std::nullopt;
+        auto g = n == 4 ? parse_small_number(field[3]) : std::nullopt;
         if (!u || !g) continue;
         if (uid ? *u == *uid : field[0] == name) return std::make_pair(*u, *g);
     }

@@ -61,11 +61,11 @@ int cli_report_fd(const CliArgs& cli) {
     auto it = cli.given.find("report-fd");
     if (it == cli.given.end()) return -1;
     const std::string& v = it->second.back();
-    if (v.empty() || v.size() > 9 || v.find_first_not_of("0123456789") != std::string::npos ||
-        std::stoi(v) < 3)
+    auto fd = parse_small_number(v);
+    if (!fd || *fd < 3)
         throw UsageError(fmt::format("--report-fd: '{}' is not a descriptor above 2", v),
                          "0-2 are the program's");
-    return std::stoi(v);
+    return static_cast<int>(*fd);
 }
 
 int run(int argc, char** argv) {

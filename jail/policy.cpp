@@ -63,6 +63,14 @@ std::string absolute_path(const std::string& path, const std::string& cwd) {
     return normalize_path(cwd + "/" + path);
 }
 
+std::optional<std::uint32_t> parse_small_number(std::string_view text) {
+    if (text.empty() || text.size() > 9 || text.find_first_not_of("0123456789") != std::string_view::npos)
+        return std::nullopt;
+    std::uint32_t n = 0;
+    for (char c : text) n = n * 10 + static_cast<std::uint32_t>(c - '0');
+    return n;
+}
+
 std::uint64_t parse_size(const std::string& text, const std::string& origin) {
     auto bad = [&] {
         return UsageError(fmt::format("{}: '{}' is not a size", origin, text),
@@ -217,13 +225,11 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         auto count = [&](std::string_view key, bool allow_empty) -> std::optional<std::uint64_t> {
             const auto& it = item(key);
             if (it.value.empty() && allow_empty) return std::nullopt;
-            bool ok = !it.value.empty() && it.value.size() <= 9;
-            for (char c : it.value)
-                if (!std::isdigit(static_cast<unsigned char>(c))) ok = false;
-            if (!ok || std::stoull(it.value) == 0)
+            auto n = parse_small_number(it.value);
+            if (!n || *n == 0)
                 throw UsageError(fmt::format("{}: '{}' is not a whole number above 0",
                                              where(it, key), it.value));
-            return std::stoull(it.value);
+            return *n;
         };
         p.limits.memory = optional_size("memory");
         p.limits.fsize = optional_size("fsize");
@@ -264,15 +270,9 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         p.host_user.name = u.value;
         auto colon = u.value.find(':');
         std::string uid_text = u.value.substr(0, colon);
-        auto number = [&](const std::string& t) -> std::optional<unsigned> {
-            if (t.empty() || t.size() > 9) return std::nullopt;
-            for (char c : t)
-                if (!std::isdigit(static_cast<unsigned char>(c))) return std::nullopt;
-            return static_cast<unsigned>(std::stoul(t));
-        };
-        p.host_user.uid = number(uid_text);
+        p.host_user.uid = parse_small_number(uid_text);
         if (colon != std::string::npos) {
-            p.host_user.gid = number(u.value.substr(colon + 1));
+            p.host_user.gid = parse_small_number(std::string_view(u.value).substr(colon + 1));
             if (!p.host_user.uid || !p.host_user.gid)
                 throw UsageError(fmt::format("{}: '{}' is not UID:GID", where(u, "host-user"),
                                              u.value));

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct Policy {
 // `cwd` resolves relative host paths. Throws UsageError.
 Policy make_policy(const Settings& settings, std::vector<std::string> command,
                    const std::string& cwd);
+
+// A decimal of 1 to 9 digits and nothing else (an id, a count, a descriptor), or nothing.
+std::optional<std::uint32_t> parse_small_number(std::string_view text);
 
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);
