@@ -105,10 +105,9 @@ class Channel:
         self.closed = False
         os.set_blocking(wfd, False)
         os.set_blocking(rfd, False)
-        self._readable = select.poll()
-        self._readable.register(rfd, select.POLLIN)
         self._writable = select.poll()
         self._writable.register(wfd, select.POLLOUT)
+        # Its poller (rfd, POLLIN) is also what recv sleeps on.
         self._spinner = _server.Spinner(rfd)
 
     @staticmethod
@@ -181,7 +180,7 @@ class Channel:
                 # A reply is seldom there yet: wait first rather than pay for
                 # a read that fails (the pipe is non-blocking), and spin
                 # first (see _server.SPIN_S).
-                self._wait(self._readable, deadline)
+                self._wait(self._spinner.poller, deadline)
             try:
                 # A pipe holds 64 KiB: asking for more only costs a larger
                 # allocation (1 MiB: an mmap, several µs, every time).

@@ -365,7 +365,6 @@ class _Drain:
             self.buf.add(data)
 
     def _loop(self):
-        import select
         poller = select.poll()
         poller.register(self.rfd, select.POLLIN)
         while True:
