@@ -144,28 +144,19 @@ class Channel:
             view = view[n:]
 
     def _parse(self) -> Optional[Frame]:
-        size = _server.FRAME.size
-        if len(self.buf) < size:
-            return None
-        magic, hlen, blen = _server.FRAME.unpack_from(self.buf)
-        if magic != _server.MAGIC:
-            raise ProtocolError("bad frame magic %r" % bytes(magic))
-        if hlen > _server.MAX_HEADER:
-            raise ProtocolError("frame header of %d bytes" % hlen)
-        if blen > self.max_body:
-            raise ProtocolError("frame body of %d bytes (at most %d expected)"
-                                % (blen, self.max_body))
-        end = size + hlen + blen
-        if len(self.buf) < end:
-            return None
         try:
-            header = json.loads(bytes(self.buf[size:size + hlen]).decode("utf-8"))
+            frame = _server.parse_frame(self.buf, self.max_body)
+        except ValueError as e:
+            raise ProtocolError(str(e))
+        if frame is None:
+            return None
+        head, body = frame
+        try:
+            header = json.loads(head.decode("utf-8"))
         except (ValueError, RecursionError) as e:
             raise ProtocolError("frame header is not JSON: %s" % e)
         if not isinstance(header, dict):
             raise ProtocolError("frame header is not an object")
-        body = bytes(self.buf[size + hlen:end])
-        del self.buf[:end]
         return header, body
 
     def recv(self, deadline: Optional[float] = None) -> Frame:

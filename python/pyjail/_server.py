@@ -54,6 +54,31 @@ def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
     return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
 
 
+def parse_frame(buf: bytearray,
+                max_body: "Optional[int]" = None) -> "Optional[Tuple[bytes, bytes]]":
+    """The first frame in ``buf`` as (header bytes, body), taken out of ``buf``;
+    None while ``buf`` does not hold all of it yet. Its sizes are checked (the
+    body's against ``max_body`` if given) before anything is allocated for it:
+    ValueError if they, or its magic, are wrong."""
+    if len(buf) < FRAME.size:
+        return None
+    magic, hlen, blen = FRAME.unpack_from(buf)
+    if magic != MAGIC:
+        raise ValueError("bad frame magic %r" % bytes(magic))
+    if hlen > MAX_HEADER:
+        raise ValueError("frame header of %d bytes" % hlen)
+    if max_body is not None and blen > max_body:
+        raise ValueError("frame body of %d bytes (at most %d expected)" % (blen, max_body))
+    end = FRAME.size + hlen + blen
+    if len(buf) < end:
+        return None
+    with memoryview(buf) as view:
+        head = bytes(view[FRAME.size:FRAME.size + hlen])
+        body = bytes(view[FRAME.size + hlen:end])
+    del buf[:end]
+    return head, body
+
+
 # ---------------------------------------------------------------- waiting
 
 # Waiting for the other side's next frame. A process asleep on a pipe is often
@@ -308,19 +333,10 @@ class _FrameReader:
 
     def next(self):
         """The next (header, body) if the buffer holds all of it, else None."""
-        buf = self.buf
-        if len(buf) < FRAME.size:
+        frame = parse_frame(self.buf)
+        if frame is None:
             return None
-        magic, hlen, blen = FRAME.unpack_from(buf)
-        if magic != MAGIC or hlen > MAX_HEADER:
-            raise ValueError("bad frame from the driver")
-        end = FRAME.size + hlen + blen
-        if len(buf) < end:
-            return None
-        with memoryview(buf) as view:
-            head = bytes(view[FRAME.size:FRAME.size + hlen])
-            body = bytes(view[FRAME.size + hlen:end])
-        del buf[:end]
+        head, body = frame
         return json.loads(head.decode("utf-8")), body
 
     def read(self):
