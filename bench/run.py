@@ -55,13 +55,6 @@ def version(argv: list[str]) -> str:
 
 # --- the four parts ---------------------------------------------------------------------
 
-def run_startup(s: startup.Setup, rounds: int):
-    startup.check_bwrap_filter(s)
-    cases = startup.startup_cases(s)
-    print(f"start-up: {len(cases)} commands, {rounds} interleaved rounds", file=sys.stderr)
-    return cases, startup.interleave(cases, rounds)
-
-
 def run_session(pyjail: str, trips: int) -> tuple[list[float], list[float]]:
     os.environ["PYJAIL_BIN"] = os.path.abspath(pyjail)  # where pyjail.Session() looks
     print(f"session: {trips} cells and {trips} pings", file=sys.stderr)
@@ -143,15 +136,6 @@ def targets_table(samples, cells, configs, peaks) -> list[str]:
     lines = ["| target | goal | measured | met |", "|---|---|---|---|"]
     lines += [f"| {t.what} | {t.goal} | {t.measured} | {'yes' if t.met else '**no**'} |"
               for t in targets]
-    return lines
-
-
-def session_table(cells: list[float], pings: list[float]) -> list[str]:
-    lines = ["| what | p50 | p99 | mean |", "|---|---:|---:|---:|"]
-    for what, xs in (("`pyjail.Session().run('pass')`", cells),
-                     ("`Session.ping()` (protocol only)", pings)):
-        lines.append(f"| {what} | {session.pct(xs, 50):.3f} ms | {session.pct(xs, 99):.3f} ms | "
-                     f"{statistics.mean(xs):.3f} ms |")
     return lines
 
 
@@ -268,7 +252,7 @@ def report(args, s, cases, samples, cells, pings, configs, memory_argv, peaks) -
         "One warm `pyjail.Session()` (after 50 warm-up cells): wall time of each "
         "`run('pass')` and of each protocol `ping()`.",
         "",
-        *session_table(cells, pings),
+        *session.session_table(cells, pings),
         "",
         "## 3. Throughput",
         "",
@@ -321,7 +305,7 @@ def main() -> int:
     s = startup.setup(args.pyjail, args.python)
     for note in s.notes:
         print("bench:", note, file=sys.stderr)
-    cases, samples = run_startup(s, args.rounds)
+    cases, samples = startup.measure(s, args.rounds)
     cells, pings = run_session(args.pyjail, args.trips)
     configs = run_throughput(args.pyjail, args.python, args.throughput_seconds)
     memory_argv, peaks = run_memory(args.pyjail, args.memory_runs)

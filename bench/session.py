@@ -62,6 +62,16 @@ def round_trips(n: int) -> tuple[list[float], list[float]]:
     return cells, pings
 
 
+def session_table(cells: list[float], pings: list[float]) -> list[str]:
+    """The Markdown table of round_trips' times: p50, p99 and mean of each."""
+    lines = ["| what | p50 | p99 | mean |", "|---|---:|---:|---:|"]
+    for what, xs in (("`pyjail.Session().run('pass')`", cells),
+                     ("`Session.ping()` (protocol only)", pings)):
+        lines.append(f"| {what} | {pct(xs, 50):.3f} ms | {pct(xs, 99):.3f} ms | "
+                     f"{statistics.mean(xs):.3f} ms |")
+    return lines
+
+
 def contenders():
     out = {}
     out["pyjail.run"] = lambda code: pyjail.run(code, timeout=10)
@@ -122,12 +132,7 @@ def main() -> None:
         "",
         "## Session round trip (warm session, %d cells)" % args.trips,
         "",
-        "| what | p50 ms | p99 ms | mean ms |",
-        "|---|---:|---:|---:|",
-        "| `session.run('pass')` | %.3f | %.3f | %.3f |" % (
-            pct(cells, 50), pct(cells, 99), statistics.mean(cells)),
-        "| `session.ping()` (protocol only) | %.3f | %.3f | %.3f |" % (
-            pct(pings, 50), pct(pings, 99), statistics.mean(pings)),
+        *session_table(cells, pings),
         "",
         "## The same cells, %d interleaved rounds (median ms, p99 ms)" % args.rounds,
         "",

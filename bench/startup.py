@@ -298,10 +298,10 @@ def time_once(case: Case) -> float:
     return elapsed
 
 
-def check_bwrap_filter(s: Setup) -> str | None:
-    """Proof that bwrap really ran the program under the filter: its Seccomp line."""
+def check_bwrap_filter(s: Setup) -> None:
+    """Exits unless bwrap really runs a program under the filter (its Seccomp line says 2)."""
     if s.filter_fd is None:
-        return None
+        return
     code = "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0])"
     case = Case("check", bwrap_command(s.rootfs, ["/usr/bin/python3", "-I", "-S", "-c", code],
                                        s.filter_fd.fd), pass_fds=(s.filter_fd.fd,))
@@ -311,7 +311,6 @@ def check_bwrap_filter(s: Setup) -> str | None:
     if r.returncode != 0 or line != "Seccomp: 2":
         sys.exit(f"bench: bwrap did not run under the filter ({r.returncode}, {line!r}): "
                  f"{r.stderr.decode().strip()}")
-    return line
 
 
 def interleave(cases: list[Case], rounds: int) -> dict[str, list[float]]:
@@ -326,6 +325,15 @@ def interleave(cases: list[Case], rounds: int) -> dict[str, list[float]]:
         for case in order:
             samples[case.name].append(time_once(case))
     return samples
+
+
+def measure(s: Setup, rounds: int) -> tuple[list[Case], dict[str, list[float]]]:
+    """The start-up cases and their samples over `rounds` interleaved rounds, once bwrap's
+    filter is checked."""
+    check_bwrap_filter(s)
+    cases = startup_cases(s)
+    print(f"start-up: {len(cases)} commands, {rounds} interleaved rounds", file=sys.stderr)
+    return cases, interleave(cases, rounds)
 
 
 # --- statistics and the table -----------------------------------------------------------
@@ -408,9 +416,7 @@ def main() -> int:
     s = setup(args.pyjail, args.python)
     for note in s.notes:
         print("startup.py:", note, file=sys.stderr)
-    check_bwrap_filter(s)
-    cases = startup_cases(s)
-    samples = interleave(cases, args.rounds)
+    cases, samples = measure(s, args.rounds)
     print("\n".join(startup_table(cases, samples) + [""] + startup_notes(samples)))
     return 0
 
