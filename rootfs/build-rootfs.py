@@ -343,8 +343,6 @@ class Builder:
             if os.path.isfile(candidate):
                 real = os.path.realpath(candidate)
                 self.copy_file(real, "/usr/bin/dash")
-                os.chmod(self.dest("/usr/bin/dash"), 0o755)
-                self.elf_sources.add(real)
                 self.symlink("/usr/bin/sh", "dash")
                 return
         self.warn("no dash on this host: the jail will have no /bin/sh (os.system and "
@@ -562,9 +560,9 @@ class Builder:
         for lib in sorted(libs):
             real = os.path.realpath(lib)
             jail_real = usr_path(real)
-            self.lib_paths.add(usr_path(lib))
-            self.copy_file(real, jail_real)
             jail_name = usr_path(lib)
+            self.lib_paths.add(jail_name)
+            self.copy_file(real, jail_real)
             if jail_name != jail_real:
                 self.symlink(jail_name, os.path.relpath(
                     jail_real, os.path.dirname(jail_name)))
