@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The whole test suite: installs what it needs (on Debian, when run as root), builds with
-# warnings as errors, runs the unit tests, installs pyjail into a throw-away staging prefix
-# and runs the integration tests against that installed copy -- as root and as an
-# unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm).
+# The whole test suite: installs what it needs (on Debian; through sudo when not root),
+# builds with warnings as errors, runs the unit tests, installs pyjail into a throw-away
+# staging prefix and runs the integration tests against that installed copy -- as root and
+# as an unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm).
 #
 #   tests/run.sh            # everything
 #   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
@@ -17,14 +17,7 @@ debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
       python3-venv man-db)
-missing=()
-for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
-if ((${#missing[@]})); then
-    sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo   # as tools/quickstart.sh does
-    say "installing ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+"$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 say "building ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null

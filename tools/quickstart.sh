@@ -7,14 +7,7 @@ cd "$(dirname "$0")/.."
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
       doctest-dev nlohmann-json3-dev python3)
-missing=()
-for d in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
-if ((${#missing[@]})); then
-    sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo
-    echo "==> installing ${missing[*]}"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-fi
+tools/apt-install-missing.sh "${debs[@]}"
 
 echo "==> building pyjail and its rootfs"
 cmake -S . -B build -G Ninja >/dev/null

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs those of the Debian packages named as arguments that are not installed yet, with
+# apt-get (through sudo when not run as root). tools/quickstart.sh and tests/run.sh use it.
+#
+#   tools/apt-install-missing.sh cmake ninja-build ...
+set -euo pipefail
+
+missing=()
+for d in "$@"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok installed' || missing+=("$d"); done
+((${#missing[@]})) || exit 0
+sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo
+echo "==> installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
