@@ -11,4 +11,4 @@ for d in "$@"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok in
 sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo
 echo "==> installing ${missing[*]}"
 $sudo apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
