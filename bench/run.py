@@ -172,19 +172,26 @@ def commands_section(s: startup.Setup, cases, memory_argv) -> list[str]:
 
     floor = {path: name for name, path in s.floor.items()}
     floor_source = {startup.EXEC_ONLY: "bench/floor/exec_only.c, cc -O2 -nostdlib -static",
-                    startup.EMPTY_STATIC: "bench/floor/empty_main.c, cc -O2 -static"}
+                    startup.EMPTY_STATIC: "bench/floor/empty_main.c, cc -O2 -static",
+                    startup.MINIMAL_JAIL: "bench/floor/minimal_jail.c, cc -O2 -static"}
 
     def cmd(argv: list[str]) -> str:
         if prefix and argv[:len(prefix)] == prefix:
             return "$BWRAP " + shown(argv[len(prefix):])
         if argv[0] in floor:  # built in a temporary directory: name the source instead
-            return floor_source[floor[argv[0]]]
+            name = floor[argv[0]]
+            if name == startup.MINIMAL_JAIL:  # ROOTFS FILTER -- PROGRAM...
+                return f"minimal_jail {shown([argv[1]])} python.bpf {shown(argv[3:])}"
+            return floor_source[name]
         return shown(argv)
 
     lines = ["| name | command |", "|---|---|"]
     lines += [f"| `{c.name}` | `{cmd(c.argv)}` |" for c in cases]
     lines.append(f"| supervisor memory | `{cmd(memory_argv)}` |")
     lines.append("")
+    if startup.MINIMAL_JAIL in s.floor:
+        lines += [f"`minimal_jail` is `{floor_source[startup.MINIMAL_JAIL]}`; its `python.bpf` "
+                  "is the same BPF bubblewrap gets (below).", ""]
     lines.append("Throughput runs the two `-I -S -c pass` commands above; the session part runs "
                  "`pyjail.Session()` (profile `repl`) from `python/` of this checkout.")
     if prefix:

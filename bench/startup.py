@@ -53,6 +53,9 @@ EMPTY_STATIC = "empty static glibc program"
 BWRAP_LEAN = "bwrap + seccomp: python3 -I -S -c pass"
 BWRAP_PLAIN = "bwrap + seccomp: python3 -c pass"
 BWRAP_LEAN_NO_SECCOMP = "bwrap, no seccomp: python3 -I -S -c pass"
+MINIMAL_LEAN = "minimal jail (C probe): python3 -I -S -c pass"
+MINIMAL_PLAIN = "minimal jail (C probe): python3 -c pass"
+MINIMAL_JAIL = "minimal_jail"  # the probe binary, in Setup.floor
 
 
 def relative(arg: str) -> str:
@@ -186,12 +189,14 @@ class Setup:
     filter_file: str | None = None
     filter_fd: FilterFd | None = None
     floor: dict[str, str] = field(default_factory=dict)  # case name -> probe binary
+    floor_filter: str | None = None  # the raw BPF of filter_file, for the minimal jail probe
     notes: list[str] = field(default_factory=list)
 
 
 def build_floor_probes(notes: list[str]) -> dict[str, str]:
-    """The two start-up floors, compiled from bench/floor into a temporary directory (removed
-    at exit): a program without any C library, and an empty static glibc program."""
+    """The start-up floors, compiled from bench/floor into a temporary directory (removed at
+    exit): a program without any C library, an empty static glibc program, and the least a jail
+    with the strict profile's isolation can do (minimal_jail.c)."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
         notes.append("no C compiler (apt-get install gcc): no process start floor lines.")
@@ -200,7 +205,8 @@ def build_floor_probes(notes: list[str]) -> dict[str, str]:
     atexit.register(shutil.rmtree, out, True)
     probes = {}
     for name, src, flags in ((EXEC_ONLY, "exec_only.c", ["-nostdlib", "-static"]),
-                             (EMPTY_STATIC, "empty_main.c", ["-static"])):
+                             (EMPTY_STATIC, "empty_main.c", ["-static"]),
+                             (MINIMAL_JAIL, "minimal_jail.c", ["-static"])):
         binary = os.path.join(out, src[:-2])
         r = subprocess.run([cc, "-O2", *flags, "-o", binary, str(HERE / "floor" / src)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -226,7 +232,15 @@ def setup(pyjail: str, python: str) -> Setup:
     else:
         s.filter_file, bpf = found
         s.filter_fd = FilterFd(bpf)
+        if MINIMAL_JAIL in s.floor:  # the probe reads the same BPF from a file
+            s.floor_filter = os.path.join(os.path.dirname(s.floor[MINIMAL_JAIL]), "python.bpf")
+            Path(s.floor_filter).write_bytes(bpf)
     return s
+
+
+def minimal_jail_command(s: Setup, argv: list[str]) -> list[str]:
+    """The minimal jail probe on pyjail's rootfs, with pyjail's filter."""
+    return [s.floor[MINIMAL_JAIL], s.rootfs, s.floor_filter or "-", "--", *argv]
 
 
 def strict(pyjail: str, argv: list[str], options: tuple[str, ...] = ()) -> list[str]:
@@ -250,6 +264,10 @@ def startup_cases(s: Setup) -> list[Case]:
     if s.floor:
         cases += [Case(EXEC_ONLY, [s.floor[EXEC_ONLY]]),
                   Case(EMPTY_STATIC, [s.floor[EMPTY_STATIC]], EXEC_ONLY)]
+    if s.floor and s.floor_filter:
+        py = "/usr/bin/python3"  # the rootfs's, as under bubblewrap
+        cases += [Case(MINIMAL_LEAN, minimal_jail_command(s, [py] + LEAN), BARE_LEAN),
+                  Case(MINIMAL_PLAIN, minimal_jail_command(s, [py] + PLAIN), BARE_PLAIN)]
     if s.bwrap:
         # The rootfs's own interpreter: the rootfs is built from the bare one.
         py = "/usr/bin/python3"
@@ -397,6 +415,16 @@ def startup_notes(samples: dict[str, list[float]]) -> list[str]:
                    f"{over(BWRAP_LEAN, BWRAP_LEAN_NO_SECCOMP):+.2f} ms (paired median).")
     out.append(f"- `{VERSION}` minus `/bin/true`: {over(VERSION, TRUE):+.2f} ms (paired median): "
                "pyjail's own start next to the floor of spawning any process.")
+    if MINIMAL_LEAN in samples:
+        floor = over(MINIMAL_LEAN, BARE_LEAN)
+        line = (f"- The least a jail with strict's isolation costs here (the C probe "
+                f"bench/floor/minimal_jail.c: the same namespaces, mounts, filter and reaper, "
+                f"nothing else): {floor:+.2f} ms over bare python3 `-I -S`. pyjail's own work "
+                f"on top of it: {over(JAIL_LEAN, MINIMAL_LEAN):+.2f} ms (paired median)")
+        if BWRAP_LEAN in samples:
+            line += (f"; bubblewrap's: {over(BWRAP_LEAN, MINIMAL_LEAN):+.2f} ms. The probe's "
+                     f"overhead is {floor / over(BWRAP_LEAN, BARE_LEAN):.2f}x bubblewrap's")
+        out.append(line + ".")
     if EMPTY_STATIC in samples:
         out.append(f"- The floor of any process start here: exec alone "
                    f"{statistics.median(samples[EXEC_ONLY]):.2f} ms; an empty static glibc program "
