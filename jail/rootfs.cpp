@@ -55,12 +55,17 @@ std::vector<RootfsEntry> list_rootfs_top(int rootfs_fd) {
     while (dirent* e = ::readdir(d)) {
         std::string name = e->d_name;
         if (name == "." || name == "..") continue;
-        struct stat st {};
-        if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+        // The entry's type comes with it on most file systems: no stat per entry then.
+        unsigned type = e->d_type;
+        if (type == DT_UNKNOWN) {
+            struct stat st {};
+            if (::fstatat(dfd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+            type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISLNK(st.st_mode) ? DT_LNK : DT_REG;
+        }
         RootfsEntry entry;
         entry.name = name;
-        if (S_ISDIR(st.st_mode)) entry.kind = RootfsEntry::Kind::Dir;
-        else if (S_ISLNK(st.st_mode)) {
+        if (type == DT_DIR) entry.kind = RootfsEntry::Kind::Dir;
+        else if (type == DT_LNK) {
             entry.kind = RootfsEntry::Kind::Symlink;
             char buf[PATH_MAX];
             ssize_t n = ::readlinkat(dfd, name.c_str(), buf, sizeof buf - 1);
