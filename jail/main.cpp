@@ -93,8 +93,8 @@ int run(int argc, char** argv) {
         if (auto it = cli.given.find("profile"); it != cli.given.end())
             profile_name = it->second.back();
         facts.profile = profile_name;
-        std::string profile_path = find_profile(profile_name, dirs);
-        apply_profile(settings, parse_profile(read_file(profile_path, "profile"), profile_path));
+        FoundFile profile = read_profile(profile_name, dirs);
+        apply_profile(settings, parse_profile(profile.text, profile.path));
         apply_cli(settings, cli);
         Policy policy = make_policy(settings, cli.command, cwd);
         if (!report.wanted()) report = ReportTarget::open_from_parent(policy.report_path, -1);

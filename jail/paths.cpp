@@ -70,23 +70,28 @@ bool names_a_file(const std::string& name_or_path) {
             name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
 }
 
-std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
-    std::string path = names_a_file(name_or_path) ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
-    if (name_or_path == "groups" || ::access(path.c_str(), R_OK) != 0)
-        throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, path),
+// Each is read at once rather than checked first: one open, and no window between the check
+// and the read.
+FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
+    FoundFile f;
+    f.path = names_a_file(name_or_path) ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
+    if (name_or_path == "groups" || !try_read_file(f.path, f.text))
+        throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, f.path),
                          "use python, a set file, or off");
-    return path;
+    return f;
 }
 
-std::string find_profile(const std::string& name_or_path, const DataDirs& dirs) {
+FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
+    FoundFile f;
     if (names_a_file(name_or_path)) {
-        if (::access(name_or_path.c_str(), R_OK) != 0)
+        f.path = name_or_path;
+        if (!try_read_file(f.path, f.text))
             throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path),
                             errno);
-        return name_or_path;
+        return f;
     }
-    std::string path = dirs.profiles + "/" + name_or_path + ".toml";
-    if (::access(path.c_str(), R_OK) != 0) {
+    f.path = dirs.profiles + "/" + name_or_path + ".toml";
+    if (!try_read_file(f.path, f.text)) {
         auto names = list_profiles(dirs);
         throw UsageError(fmt::format("--profile: no profile named '{}'", name_or_path),
                          names.empty()
@@ -94,7 +99,7 @@ std::string find_profile(const std::string& name_or_path, const DataDirs& dirs) 
                              : fmt::format("available: {}; or give a path to a profile file",
                                            fmt::join(names, ", ")));
     }
-    return path;
+    return f;
 }
 
 }  // namespace pyjail

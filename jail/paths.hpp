@@ -24,12 +24,19 @@ DataDirs find_data_dirs();
 std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const FilterInputs& in,
                                                    std::string& path);
 
-// A profile name ("strict") or a path to a profile file ("./mine.toml"). Throws UsageError.
-std::string find_profile(const std::string& name_or_path, const DataDirs& dirs);
+// A file found by name or path, and what it holds.
+struct FoundFile {
+    std::string path;
+    std::string text;
+};
+
+// A profile name ("strict") or a path to a profile file ("./mine.toml"), read. Throws
+// UsageError for an unknown name, JailError for a file that cannot be read.
+FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs);
 
 std::vector<std::string> list_profiles(const DataDirs& dirs);
 
-// A seccomp set name ("python") or file path. Throws UsageError.
-std::string find_seccomp_set(const std::string& name_or_path, const DataDirs& dirs);
+// A seccomp set name ("python") or file path, read. Throws UsageError.
+FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs);
 
 }  // namespace pyjail

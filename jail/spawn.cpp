@@ -267,9 +267,9 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     // set, or compiled here, so that a broken set fails now.
     if (policy.seccomp != "off") {
         probe_seccomp_from_parent();
-        std::string set_path = find_seccomp_set(policy.seccomp, dirs);
+        FoundFile set = read_seccomp_set(policy.seccomp, dirs);
         std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
-        FilterInputs in{read_file(set_path, "seccomp"), read_file(groups_path, "seccomp"), policy.net};
+        FilterInputs in{std::move(set.text), read_file(groups_path, "seccomp"), policy.net};
         std::string file;
         if (auto compiled = load_compiled_filter(dirs, in, file)) {
             p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
@@ -277,7 +277,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
             p.seccomp_filter = std::move(compiled->program);
             p.seccomp_compiled_at = file;
         } else {
-            p.seccomp = parse_seccomp_set(in.set_text, set_path, in.groups_text, groups_path);
+            p.seccomp = parse_seccomp_set(in.set_text, set.path, in.groups_text, groups_path);
             p.seccomp->name = policy.seccomp;
             p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
         }
