@@ -55,6 +55,7 @@ BWRAP_PLAIN = "bwrap + seccomp: python3 -c pass"
 BWRAP_LEAN_NO_SECCOMP = "bwrap, no seccomp: python3 -I -S -c pass"
 MINIMAL_LEAN = "minimal jail (C probe): python3 -I -S -c pass"
 MINIMAL_PLAIN = "minimal jail (C probe): python3 -c pass"
+MINIMAL_IMPORTS = "minimal jail (C probe): python3 -c 'import json, re, decimal'"
 MINIMAL_JAIL = "minimal_jail"  # the probe binary, in Setup.floor
 
 
@@ -267,7 +268,8 @@ def startup_cases(s: Setup) -> list[Case]:
     if s.floor and s.floor_filter:
         py = "/usr/bin/python3"  # the rootfs's, as under bubblewrap
         cases += [Case(MINIMAL_LEAN, minimal_jail_command(s, [py] + LEAN), BARE_LEAN),
-                  Case(MINIMAL_PLAIN, minimal_jail_command(s, [py] + PLAIN), BARE_PLAIN)]
+                  Case(MINIMAL_PLAIN, minimal_jail_command(s, [py] + PLAIN), BARE_PLAIN),
+                  Case(MINIMAL_IMPORTS, minimal_jail_command(s, [py] + IMPORTS), BARE_IMPORTS)]
     if s.bwrap:
         # The rootfs's own interpreter: the rootfs is built from the bare one.
         py = "/usr/bin/python3"
