@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -70,14 +71,34 @@ bool names_a_file(const std::string& name_or_path) {
             name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
 }
 
-// Each is read at once rather than checked first: one open, and no window between the check
-// and the read.
+namespace {
+
+// Opens `path` for reading, or returns an invalid fd (errno set): the caller says what a file
+// that cannot be opened means. A file that opens but cannot be read (a directory) is reported
+// by read_opened.
+UniqueFd open_for_reading(const std::string& path) {
+    return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+}
+
+std::string read_opened(const UniqueFd& fd, const std::string& path, const std::string& step) {
+    std::string text;
+    if (!try_read_fd(fd.get(), text)) throw JailError(step, "cannot read " + path, errno);
+    return text;
+}
+
+}  // namespace
+
+// Each file is opened where it is found and read from that descriptor: one open, and nothing
+// can change between the check and the read.
 FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
     FoundFile f;
     f.path = names_a_file(name_or_path) ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
-    if (name_or_path == "groups" || !try_read_file(f.path, f.text))
+    UniqueFd fd;
+    if (name_or_path != "groups") fd = open_for_reading(f.path);
+    if (!fd)
         throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, f.path),
                          "use python, a set file, or off");
+    f.text = read_opened(fd, f.path, "seccomp");
     return f;
 }
 
@@ -85,13 +106,16 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
     FoundFile f;
     if (names_a_file(name_or_path)) {
         f.path = name_or_path;
-        if (!try_read_file(f.path, f.text))
+        UniqueFd fd = open_for_reading(f.path);
+        if (!fd)
             throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path),
                             errno);
+        f.text = read_opened(fd, f.path, "profile");
         return f;
     }
     f.path = dirs.profiles + "/" + name_or_path + ".toml";
-    if (!try_read_file(f.path, f.text)) {
+    UniqueFd fd = open_for_reading(f.path);
+    if (!fd) {
         auto names = list_profiles(dirs);
         throw UsageError(fmt::format("--profile: no profile named '{}'", name_or_path),
                          names.empty()
@@ -99,6 +123,7 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
                              : fmt::format("available: {}; or give a path to a profile file",
                                            fmt::join(names, ", ")));
     }
+    f.text = read_opened(fd, f.path, "profile");
     return f;
 }
 

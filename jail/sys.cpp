@@ -78,25 +78,26 @@ int seccomp_user_notif_errno() noexcept {
     return ::syscall(SYS_seccomp, SECCOMP_GET_ACTION_AVAIL, 0, &action) == 0 ? 0 : errno;
 }
 
-bool try_read_file(const std::string& path, std::string& out) noexcept {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return false;
+bool try_read_fd(int fd, std::string& out) noexcept {
     out.clear();
     char buf[4096];
     while (true) {
         ssize_t n = ::read(fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) {
-            int e = errno;
-            ::close(fd);
-            errno = e;
-            return false;
-        }
-        if (n == 0) break;
+        if (n < 0) return false;
+        if (n == 0) return true;
         out.append(buf, static_cast<std::size_t>(n));
     }
+}
+
+bool try_read_file(const std::string& path, std::string& out) noexcept {
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;
+    bool ok = try_read_fd(fd, out);
+    int e = errno;
     ::close(fd);
-    return true;
+    errno = e;
+    return ok;
 }
 
 bool list_dir(const std::string& dir, const std::string& suffix, std::vector<std::string>& names) {

@@ -75,6 +75,8 @@ int seccomp_user_notif_errno() noexcept;
 std::string read_file(const std::string& path, const std::string& step);
 // Reads a small file whole; returns false instead of throwing.
 bool try_read_file(const std::string& path, std::string& out) noexcept;
+// Reads an open file from its offset to the end; false (errno set) on a read error.
+bool try_read_fd(int fd, std::string& out) noexcept;
 
 // A small file's text without trailing newlines and spaces (a sysctl, a cgroup file), or ""
 // when it cannot be read.

@@ -49,6 +49,14 @@ def test_missing_profile_file(run_jail, as_user, world_tmp):
     assert_one_error(r, 125, str(missing))
 
 
+@pytest.mark.parametrize("option,step", [("--profile", "profile"), ("--seccomp", "seccomp")])
+def test_a_directory_for_a_profile_or_set_file(run_jail, as_user, world_tmp, option, step):
+    folder = world_tmp.dir() / "dir.toml"
+    folder.mkdir()
+    r = run_jail([option, folder, "--", "python", "-c", "1"], user=as_user)
+    assert_one_error(r, 125, f"{step}: cannot read {folder}", "Is a directory")
+
+
 def test_unknown_profile_name_lists_the_known_ones(run_jail, as_user):
     r = run_jail(["--profile", "nosuch", "--", "python", "-c", "1"], user=as_user)
     assert_one_error(r, 125, "'nosuch'", "strict", "standard", "batch")
