@@ -189,9 +189,12 @@ def commands_section(s: startup.Setup, cases, memory_argv) -> list[str]:
     lines += [f"| `{c.name}` | `{cmd(c.argv)}` |" for c in cases]
     lines.append(f"| supervisor memory | `{cmd(memory_argv)}` |")
     lines.append("")
-    if startup.MINIMAL_JAIL in s.floor:
+    if s.minimal_jail:
         lines += [f"`minimal_jail` is `{floor_source[startup.MINIMAL_JAIL]}`; its `python.bpf` "
-                  "is the same BPF bubblewrap gets (below).", ""]
+                  f"is the `bpf` section (raw `struct sock_filter`s) of "
+                  f"`{shown([s.filter_file])}`, pyjail's compiled `python` set for `--net none` "
+                  "(with no listener, a refused call gets `ENOSYS`). Before timing, the harness "
+                  "checks that a program under the probe reports `Seccomp: 2`.", ""]
     lines.append("Throughput runs the two `-I -S -c pass` commands above; the session part runs "
                  "`pyjail.Session()` (profile `repl`) from `python/` of this checkout.")
     if prefix:

@@ -190,17 +190,17 @@ class Setup:
     filter_file: str | None = None
     filter_fd: FilterFd | None = None
     floor: dict[str, str] = field(default_factory=dict)  # case name -> probe binary
-    floor_filter: str | None = None  # the raw BPF of filter_file, for the minimal jail probe
+    minimal_jail: list[str] | None = None  # the checked probe's argv up to the program
     notes: list[str] = field(default_factory=list)
 
 
 def build_floor_probes(notes: list[str]) -> dict[str, str]:
     """The start-up floors, compiled from bench/floor into a temporary directory (removed at
     exit): a program without any C library, an empty static glibc program, and the least a jail
-    with the strict profile's isolation can do (minimal_jail.c)."""
+    with the strict profile's isolation can do (minimal_jail.c). Each one that builds is used."""
     cc = shutil.which("cc") or shutil.which("gcc")
     if cc is None:
-        notes.append("no C compiler (apt-get install gcc): no process start floor lines.")
+        notes.append("no C compiler (apt-get install gcc): no floor lines.")
         return {}
     out = tempfile.mkdtemp(prefix="pyjail-bench-floor-")
     atexit.register(shutil.rmtree, out, True)
@@ -213,35 +213,47 @@ def build_floor_probes(notes: list[str]) -> dict[str, str]:
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         if r.returncode != 0:
             notes.append(f"cannot build bench/floor/{src} ({r.stdout.strip().splitlines()[-1:]}): "
-                         "no process start floor lines.")
-            return {}
+                         "no lines for it.")
+            continue
         probes[name] = binary
+    if EMPTY_STATIC in probes and EXEC_ONLY not in probes:  # it is paired with exec_only
+        del probes[EMPTY_STATIC]
     return probes
+
+
+def checked_minimal_jail(s: Setup, bpf: bytes) -> list[str] | None:
+    """The minimal jail probe's argv up to the program, once a run of it has shown it works
+    here and runs its program under the filter; None, with a note, otherwise."""
+    bpf_file = os.path.join(os.path.dirname(s.floor[MINIMAL_JAIL]), "python.bpf")
+    Path(bpf_file).write_bytes(bpf)
+    prefix = [s.floor[MINIMAL_JAIL], s.rootfs, bpf_file, "--"]
+    code = "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0])"
+    r = subprocess.run(prefix + ["/usr/bin/python3", "-I", "-S", "-c", code],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0 or " ".join(r.stdout.split()) != "Seccomp: 2":
+        s.notes.append(f"the minimal jail probe does not run here ({r.returncode}: "
+                       f"{r.stderr.strip() or r.stdout.strip()}): no minimal jail lines.")
+        return None
+    return prefix
 
 
 def setup(pyjail: str, python: str) -> Setup:
     rootfs, profiles = jail_dirs(pyjail)
     s = Setup(pyjail, python, rootfs, bwrap=shutil.which("bwrap") is not None)
     s.floor = build_floor_probes(s.notes)
-    if not s.bwrap:
-        s.notes.append("bwrap not found (apt-get install bubblewrap): no bubblewrap lines.")
-        return s
     found = find_python_filter(pyjail, profiles)
     if found is None:
         s.notes.append("no compiled `python` filter for --net none found next to the binary "
-                       "(build it first): no bubblewrap + seccomp lines.")
+                       "(build it first): no bubblewrap + seccomp and no minimal jail lines.")
     else:
         s.filter_file, bpf = found
-        s.filter_fd = FilterFd(bpf)
         if MINIMAL_JAIL in s.floor:  # the probe reads the same BPF from a file
-            s.floor_filter = os.path.join(os.path.dirname(s.floor[MINIMAL_JAIL]), "python.bpf")
-            Path(s.floor_filter).write_bytes(bpf)
+            s.minimal_jail = checked_minimal_jail(s, bpf)
+        if s.bwrap:
+            s.filter_fd = FilterFd(bpf)
+    if not s.bwrap:
+        s.notes.append("bwrap not found (apt-get install bubblewrap): no bubblewrap lines.")
     return s
-
-
-def minimal_jail_command(s: Setup, argv: list[str]) -> list[str]:
-    """The minimal jail probe on pyjail's rootfs, with pyjail's filter."""
-    return [s.floor[MINIMAL_JAIL], s.rootfs, s.floor_filter or "-", "--", *argv]
 
 
 def strict(pyjail: str, argv: list[str], options: tuple[str, ...] = ()) -> list[str]:
@@ -262,14 +274,16 @@ def startup_cases(s: Setup) -> list[Case]:
         Case(JAIL_IMPORTS, strict(s.pyjail, ["python"] + IMPORTS), BARE_IMPORTS),
         Case(VERSION, [s.pyjail, "--version"], TRUE),
     ]
-    if s.floor:
-        cases += [Case(EXEC_ONLY, [s.floor[EXEC_ONLY]]),
-                  Case(EMPTY_STATIC, [s.floor[EMPTY_STATIC]], EXEC_ONLY)]
-    if s.floor and s.floor_filter:
+    if EXEC_ONLY in s.floor:
+        cases.append(Case(EXEC_ONLY, [s.floor[EXEC_ONLY]]))
+    if EMPTY_STATIC in s.floor:
+        cases.append(Case(EMPTY_STATIC, [s.floor[EMPTY_STATIC]], EXEC_ONLY))
+    if s.minimal_jail:
         py = "/usr/bin/python3"  # the rootfs's, as under bubblewrap
-        cases += [Case(MINIMAL_LEAN, minimal_jail_command(s, [py] + LEAN), BARE_LEAN),
-                  Case(MINIMAL_PLAIN, minimal_jail_command(s, [py] + PLAIN), BARE_PLAIN),
-                  Case(MINIMAL_IMPORTS, minimal_jail_command(s, [py] + IMPORTS), BARE_IMPORTS)]
+        cases += [Case(name, s.minimal_jail + [py] + args, base)
+                  for name, args, base in ((MINIMAL_LEAN, LEAN, BARE_LEAN),
+                                           (MINIMAL_PLAIN, PLAIN, BARE_PLAIN),
+                                           (MINIMAL_IMPORTS, IMPORTS, BARE_IMPORTS))]
     if s.bwrap:
         # The rootfs's own interpreter: the rootfs is built from the bare one.
         py = "/usr/bin/python3"
@@ -420,8 +434,9 @@ def startup_notes(samples: dict[str, list[float]]) -> list[str]:
     if MINIMAL_LEAN in samples:
         floor = over(MINIMAL_LEAN, BARE_LEAN)
         line = (f"- The least a jail with strict's isolation costs here (the C probe "
-                f"bench/floor/minimal_jail.c: the same namespaces, mounts, filter and reaper, "
-                f"nothing else): {floor:+.2f} ms over bare python3 `-I -S`. pyjail's own work "
+                f"bench/floor/minimal_jail.c: the same namespaces, id maps, mount tree, filter "
+                f"and reaping pid 1, and nothing else): {floor:+.2f} ms over bare python3 "
+                f"`-I -S`. pyjail's own work "
                 f"on top of it: {over(JAIL_LEAN, MINIMAL_LEAN):+.2f} ms (paired median)")
         if BWRAP_LEAN in samples:
             line += (f"; bubblewrap's: {over(BWRAP_LEAN, MINIMAL_LEAN):+.2f} ms. The probe's "
