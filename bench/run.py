@@ -87,6 +87,8 @@ def environment(args, s: startup.Setup) -> list[str]:
     return [
         "| | |", "|---|---|",
         f"| date | {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %z} |",
+        f"| run by | uid {os.geteuid()}"
+        f"{' (and the unprivileged lines as uid ' + str(startup.UNPRIVILEGED_ID) + ')' if s.unprivileged else ''} |",
         f"| kernel | {platform.release()} |",
         f"| CPUs | {os.cpu_count()} |",
         f"| pyjail | {version([args.pyjail, '--version'])} (`{shown([args.pyjail])}`) |",
@@ -176,6 +178,9 @@ def commands_section(s: startup.Setup, cases, memory_argv) -> list[str]:
                     startup.MINIMAL_JAIL: "bench/floor/minimal_jail.c, cc -O2 -static"}
 
     def cmd(argv: list[str]) -> str:
+        user = s.unprivileged
+        if user and argv[:len(user)] == user:
+            return shown(user) + " " + cmd(argv[len(user):])
         if prefix and argv[:len(prefix)] == prefix:
             return "$BWRAP " + shown(argv[len(prefix):])
         if argv[0] in floor:  # built in a temporary directory: name the source instead

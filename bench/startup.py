@@ -57,6 +57,10 @@ MINIMAL_LEAN = "minimal jail (C probe): python3 -I -S -c pass"
 MINIMAL_PLAIN = "minimal jail (C probe): python3 -c pass"
 MINIMAL_IMPORTS = "minimal jail (C probe): python3 -c 'import json, re, decimal'"
 MINIMAL_JAIL = "minimal_jail"  # the probe binary, in Setup.floor
+# When root runs the benchmark, the same -I -S cases again as an unprivileged user: the path
+# most users take (the jail writes its own id maps), measured in the same rounds.
+UNPRIVILEGED_ID = 65534
+AS_USER = f"as uid {UNPRIVILEGED_ID}: "
 
 
 def relative(arg: str) -> str:
@@ -191,6 +195,7 @@ class Setup:
     filter_fd: FilterFd | None = None
     floor: dict[str, str] = field(default_factory=dict)  # case name -> probe binary
     minimal_jail: list[str] | None = None  # the checked probe's argv up to the program
+    unprivileged: list[str] | None = None  # setpriv's argv, when root runs the benchmark
     notes: list[str] = field(default_factory=list)
 
 
@@ -204,6 +209,7 @@ def build_floor_probes(notes: list[str]) -> dict[str, str]:
         return {}
     out = tempfile.mkdtemp(prefix="pyjail-bench-floor-")
     atexit.register(shutil.rmtree, out, True)
+    os.chmod(out, 0o755)  # the unprivileged cases run the probes too
     probes = {}
     for name, src, flags in ((EXEC_ONLY, "exec_only.c", ["-nostdlib", "-static"]),
                              (EMPTY_STATIC, "empty_main.c", ["-static"]),
@@ -253,7 +259,27 @@ def setup(pyjail: str, python: str) -> Setup:
             s.filter_fd = FilterFd(bpf)
     if not s.bwrap:
         s.notes.append("bwrap not found (apt-get install bubblewrap): no bubblewrap lines.")
+    if os.geteuid() == 0:
+        s.unprivileged = checked_unprivileged(s)
     return s
+
+
+def checked_unprivileged(s: Setup) -> list[str] | None:
+    """setpriv's argv to run a command as the unprivileged user, once pyjail has shown it runs
+    that way here (the checkout must be readable by that user); None, with a note, otherwise."""
+    setpriv = shutil.which("setpriv")
+    if setpriv is None:
+        s.notes.append("no setpriv (util-linux): no unprivileged lines.")
+        return None
+    prefix = [setpriv, f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}", "--clear-groups"]
+    r = subprocess.run(prefix + strict(s.pyjail, ["python", "-c", "pass"]),
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        s.notes.append(f"pyjail does not run as uid {UNPRIVILEGED_ID} from here ({r.returncode}: "
+                       f"{r.stderr.strip()}; the checkout must be readable by that user): no "
+                       "unprivileged lines.")
+        return None
+    return prefix
 
 
 def strict(pyjail: str, argv: list[str], options: tuple[str, ...] = ()) -> list[str]:
@@ -296,6 +322,17 @@ def startup_cases(s: Setup) -> list[Case]:
         cases.append(Case(BWRAP_LEAN_NO_SECCOMP, bwrap_command(s.rootfs, [py] + LEAN),
                           BARE_LEAN))
     return cases
+
+
+def unprivileged_cases(s: Setup, cases: list[Case]) -> list[Case]:
+    """The -I -S cases of `cases` again, as the unprivileged user. setpriv's own exec is in
+    every one of them, the bare line included."""
+    if not s.unprivileged:
+        return []
+    wanted = (BARE_LEAN, JAIL_LEAN, MINIMAL_LEAN, BWRAP_LEAN)
+    return [Case(AS_USER + c.name, s.unprivileged + c.argv,
+                 AS_USER + c.baseline if c.baseline else None, c.pass_fds, c.prepare)
+            for c in cases if c.name in wanted]
 
 
 def run_case(case: Case, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
@@ -367,7 +404,16 @@ def measure(s: Setup, rounds: int) -> tuple[list[Case], dict[str, list[float]]]:
     check_bwrap_filter(s)
     cases = startup_cases(s)
     print(f"start-up: {len(cases)} commands, {rounds} interleaved rounds", file=sys.stderr)
-    return cases, interleave(cases, rounds)
+    samples = interleave(cases, rounds)
+    # The unprivileged group takes rounds of its own: every jail started adds background work
+    # (the kernel tears its network namespace down after it exits), so more jails in a round
+    # would move the figures above.
+    more = unprivileged_cases(s, cases)
+    if more:
+        print(f"start-up as uid {UNPRIVILEGED_ID}: {len(more)} commands, {rounds} interleaved "
+              "rounds of their own", file=sys.stderr)
+        samples |= interleave(more, rounds)
+    return cases + more, samples
 
 
 # --- statistics and the table -----------------------------------------------------------
@@ -441,6 +487,23 @@ def startup_notes(samples: dict[str, list[float]]) -> list[str]:
         if BWRAP_LEAN in samples:
             line += (f"; bubblewrap's: {over(BWRAP_LEAN, MINIMAL_LEAN):+.2f} ms. The probe's "
                      f"overhead is {floor / over(BWRAP_LEAN, BARE_LEAN):.2f}x bubblewrap's")
+        out.append(line + ".")
+    if AS_USER + JAIL_LEAN in samples:
+        base = AS_USER + BARE_LEAN
+        line = (f"- As uid {UNPRIVILEGED_ID}, in rounds of their own (the jail writes its own id "
+                f"maps; each of these commands, bare python3 included, starts through setpriv): "
+                f"pyjail "
+                f"{over(AS_USER + JAIL_LEAN, base):+.2f} ms over bare python3 `-I -S`")
+        if AS_USER + MINIMAL_LEAN in samples:
+            line += f", the minimal jail probe {over(AS_USER + MINIMAL_LEAN, base):+.2f} ms"
+        line += " (paired medians)"
+        if AS_USER + BWRAP_LEAN in samples:
+            bw = over(AS_USER + BWRAP_LEAN, base)
+            line += f"; bubblewrap + seccomp {bw:+.2f} ms"
+            if bw > 0:
+                line += f": pyjail {over(AS_USER + JAIL_LEAN, base) / bw:.2f}x bubblewrap's"
+                if AS_USER + MINIMAL_LEAN in samples:
+                    line += f", the probe {over(AS_USER + MINIMAL_LEAN, base) / bw:.2f}x"
         out.append(line + ".")
     if EMPTY_STATIC in samples:
         out.append(f"- The floor of any process start here: exec alone "
