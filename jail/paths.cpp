@@ -71,50 +71,28 @@ bool names_a_file(const std::string& name_or_path) {
             name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
 }
 
-namespace {
-
-// Opens `path` for reading, or returns an invalid fd (errno set): the caller says what a file
-// that cannot be opened means. A file that opens but cannot be read (a directory) is reported
-// by read_opened.
-UniqueFd open_for_reading(const std::string& path) {
-    return UniqueFd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-}
-
-std::string read_opened(const UniqueFd& fd, const std::string& path, const std::string& step) {
-    std::string text;
-    if (!try_read_fd(fd.get(), text)) throw JailError(step, "cannot read " + path, errno);
-    return text;
-}
-
-}  // namespace
-
 // Each file is opened where it is found and read from that descriptor: one open, and nothing
-// can change between the check and the read.
+// can change between the check and the read. What a file that cannot be opened means depends
+// on how it was named; one that opens but cannot be read (a directory) is read_fd's error.
 FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs) {
     FoundFile f;
     f.path = names_a_file(name_or_path) ? name_or_path : dirs.profiles + "/seccomp/" + name_or_path + ".toml";
     UniqueFd fd;
-    if (name_or_path != "groups") fd = open_for_reading(f.path);
+    if (name_or_path != "groups") fd.reset(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd)
         throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, f.path),
                          "use python, a set file, or off");
-    f.text = read_opened(fd, f.path, "seccomp");
+    f.text = read_fd(fd.get(), f.path, "seccomp");
     return f;
 }
 
 FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
     FoundFile f;
-    if (names_a_file(name_or_path)) {
-        f.path = name_or_path;
-        UniqueFd fd = open_for_reading(f.path);
-        if (!fd)
-            throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path),
-                            errno);
-        f.text = read_opened(fd, f.path, "profile");
-        return f;
-    }
-    f.path = dirs.profiles + "/" + name_or_path + ".toml";
-    UniqueFd fd = open_for_reading(f.path);
+    const bool by_path = names_a_file(name_or_path);
+    f.path = by_path ? name_or_path : dirs.profiles + "/" + name_or_path + ".toml";
+    UniqueFd fd(::open(f.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd && by_path)
+        throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path), errno);
     if (!fd) {
         auto names = list_profiles(dirs);
         throw UsageError(fmt::format("--profile: no profile named '{}'", name_or_path),
@@ -123,7 +101,7 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
                              : fmt::format("available: {}; or give a path to a profile file",
                                            fmt::join(names, ", ")));
     }
-    f.text = read_opened(fd, f.path, "profile");
+    f.text = read_fd(fd.get(), f.path, "profile");
     return f;
 }
 

@@ -120,10 +120,16 @@ std::string read_trimmed(const std::string& path) {
     return s;
 }
 
-std::string read_file(const std::string& path, const std::string& step) {
+std::string read_fd(int fd, const std::string& path, const std::string& step) {
     std::string out;
-    if (!try_read_file(path, out)) throw JailError(step, "cannot read " + path, errno);
+    if (!try_read_fd(fd, out)) throw JailError(step, "cannot read " + path, errno);
     return out;
+}
+
+std::string read_file(const std::string& path, const std::string& step) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd) throw JailError(step, "cannot read " + path, errno);
+    return read_fd(fd.get(), path, step);
 }
 
 int write_file(const std::string& path, const std::string& data) noexcept {

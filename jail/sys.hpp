@@ -73,6 +73,8 @@ int seccomp_user_notif_errno() noexcept;
 
 // Reads a small file whole; throws JailError naming `step`.
 std::string read_file(const std::string& path, const std::string& step);
+// The same for a file already open as `path`: from its offset to the end.
+std::string read_fd(int fd, const std::string& path, const std::string& step);
 // Reads a small file whole; returns false instead of throwing.
 bool try_read_file(const std::string& path, std::string& out) noexcept;
 // Reads an open file from its offset to the end; false (errno set) on a read error.
