@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "error.hpp"
+#include "policy.hpp"
 
 namespace pyjail {
 
@@ -110,7 +111,8 @@ void kill_leaf(const std::string& path) {
     write_file(path + "/cgroup.freeze", "1");
     std::string procs;
     if (try_read_file(path + "/cgroup.procs", procs)) {
-        for (const auto& pid : words(procs)) ::kill(static_cast<pid_t>(std::atoi(pid.c_str())), SIGKILL);
+        for (const auto& word : words(procs))
+            if (auto pid = parse_small_number(word)) ::kill(static_cast<pid_t>(*pid), SIGKILL);
     }
     write_file(path + "/cgroup.freeze", "0");
 }
