@@ -525,16 +525,18 @@ class Session:
         if self._proc is None:
             return 0
         killed: set = set()
+        parents = _host_process_parents()
+        # pid 1 and the interpreter stay the same processes for the whole call: found once.
+        init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
+        keep = {pid for pid, pp in parents.items() if pp in init and _is_jail_pid(pid, 2)}
         for _ in range(20):
-            parents = _host_process_parents()
-            init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
-            victims = _descendants(parents, init)
-            victims = {pid for pid in victims if not _is_jail_pid(pid, 2)} - killed
+            victims = _descendants(parents, init) - keep - killed
             if not victims:
                 break
             for pid in victims:
                 if _kill_if_child_of(pid, parents[pid]):
                     killed.add(pid)
+            parents = _host_process_parents()
         return len(killed)
 
     def _killed_for_timeout(self, timeout: Optional[float], start: float) -> CellResult:
