@@ -1181,18 +1181,8 @@ def _kill_others():
     me = os.getpid()
     killed = set()
     for _ in range(50):
-        pids = []
-        try:
-            for entry in os.listdir("/proc"):
-                if entry.isdigit() and int(entry) not in (1, me):
-                    pids.append(int(entry))
-        except OSError:
-            pass
-        alive = []
-        for pid in pids:
-            fields = _stat(pid)
-            if fields and fields[0] not in (b"Z", b"X"):
-                alive.append(pid)
+        alive = [pid for pid, state, _parent, _start in _processes()
+                 if pid not in (1, me) and state not in ("Z", "X")]
         if not alive:
             break
         killed.update(alive)
