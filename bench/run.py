@@ -173,9 +173,8 @@ def commands_section(s: startup.Setup, cases, memory_argv) -> list[str]:
     prefix = startup.bwrap_command(s.rootfs, []) if s.bwrap else None
 
     floor = {path: name for name, path in s.floor.items()}
-    floor_source = {startup.EXEC_ONLY: "bench/floor/exec_only.c, cc -O2 -nostdlib -static",
-                    startup.EMPTY_STATIC: "bench/floor/empty_main.c, cc -O2 -static",
-                    startup.MINIMAL_JAIL: "bench/floor/minimal_jail.c, cc -O2 -static"}
+    floor_source = {name: f"bench/floor/{src}, cc -O2 {' '.join(flags)}"
+                    for name, src, flags in startup.FLOOR_PROBES}
 
     def cmd(argv: list[str]) -> str:
         user = s.unprivileged

@@ -57,6 +57,11 @@ MINIMAL_LEAN = "minimal jail (C probe): python3 -I -S -c pass"
 MINIMAL_PLAIN = "minimal jail (C probe): python3 -c pass"
 MINIMAL_IMPORTS = "minimal jail (C probe): python3 -c 'import json, re, decimal'"
 MINIMAL_JAIL = "minimal_jail"  # the probe binary, in Setup.floor
+# The floor probes in bench/floor: (name, source, compiler flags besides -O2).
+FLOOR_PROBES = ((EXEC_ONLY, "exec_only.c", ("-nostdlib", "-static")),
+                (EMPTY_STATIC, "empty_main.c", ("-static",)),
+                (MINIMAL_JAIL, "minimal_jail.c", ("-static",)))
+JAIL_PYTHON = "/usr/bin/python3"  # the rootfs's interpreter, as the probe and bubblewrap run it
 # When root runs the benchmark, the same -I -S cases again as an unprivileged user: the path
 # most users take (the jail writes its own id maps), measured in the same rounds.
 UNPRIVILEGED_ID = 65534
@@ -211,9 +216,7 @@ def build_floor_probes(notes: list[str]) -> dict[str, str]:
     atexit.register(shutil.rmtree, out, True)
     os.chmod(out, 0o755)  # the unprivileged cases run the probes too
     probes = {}
-    for name, src, flags in ((EXEC_ONLY, "exec_only.c", ["-nostdlib", "-static"]),
-                             (EMPTY_STATIC, "empty_main.c", ["-static"]),
-                             (MINIMAL_JAIL, "minimal_jail.c", ["-static"])):
+    for name, src, flags in FLOOR_PROBES:
         binary = os.path.join(out, src[:-2])
         r = subprocess.run([cc, "-O2", *flags, "-o", binary, str(HERE / "floor" / src)],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -233,12 +236,10 @@ def checked_minimal_jail(s: Setup, bpf: bytes) -> list[str] | None:
     bpf_file = os.path.join(os.path.dirname(s.floor[MINIMAL_JAIL]), "python.bpf")
     Path(bpf_file).write_bytes(bpf)
     prefix = [s.floor[MINIMAL_JAIL], s.rootfs, bpf_file, "--"]
-    code = "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0])"
-    r = subprocess.run(prefix + ["/usr/bin/python3", "-I", "-S", "-c", code],
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
-    if r.returncode != 0 or " ".join(r.stdout.split()) != "Seccomp: 2":
-        s.notes.append(f"the minimal jail probe does not run here ({r.returncode}: "
-                       f"{r.stderr.strip() or r.stdout.strip()}): no minimal jail lines.")
+    problem = filter_problem(Case("check", prefix + seccomp_line_argv()))
+    if problem:
+        s.notes.append(f"the minimal jail probe does not run here under the filter ({problem}): "
+                       "no minimal jail lines.")
         return None
     return prefix
 
@@ -272,12 +273,11 @@ def checked_unprivileged(s: Setup) -> list[str] | None:
         s.notes.append("no setpriv (util-linux): no unprivileged lines.")
         return None
     prefix = [setpriv, f"--reuid={UNPRIVILEGED_ID}", f"--regid={UNPRIVILEGED_ID}", "--clear-groups"]
-    r = subprocess.run(prefix + strict(s.pyjail, ["python", "-c", "pass"]),
-                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    r = run_case(Case("check", prefix + strict(s.pyjail, ["python", "-c", "pass"])))
     if r.returncode != 0:
         s.notes.append(f"pyjail does not run as uid {UNPRIVILEGED_ID} from here ({r.returncode}: "
-                       f"{r.stderr.strip()}; the checkout must be readable by that user): no "
-                       "unprivileged lines.")
+                       f"{r.stderr.decode().strip()}; the checkout must be readable by that "
+                       "user): no unprivileged lines.")
         return None
     return prefix
 
@@ -305,14 +305,12 @@ def startup_cases(s: Setup) -> list[Case]:
     if EMPTY_STATIC in s.floor:
         cases.append(Case(EMPTY_STATIC, [s.floor[EMPTY_STATIC]], EXEC_ONLY))
     if s.minimal_jail:
-        py = "/usr/bin/python3"  # the rootfs's, as under bubblewrap
-        cases += [Case(name, s.minimal_jail + [py] + args, base)
+        cases += [Case(name, s.minimal_jail + [JAIL_PYTHON] + args, base)
                   for name, args, base in ((MINIMAL_LEAN, LEAN, BARE_LEAN),
                                            (MINIMAL_PLAIN, PLAIN, BARE_PLAIN),
                                            (MINIMAL_IMPORTS, IMPORTS, BARE_IMPORTS))]
     if s.bwrap:
-        # The rootfs's own interpreter: the rootfs is built from the bare one.
-        py = "/usr/bin/python3"
+        py = JAIL_PYTHON  # the rootfs's own: the rootfs is built from the bare one
         if s.filter_fd is not None:
             fd = s.filter_fd
             for name, args, base in ((BWRAP_LEAN, LEAN, BARE_LEAN),
@@ -369,19 +367,33 @@ def time_once(case: Case) -> float:
     return elapsed
 
 
-def check_bwrap_filter(s: Setup) -> None:
-    """Exits unless bwrap really runs a program under the filter (its Seccomp line says 2)."""
-    if s.filter_fd is None:
-        return
+def seccomp_line_argv() -> list[str]:
+    """A program that prints its Seccomp line."""
     code = "print([l for l in open('/proc/self/status') if l.startswith('Seccomp:')][0])"
-    case = Case("check", bwrap_command(s.rootfs, ["/usr/bin/python3", "-I", "-S", "-c", code],
-                                       s.filter_fd.fd), pass_fds=(s.filter_fd.fd,))
-    s.filter_fd.rewind()
+    return [JAIL_PYTHON, "-I", "-S", "-c", code]
+
+
+def filter_problem(case: Case) -> str | None:
+    """None when `case` (running seccomp_line_argv) ran its program under a filter (its
+    Seccomp line says 2); otherwise what happened."""
+    if case.prepare:
+        case.prepare()
     r = run_case(case, stdout=subprocess.PIPE)
     line = " ".join(r.stdout.decode().split())
-    if r.returncode != 0 or line != "Seccomp: 2":
-        sys.exit(f"bench: bwrap did not run under the filter ({r.returncode}, {line!r}): "
-                 f"{r.stderr.decode().strip()}")
+    if r.returncode == 0 and line == "Seccomp: 2":
+        return None
+    return f"{r.returncode}, {line!r}: {r.stderr.decode().strip()}"
+
+
+def check_bwrap_filter(s: Setup) -> None:
+    """Exits unless bwrap really runs a program under the filter."""
+    if s.filter_fd is None:
+        return
+    fd = s.filter_fd
+    problem = filter_problem(Case("check", bwrap_command(s.rootfs, seccomp_line_argv(), fd.fd),
+                                  pass_fds=(fd.fd,), prepare=fd.rewind))
+    if problem:
+        sys.exit(f"bench: bwrap did not run under the filter ({problem})")
 
 
 def interleave(cases: list[Case], rounds: int) -> dict[str, list[float]]:
@@ -459,8 +471,8 @@ def startup_table(cases: list[Case], samples: dict[str, list[float]]) -> list[st
 
 def startup_notes(samples: dict[str, list[float]]) -> list[str]:
     """pyjail's overhead next to bubblewrap's, and what the seccomp filter costs each."""
-    def over(name: str, base: str) -> float:
-        return paired(samples, name, base).diff
+    def over(name: str, base: str) -> float:  # paired(...).diff, without its intervals
+        return statistics.median(a - b for a, b in zip(samples[name], samples[base]))
 
     out = []
     for jail, bw, base in ((JAIL_LEAN, BWRAP_LEAN, BARE_LEAN), (JAIL_PLAIN, BWRAP_PLAIN, BARE_PLAIN)):
