@@ -28,11 +28,9 @@ say "unit tests"
 
 # The integration tests run pyjail as an unprivileged user too, who cannot reach into this
 # checkout (it may live under a private home): test an installed copy in a staging prefix.
-stage=$(mktemp -d /tmp/pyjail-stage.XXXXXX)
+stage=$("$root/tools/stage-install.sh" "$build" stage)
 trap 'rm -rf "$stage"' EXIT
-chmod 755 "$stage"
-say "installing into $stage"
-DESTDIR="$stage" cmake --install "$build" --prefix /usr/local >/dev/null
+say "installed into $stage"
 export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
 
 # The VM boots Debian's kernel, downloaded (not installed) into a cache.

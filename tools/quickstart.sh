@@ -18,12 +18,10 @@ if [[ $(id -u) -eq 0 ]] &&
    ! setpriv --reuid=65534 --regid=65534 --clear-groups test -x "$PWD/build/rootfs/usr"; then
     # Run by root, the jail is nobody on the host, and nobody cannot reach this checkout (it
     # is under /root, say): run an installed copy from a world-readable directory instead.
-    stage=$(mktemp -d /tmp/pyjail-quickstart.XXXXXX)
-    chmod 755 "$stage"
+    stage=$(tools/stage-install.sh build quickstart)
     echo "==> nobody (the jail's host user when root runs pyjail) cannot read $PWD;"
-    echo "    installing a copy into $stage to run from there (sudo cmake --install build"
+    echo "    installed a copy into $stage to run from there (sudo cmake --install build"
     echo "    installs pyjail for good)"
-    DESTDIR="$stage" cmake --install build --prefix /usr/local >/dev/null
     pyjail="$stage/usr/local/bin/pyjail"
 fi
 
