@@ -237,7 +237,13 @@ std::vector<Check> run_doctor_checks(const std::string& self) {
                           "install pyjail's AppArmor profile (see the README)"});
     checks.push_back(check_seccomp());
     for (auto& c : check_cgroup()) checks.push_back(std::move(c));
-    DataDirs dirs = find_data_dirs();
+    DataDirs dirs;
+    try {
+        dirs = find_data_dirs();
+    } catch (const JailError& e) {  // no data, or data others could change: nothing runs
+        checks.push_back({"data", Check::Verdict::Fail, e.message(), e.hint()});
+        return checks;
+    }
     checks.push_back(check_rootfs(dirs));
     checks.push_back(check_compiled_filters(dirs));
     checks.push_back(check_profiles(self, dirs));

@@ -9,18 +9,17 @@
 #include <climits>
 
 #include "error.hpp"
+#include "hostopen.hpp"
 #include "sys.hpp"
 
 namespace pyjail {
 
 namespace {
 
-std::string exe_dir() {
+std::string self_exe() {
     char buf[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", buf, sizeof buf - 1);
-    if (n <= 0) return {};
-    std::string path(buf, static_cast<std::size_t>(n));
-    return path.substr(0, path.rfind('/'));
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
 
 bool is_dir(const std::string& path) {
@@ -28,32 +27,62 @@ bool is_dir(const std::string& path) {
     return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+// Whether this process runs the binary its build left in PYJAIL_BUILD_DIR (the same file, not
+// a copy): only that binary may take its data from the build and source trees. A copy
+// elsewhere would otherwise read them from wherever that path leads on this host -- a path
+// any user may be able to create.
+bool is_the_build_binary() {
+    struct stat self {}, built {};
+    return ::stat("/proc/self/exe", &self) == 0 &&
+           ::stat(PYJAIL_BUILD_DIR "/pyjail", &built) == 0 && self.st_dev == built.st_dev &&
+           self.st_ino == built.st_ino;
+}
+
 }  // namespace
 
 DataDirs find_data_dirs() {
-    std::string dir = exe_dir();
+    std::string exe = self_exe();
+    std::string dir = exe.substr(0, exe.rfind('/'));
     DataDirs d;
     std::string installed_profiles = dir + "/" + PYJAIL_REL_PROFILES;
-    if (dir == PYJAIL_BUILD_DIR || !is_dir(installed_profiles)) {
+    if (is_the_build_binary()) {
         d.profiles = std::string(PYJAIL_SOURCE_DIR) + "/profiles";
         d.rootfs = std::string(PYJAIL_BUILD_DIR) + "/rootfs";
         d.compiled_filters = std::string(PYJAIL_BUILD_DIR) + "/seccomp-filters";
-    } else {
+    } else if (is_dir(installed_profiles)) {
         d.profiles = installed_profiles;
         d.rootfs = dir + "/" + PYJAIL_REL_ROOTFS;
+    } else {
+        throw JailError("data",
+                        fmt::format("{} finds no profiles next to it ({}), and it is not the binary "
+                                    "its build left in {}",
+                                    exe, installed_profiles, PYJAIL_BUILD_DIR),
+                        0, "run an installed pyjail (cmake --install), or the build's own binary");
     }
-    char real[PATH_MAX];
-    if (::realpath(d.profiles.c_str(), real) != nullptr) d.profiles = real;
-    if (::realpath(d.rootfs.c_str(), real) != nullptr) d.rootfs = real;
+    // Only root and the invoking user may choose the profiles, the filter and the rootfs.
+    d.profiles = trusted_data_path(d.profiles);
+    (void)trusted_data_path(d.profiles + "/seccomp");  // the syscall sets (and their groups)
+    d.rootfs = trusted_data_path(d.rootfs);
     if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
+    d.compiled_filters = trusted_data_path(d.compiled_filters);
     return d;
+}
+
+std::string read_data_file(const std::string& path, const std::string& step) {
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd) throw JailError(step, fmt::format("cannot read {}", path), errno);
+    require_trusted_data_file(fd.get(), path);
+    return read_fd(fd.get(), path, step);
 }
 
 std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const FilterInputs& in,
                                                    std::string& path) {
     path = dirs.compiled_filters + "/" + compiled_filter_file_name(in);
+    UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
+    if (!fd) return std::nullopt;
+    require_trusted_data_file(fd.get(), path);  // the filter is the jail's last wall
     std::string bytes;
-    if (!try_read_file(path, bytes)) return std::nullopt;
+    if (!try_read_fd(fd.get(), bytes)) return std::nullopt;
     return decode_compiled_filter(bytes, in);
 }
 
@@ -82,6 +111,7 @@ FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs
     if (!fd)
         throw UsageError(fmt::format("--seccomp: no syscall set '{}' ({})", name_or_path, f.path),
                          "use python, a set file, or off");
+    if (!names_a_file(name_or_path)) require_trusted_data_file(fd.get(), f.path);
     f.text = read_fd(fd.get(), f.path, "seccomp");
     return f;
 }
@@ -101,6 +131,7 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
                              : fmt::format("available: {}; or give a path to a profile file",
                                            fmt::join(names, ", ")));
     }
+    if (!by_path) require_trusted_data_file(fd.get(), f.path);
     f.text = read_fd(fd.get(), f.path, "profile");
     return f;
 }

@@ -1,6 +1,8 @@
 // Where pyjail's own data lives: the profiles and the default rootfs. The installed binary
 // finds them relative to itself (so a relocated or DESTDIR-staged install works without any
-// environment), the binary in a build tree finds the in-tree ones.
+// environment); the binary its build left in the build tree (that very file, not a copy)
+// finds the in-tree ones. Data that others than root and the invoking user could change is
+// refused: it chooses what the jail may do.
 #pragma once
 
 #include <optional>
@@ -17,7 +19,13 @@ struct DataDirs {
     std::string compiled_filters;  // seccomp sets compiled at build time (compiled_filter.hpp)
 };
 
+// Throws JailError (step "data") when there is no data for this binary, or others could
+// change it (hostopen.hpp, trusted_data_path).
 DataDirs find_data_dirs();
+
+// A file of pyjail's own data (e.g. profiles/seccomp/groups.toml), read after checking that
+// only root and the invoking user can change it. Throws JailError naming `step`.
+std::string read_data_file(const std::string& path, const std::string& step);
 
 // The filter the build compiled from exactly these inputs, if `dirs` holds one (see
 // compiled_filter.hpp); `path` is set to the file it looked for.

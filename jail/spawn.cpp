@@ -10,7 +10,8 @@
 //   2. facts about the host -> MountPlan,
 //      id maps, argv, env (pure planners)
 //   3. open every bind source and the script
-//      (as the invoking user: the jail can only
+//      (the script with the jail's host user's
+//      rights, hostopen.hpp: the jail can only
 //      see what its user could open)
 //   4. clone3(NEW*)  ------------------------>  writes its own id maps; or, when root runs
 //                                              pyjail, waits on the sync socket while
@@ -51,6 +52,7 @@
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
+#include "hostopen.hpp"
 #include "init.hpp"
 #include "rootfs.hpp"
 #include "supervise.hpp"
@@ -231,19 +233,18 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     }
     p.argv = policy.command;
 
+    uid_t root_uid = 0;
+    gid_t root_gid = 0;
+    if (::geteuid() == 0) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
+
     std::optional<std::string> script;
     if (p.command.script_index) {
         std::string host = absolute_path(p.argv[*p.command.script_index], cwd);
-        UniqueFd fd(::open(host.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK));
-        if (!fd)
-            throw JailError("script", fmt::format("cannot open {}", p.argv[*p.command.script_index]),
-                            errno);
-        struct stat st {};
-        if (::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode))
-            throw JailError("script",
-                            fmt::format("{} is not a regular file", p.argv[*p.command.script_index]),
-                            0, "to run a directory or zip, bind it with --ro-bind and give its "
-                               "in-jail path");
+        // Opened with the rights of the jail's host user (hostopen.hpp): root must not read a
+        // file for the jail through a link another user planted.
+        std::optional<HostUserIds> as_host_user;
+        if (::geteuid() == 0) as_host_user = HostUserIds{root_uid, root_gid};
+        UniqueFd fd = open_script_from_parent(host, p.argv[*p.command.script_index], as_host_user);
         facts.script_real_path = fd_path(fd.get());
         script = host;
         script_fd = fd.get();
@@ -252,13 +253,10 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
 
     p.mounts = plan_mounts(policy, p.rootfs, facts, script);
     if (p.mounts.script_jail_path) p.argv[*p.command.script_index] = *p.mounts.script_jail_path;
-    // The script is read by the parent's open fd: the jail gets a copy of a file its caller
-    // can read, whatever the jail user's rights on the host.
+    // The script is read by the parent's open fd: the jail gets a copy of a file its host
+    // user can read (or root's own, on a path nobody else could have planted).
     for (const auto& src : p.mounts.sources) p.content_fds.push_back(src.content ? script_fd : -1);
 
-    uid_t root_uid = 0;
-    gid_t root_gid = 0;
-    if (::geteuid() == 0) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
     p.ids = plan_idmaps(::geteuid(), ::getegid(), root_uid, root_gid);
     if (::geteuid() == 0 && !policy.quiet) warn_unwritable_binds(binds, p.ids);
     p.env = jail_environment(policy);
@@ -269,7 +267,7 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         probe_seccomp_from_parent();
         FoundFile set = read_seccomp_set(policy.seccomp, dirs);
         std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
-        FilterInputs in{std::move(set.text), read_file(groups_path, "seccomp"), policy.net};
+        FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), policy.net};
         std::string file;
         if (auto compiled = load_compiled_filter(dirs, in, file)) {
             p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
@@ -305,15 +303,10 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
 ReportTarget ReportTarget::open_from_parent(const std::string& path, int fd) {
     ReportTarget t;
     if (!path.empty()) {
-        // Not through a symlink: a report path in a shared directory must not let another
-        // user point pyjail (perhaps root) at a file to truncate.
-        t.owned_.reset(::open(path.c_str(),
-                              O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW, 0644));
-        if (!t.owned_) {
-            int e = errno;
-            throw JailError("report", fmt::format("cannot write {}", path), e,
-                            e == ELOOP ? "the report file must not be a symbolic link" : "");
-        }
+        // Not through a symlink, a FIFO or another user's file: a report path in a shared
+        // directory must not let another user point pyjail (perhaps root) at a file to
+        // truncate, or hang it in open() (hostopen.hpp).
+        t.owned_ = open_report_from_parent(path);
         t.fd_ = t.owned_.get();
         t.name_ = path;
     } else if (fd >= 0) {

@@ -1,0 +1,49 @@
+// Opening host paths for a jail. The supervisor may be root (a cron job, a service) while the
+// jail is --host-user on the host; every host file the supervisor itself opens on the jail's
+// behalf goes through here, so that another user's planted symlink, FIFO or hard link cannot
+// make root read or write a file for the jail:
+//   - the script the jail runs: opened with the host user's rights; root's own file only on a
+//     path nobody else could have planted (trust.hpp);
+//   - the report: no symlink planted by others on the way, only a regular file, truncated
+//     only after the checks;
+//   - pyjail's own data (profiles, rootfs, compiled filters): only on a path that only root
+//     and the invoking user can change.
+// Bind sources and --workdir are not opened here: the jail's pid 1 opens them after it has
+// become the jail user (child.cpp, open_sources), so it reaches only what that user can.
+#pragma once
+
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+
+#include "sys.hpp"
+
+namespace pyjail {
+
+// The host ids a jail started by root has (--host-user).
+struct HostUserIds {
+    uid_t uid = 0;
+    gid_t gid = 0;
+};
+
+// The script the jail runs, open for reading (O_NONBLOCK: a FIFO cannot hang us), a regular
+// file. `host_user`: pyjail runs as root and the jail as this user. `shown`: the name the user
+// gave. Throws JailError (step "script").
+UniqueFd open_script_from_parent(const std::string& path, const std::string& shown,
+                                 const std::optional<HostUserIds>& host_user);
+
+// The report file (absolute path), open for writing: created 0644 when missing, truncated
+// only after the checks, nothing created or truncated when refused. Throws JailError
+// (step "report").
+UniqueFd open_report_from_parent(const std::string& path);
+
+// The physical path of a directory of pyjail's own data, after checking that only root and
+// the invoking user can change it or anything on the way to it. A missing one is returned as
+// it is (what uses it says it is missing). Throws JailError (step "data").
+std::string trusted_data_path(const std::string& path);
+
+// The same check for a data file already open as `path`. Throws JailError (step "data").
+void require_trusted_data_file(int fd, const std::string& path);
+
+}  // namespace pyjail
