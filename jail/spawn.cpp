@@ -52,6 +52,7 @@
 #include "exitstatus.hpp"
 #include "hints.hpp"
 #include "init.hpp"
+#include "relay.hpp"
 #include "rootfs.hpp"
 #include "supervise.hpp"
 
@@ -377,18 +378,20 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.sync_fd = child_end.get();
     plan.parent_end_fd = parent_end.get();
 
-    // --output-limit: the program's stdout and stderr go through pipes we read and count.
-    UniqueFd out_read, out_write, err_read, err_write;
-    if (p.policy.limits.output) {
-        int a[2], b[2];
-        if (::pipe2(a, O_CLOEXEC) != 0 || ::pipe2(b, O_CLOEXEC) != 0)
-            throw JailError("output pipes", "cannot create the output pipes", errno);
-        out_read.reset(a[0]);
-        out_write.reset(a[1]);
-        err_read.reset(b[0]);
-        err_write.reset(b[1]);
-        plan.stdout_fd = out_write.get();
-        plan.stderr_fd = err_write.get();
+    // fds 0-2: pipes, sockets, ttys and /dev/null reach the jail as they are (no copy on
+    // the common path); anything else, and fds 1 and 2 under --output-limit, through our relay.
+    const std::array<StdioKind, 3> stdio_kinds{classify_host_fd(0), classify_host_fd(1),
+                                               classify_host_fd(2)};
+    StdioPlan stdio = plan_stdio(stdio_kinds, p.policy.limits.output.has_value());
+    std::optional<StdioRelay> relay;
+    if (stdio.any_relay()) {
+        relay.emplace(stdio, p.policy.limits.output);
+        for (int fd = 0; fd < 3; ++fd) {
+            plan.stdio_fds[fd] = relay->jail_end(fd);
+            if (verbose && plan.stdio_fds[fd] >= 0)
+                std::fprintf(stderr, "pyjail: fd %d (%s) relayed through a pipe\n", fd,
+                             stdio_kind_name(stdio_kinds[static_cast<std::size_t>(fd)]));
+        }
     }
 
     // The jail's cgroup, if we have one: limits written before the jail exists, and the jail
@@ -437,8 +440,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
 
     JailHandle jail(pidfd);
     child_end.reset();
-    out_write.reset();
-    err_write.reset();
+    if (relay) relay->close_jail_ends();
 
     // The id maps, when root runs pyjail (otherwise the child writes its own).
     if (!child_maps_itself) {
@@ -464,11 +466,18 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
         sa.kill_all = [&] { leaf->kill_all(); };
     }
-    sa.out_fd = out_read.release();
-    sa.err_fd = err_read.release();
-    sa.output_limit = p.policy.limits.output;
+    sa.relay = relay ? &*relay : nullptr;
     Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();
+    if (relay) {
+        // What the jail wrote before it ended, as far as our reader takes it in a short
+        // while: a stalled reader must not keep pyjail (and the report) waiting.
+        std::uint64_t dropped = relay->finish(StdioRelay::kFinalFlushMs);
+        if (dropped > 0 && !p.policy.quiet)
+            std::fprintf(stderr, "pyjail: %llu bytes of the program's output were dropped: "
+                                 "pyjail's reader did not take them within %.0f s\n",
+                         static_cast<unsigned long long>(dropped), StdioRelay::kFinalFlushMs / 1e3);
+    }
 
     facts.outcome = s.outcome;
     facts.denied = s.denied;
