@@ -55,6 +55,7 @@
 #include "relay.hpp"
 #include "rootfs.hpp"
 #include "supervise.hpp"
+#include "terminal.hpp"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -413,6 +414,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     }
 
     SignalRelay signals;
+    // Saved before the jail can touch them, restored however it ends.
+    TerminalSettings terminal;
 
     // root's supplementary groups would follow the jail (setgroups is denied inside it):
     // drop them here, the supervisor does not need them.
@@ -469,6 +472,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     sa.relay = relay ? &*relay : nullptr;
     Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();
+    terminal.restore();
     if (relay) {
         // What the jail wrote before it ended, as far as our reader takes it in a short
         // while: a stalled reader must not keep pyjail (and the report) waiting.
