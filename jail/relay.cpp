@@ -78,6 +78,18 @@ StdioKind classify_host_fd(int fd) {
     }
 }
 
+void drop_own_stderr_if_stalled_from_parent(int wait_ms) {
+    pollfd p{2, POLLOUT, 0};
+    int n;
+    do n = ::poll(&p, 1, wait_ms);
+    while (n < 0 && errno == EINTR);
+    if (n != 0) return;  // writable, or not open at all
+    int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (null < 0) return;
+    ::dup2(null, 2);
+    ::close(null);
+}
+
 // One relayed stream. fd 0: the host's stdin -> `ours` (the write end of the jail's stdin
 // pipe). fds 1, 2: `ours` (the read end of the jail's pipe) -> the host's fd 1 or 2.
 struct StdioRelay::Pump {

@@ -25,6 +25,12 @@ namespace pyjail {
 // What the supervisor's descriptor `fd` is.
 StdioKind classify_host_fd(int fd);
 
+// After the run, pyjail's own messages go to its fd 2. A stderr nobody reads (a pipe the
+// program's output filled, a stopped terminal) would make such a write wait forever: if fd 2
+// takes nothing within `wait_ms`, pyjail's fd 2 becomes /dev/null and they are dropped. Only
+// pyjail's own descriptor table changes; the caller's description stays as it was.
+void drop_own_stderr_if_stalled_from_parent(int wait_ms);
+
 class StdioRelay {
 public:
     static constexpr int kPollSlots = 6;                 // two per stream

@@ -473,15 +473,15 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();
     terminal.restore();
-    if (relay) {
-        // What the jail wrote before it ended, as far as our reader takes it in a short
-        // while: a stalled reader must not keep pyjail (and the report) waiting.
-        std::uint64_t dropped = relay->finish(StdioRelay::kFinalFlushMs);
-        if (dropped > 0 && !p.policy.quiet)
-            std::fprintf(stderr, "pyjail: %llu bytes of the program's output were dropped: "
-                                 "pyjail's reader did not take them within %.0f s\n",
-                         static_cast<unsigned long long>(dropped), StdioRelay::kFinalFlushMs / 1e3);
-    }
+    // What the jail wrote before it ended, as far as our reader takes it in a short while: a
+    // stalled reader must not keep pyjail (and the report) waiting.
+    std::uint64_t dropped = relay ? relay->finish(StdioRelay::kFinalFlushMs) : 0;
+    // Nor may a stalled reader of our own stderr, from here on.
+    drop_own_stderr_if_stalled_from_parent(500);
+    if (dropped > 0 && !p.policy.quiet)
+        std::fprintf(stderr, "pyjail: %llu bytes of the program's output were dropped: "
+                             "pyjail's reader did not take them within %.0f s\n",
+                     static_cast<unsigned long long>(dropped), StdioRelay::kFinalFlushMs / 1e3);
 
     facts.outcome = s.outcome;
     facts.denied = s.denied;

@@ -133,6 +133,29 @@ def test_a_stalled_reader_does_not_hold_the_wall_time(pyjail_command, as_user, t
     assert not helpers.wait_until_gone(token), "the jail outlived pyjail"
 
 
+@pytest.mark.parametrize("relayed", [True, False], ids=["output-limit", "no-relay"])
+def test_a_stalled_stderr_does_not_keep_pyjail_running(pyjail_command, as_user, token, helpers,
+                                                       relayed):
+    """`pyjail ... 2>&1 | stalled`: the program fills the pipe pyjail's own messages go to;
+    when the wall time ends the jail, pyjail's last words must not wait for that reader."""
+    program = f"import sys  # {token}\nwhile True: sys.stderr.write('x' * 65536)"
+    limit = ["--output-limit", "1G"] if relayed else []
+    p = start(pyjail_command, as_user, [*limit, "--wall-time", "2", "--", "python3", "-c", program],
+              stderr=subprocess.STDOUT)
+    try:
+        status = p.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        pytest.fail("pyjail was still running 15 s into a 2 s wall time, writing to a stderr "
+                    "nobody reads")
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        p.stdout.close()
+    assert status == 124
+    assert not helpers.wait_until_gone(token), "the jail outlived pyjail"
+
+
 def test_a_stopped_terminal_does_not_hold_the_wall_time(pyjail_command, as_user, token,
                                                         helpers):
     """pyjail's stdout is a terminal stopped with ^S, with --output-limit: writes to it would
