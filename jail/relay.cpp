@@ -99,6 +99,8 @@ struct StdioRelay::Pump {
     UniqueFd private_host;  // WriteMethod::Private: our own description of the host's fd
     WriteMethod method = WriteMethod::Plain;
     bool bounded = false;   // writes to the host's fd cut short by the timer
+    bool capped_file = false;  // a regular file under --fsize
+    bool appends = false;      // ... opened O_APPEND: writes go to its end
     std::unique_ptr<char[]> buf{new char[kBufferSize]};
     std::size_t start = 0, end = 0;
     bool source_done = false;  // EOF or an error on the side we read
@@ -119,8 +121,9 @@ struct StdioRelay::Pump {
     }
 };
 
-StdioRelay::StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> output_limit)
-    : limit_(output_limit) {
+StdioRelay::StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> output_limit,
+                       std::optional<std::uint64_t> file_size_limit)
+    : limit_(output_limit), file_size_limit_(file_size_limit) {
     for (int i = 0; i < 3; ++i) {
         const StdioStream& s = plan.fd[static_cast<std::size_t>(i)];
         if (!s.relay) continue;
@@ -144,6 +147,12 @@ StdioRelay::StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> outpu
             p->private_host.reset(::open(fmt::format("/proc/self/fd/{}", i).c_str(),
                                          O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
             if (!p->private_host) use_bounded_writes(*p);  // e.g. another user's terminal
+        }
+        struct stat st {};
+        if (i > 0 && file_size_limit_ && ::fstat(i, &st) == 0 && S_ISREG(st.st_mode)) {
+            p->capped_file = true;
+            int flags = ::fcntl(i, F_GETFL);
+            p->appends = flags >= 0 && (flags & O_APPEND) != 0;
         }
         pumps_[static_cast<std::size_t>(i)] = std::move(p);
     }
@@ -216,6 +225,20 @@ void StdioRelay::read_some(Pump& p) {
 void StdioRelay::write_some(Pump& p) {
     const char* data = p.buf.get() + p.start;
     std::size_t len = p.end - p.start;
+    if (p.capped_file) {
+        // --fsize: the program's own writes to this file would stop at the limit (EFBIG); the
+        // relay's stop there too, or the jail could fill the disk through a `>> log`. The
+        // program's next write then fails (EPIPE).
+        struct stat st {};
+        off_t at = p.appends ? (::fstat(p.index, &st) == 0 ? st.st_size : -1)
+                             : ::lseek(p.index, 0, SEEK_CUR);
+        auto pos = static_cast<std::uint64_t>(at);
+        if (at < 0 || pos >= *file_size_limit_) {
+            p.close();
+            return;
+        }
+        if (len > *file_size_limit_ - pos) len = static_cast<std::size_t>(*file_size_limit_ - pos);
+    }
     ssize_t n;
     if (p.input() || p.private_host || p.method == WriteMethod::Plain) {
         n = ::write(p.sink(), data, len);

@@ -39,8 +39,11 @@ public:
     static constexpr double kFinalFlushMs = 2000;
 
     // Creates the pipes of the relayed streams (before the jail exists). `output_limit`
-    // counts the bytes of fds 1 and 2 together. Throws JailError.
-    StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> output_limit);
+    // counts the bytes of fds 1 and 2 together; `file_size_limit` (--fsize) caps a regular
+    // file the relay writes for the program, as RLIMIT_FSIZE would the program's own writes.
+    // Throws JailError.
+    StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> output_limit,
+               std::optional<std::uint64_t> file_size_limit);
     ~StdioRelay();
     StdioRelay(const StdioRelay&) = delete;
     StdioRelay& operator=(const StdioRelay&) = delete;
@@ -68,6 +71,7 @@ private:
 
     std::array<std::unique_ptr<Pump>, 3> pumps_;
     std::optional<std::uint64_t> limit_;
+    std::optional<std::uint64_t> file_size_limit_;
     std::uint64_t total_ = 0;
     bool over_ = false;
     bool alarm_installed_ = false;

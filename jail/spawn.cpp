@@ -386,7 +386,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     StdioPlan stdio = plan_stdio(stdio_kinds, p.policy.limits.output.has_value());
     std::optional<StdioRelay> relay;
     if (stdio.any_relay()) {
-        relay.emplace(stdio, p.policy.limits.output);
+        relay.emplace(stdio, p.policy.limits.output, p.policy.limits.fsize);
         for (int fd = 0; fd < 3; ++fd) {
             plan.stdio_fds[fd] = relay->jail_end(fd);
             if (verbose && plan.stdio_fds[fd] >= 0)

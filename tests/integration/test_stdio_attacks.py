@@ -106,6 +106,19 @@ emit(got)
     assert "program output\n" in text
 
 
+def test_fsize_still_caps_a_file_given_as_stdout(pyjail_command, as_user, world_tmp):
+    """The relay writes a `> out.txt` for the program: --fsize caps that file as it capped the
+    program's own writes to it, so the jail cannot fill the disk through its stdout."""
+    out = world_tmp.file("out.txt", "")
+    program = "import sys\nfor _ in range(80): sys.stdout.write('x' * 65536)"
+    with open(out, "wb") as target:
+        p = start(pyjail_command, as_user, ["--fsize", "1M", "--", "python3", "-c", program],
+                  stdout=target)
+        status, _, err = finish(p)
+    assert status != 0, err  # the program's writes failed
+    assert out.stat().st_size <= 1 << 20
+
+
 def test_a_stalled_reader_does_not_hold_the_wall_time(pyjail_command, as_user, token, helpers):
     """pyjail's stdout is a pipe nobody reads, with --output-limit: the relay stops reading the
     jail's pipe (the program blocks in its own write) and --wall-time still ends the run."""
