@@ -90,6 +90,12 @@ void drop_own_stderr_if_stalled_from_parent(int wait_ms) {
     ::close(null);
 }
 
+bool same_host_object(int a, int b) {
+    struct stat sa {}, sb {};
+    if (::fstat(a, &sa) != 0 || ::fstat(b, &sb) != 0) return false;
+    return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
 // One relayed stream. fd 0: the host's stdin -> `ours` (the write end of the jail's stdin
 // pipe). fds 1, 2: `ours` (the read end of the jail's pipe) -> the host's fd 1 or 2.
 struct StdioRelay::Pump {
@@ -123,10 +129,12 @@ struct StdioRelay::Pump {
 
 StdioRelay::StdioRelay(const StdioPlan& plan, std::optional<std::uint64_t> output_limit,
                        std::optional<std::uint64_t> file_size_limit)
-    : limit_(output_limit), file_size_limit_(file_size_limit) {
+    : limit_(output_limit),
+      file_size_limit_(file_size_limit),
+      stderr_joins_stdout_(plan.stderr_joins_stdout) {
     for (int i = 0; i < 3; ++i) {
         const StdioStream& s = plan.fd[static_cast<std::size_t>(i)];
-        if (!s.relay) continue;
+        if (!s.relay || (i == 2 && plan.stderr_joins_stdout)) continue;
         auto p = std::make_unique<Pump>();
         p->index = i;
         p->method = s.method;
@@ -175,6 +183,7 @@ void StdioRelay::use_bounded_writes(Pump& p) {
 
 int StdioRelay::jail_end(int i) const {
     const auto& p = pumps_[static_cast<std::size_t>(i)];
+    if (i == 2 && !p && stderr_joins_stdout_) return jail_end(1);
     return p ? p->jail_end.get() : -1;
 }
 

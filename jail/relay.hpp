@@ -25,6 +25,9 @@ namespace pyjail {
 // What the supervisor's descriptor `fd` is.
 StdioKind classify_host_fd(int fd);
 
+// Whether fds `a` and `b` name the same file, pipe, socket or terminal.
+bool same_host_object(int a, int b);
+
 // After the run, pyjail's own messages go to its fd 2. A stderr nobody reads (a pipe the
 // program's output filled, a stopped terminal) would make such a write wait forever: if fd 2
 // takes nothing within `wait_ms`, pyjail's fd 2 becomes /dev/null and they are dropped. Only
@@ -72,6 +75,7 @@ private:
     std::array<std::unique_ptr<Pump>, 3> pumps_;
     std::optional<std::uint64_t> limit_;
     std::optional<std::uint64_t> file_size_limit_;
+    bool stderr_joins_stdout_ = false;
     std::uint64_t total_ = 0;
     bool over_ = false;
     bool alarm_installed_ = false;

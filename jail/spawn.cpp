@@ -383,15 +383,17 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     // the common path); anything else, and fds 1 and 2 under --output-limit, through our relay.
     const std::array<StdioKind, 3> stdio_kinds{classify_host_fd(0), classify_host_fd(1),
                                                classify_host_fd(2)};
-    StdioPlan stdio = plan_stdio(stdio_kinds, p.policy.limits.output.has_value());
+    StdioPlan stdio = plan_stdio(stdio_kinds, p.policy.limits.output.has_value(),
+                                 same_host_object(1, 2));
     std::optional<StdioRelay> relay;
     if (stdio.any_relay()) {
         relay.emplace(stdio, p.policy.limits.output, p.policy.limits.fsize);
         for (int fd = 0; fd < 3; ++fd) {
             plan.stdio_fds[fd] = relay->jail_end(fd);
             if (verbose && plan.stdio_fds[fd] >= 0)
-                std::fprintf(stderr, "pyjail: fd %d (%s) relayed through a pipe\n", fd,
-                             stdio_kind_name(stdio_kinds[static_cast<std::size_t>(fd)]));
+                std::fprintf(stderr, "pyjail: fd %d (%s) relayed through a pipe%s\n", fd,
+                             stdio_kind_name(stdio_kinds[static_cast<std::size_t>(fd)]),
+                             fd == 2 && stdio.stderr_joins_stdout ? " (fd 1's)" : "");
         }
     }
 

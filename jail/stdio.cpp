@@ -29,12 +29,14 @@ WriteMethod write_method_for(StdioKind kind) {
     }
 }
 
-StdioPlan plan_stdio(const std::array<StdioKind, 3>& kinds, bool output_limit) {
+StdioPlan plan_stdio(const std::array<StdioKind, 3>& kinds, bool output_limit,
+                     bool stdout_is_stderr) {
     StdioPlan plan;
     for (std::size_t i = 0; i < 3; ++i) {
         plan.fd[i].relay = !passes_as_is(kinds[i]) || (i > 0 && output_limit);
         plan.fd[i].method = write_method_for(kinds[i]);
     }
+    plan.stderr_joins_stdout = stdout_is_stderr && plan.fd[1].relay && plan.fd[2].relay;
     return plan;
 }
 

@@ -37,6 +37,9 @@ struct StdioStream {
 
 struct StdioPlan {
     std::array<StdioStream, 3> fd;  // 0, 1, 2
+    // fds 1 and 2 are one file (`> log 2>&1`), both relayed: the jail gets one pipe for both,
+    // so its writes keep their order; fd 1's relay carries them.
+    bool stderr_joins_stdout = false;
     bool any_relay() const { return fd[0].relay || fd[1].relay || fd[2].relay; }
 };
 
@@ -44,7 +47,9 @@ struct StdioPlan {
 // the jail could rewrite or truncate the host file (reopening /proc/self/fd/N, ftruncate), a
 // directory would lead out of its mount namespace (fchdir), and a device would take its
 // ioctls. With an output limit, fds 1 and 2 are always relayed, to count what they carry.
-StdioPlan plan_stdio(const std::array<StdioKind, 3>& kinds, bool output_limit);
+// `stdout_is_stderr`: fds 1 and 2 name the same file, pipe or terminal.
+StdioPlan plan_stdio(const std::array<StdioKind, 3>& kinds, bool output_limit,
+                     bool stdout_is_stderr = false);
 
 WriteMethod write_method_for(StdioKind kind);
 

@@ -106,6 +106,19 @@ emit(got)
     assert "program output\n" in text
 
 
+def test_stdout_and_stderr_to_one_file_keep_their_order(pyjail_command, as_user, world_tmp):
+    """`> log 2>&1` is relayed through one pipe: the program's writes to fds 1 and 2 land in
+    the order it made them, as they did when it held the file itself."""
+    log = world_tmp.file("both.log", "")
+    program = "import os\nfor i in range(2000): os.write(1 + i % 2, b'%d\\n' % i)"
+    with open(log, "ab") as target:
+        p = start(pyjail_command, as_user, ["--quiet", "--", "python3", "-c", program],
+                  stdout=target, stderr=target)
+        status, _, _ = finish(p)
+    assert status == 0
+    assert log.read_text() == "".join(f"{i}\n" for i in range(2000))
+
+
 def test_fsize_still_caps_a_file_given_as_stdout(pyjail_command, as_user, world_tmp):
     """The relay writes a `> out.txt` for the program: --fsize caps that file as it capped the
     program's own writes to it, so the jail cannot fill the disk through its stdout."""

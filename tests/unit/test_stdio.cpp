@@ -52,3 +52,12 @@ TEST_CASE("how each kind is written without waiting for its reader") {
     CHECK(p.fd[1].method == WriteMethod::NoWait);
     CHECK(p.fd[2].method == WriteMethod::Private);
 }
+
+TEST_CASE("stdout and stderr that are one file share one pipe") {
+    StdioPlan p = plan_stdio({K::Tty, K::Regular, K::Regular}, false, true);
+    CHECK(p.stderr_joins_stdout);
+    CHECK_FALSE(plan_stdio({K::Tty, K::Regular, K::Regular}, false, false).stderr_joins_stdout);
+    // Only when both are relayed: a terminal passes as it is without a limit.
+    CHECK_FALSE(plan_stdio({K::Tty, K::Tty, K::Tty}, false, true).stderr_joins_stdout);
+    CHECK(plan_stdio({K::Tty, K::Tty, K::Tty}, true, true).stderr_joins_stdout);
+}
