@@ -83,6 +83,18 @@ emit(got)
     assert got["read"].replace("PWNED\n", "", 1) == data
 
 
+def test_a_program_that_never_reads_its_stdin_file_ends_as_usual(pyjail_command, as_user,
+                                                                   world_tmp):
+    """The relay fills the stdin pipe and then waits: a program that never reads it neither
+    stalls nor is stalled, and pyjail ends with it."""
+    path = world_tmp.file("big.bin", b"\0" * (4 << 20))
+    with open(path, "rb") as stdin:
+        p = start(pyjail_command, as_user, ["--wall-time", "10", "--", "python3", "-c",
+                                            "print('done')"], stdin=stdin)
+        status, out, err = finish(p, timeout=15)
+    assert (status, out) == (0, "done\n"), err
+
+
 @pytest.mark.parametrize("fd", [1, 2])
 def test_a_log_appended_to_cannot_be_truncated(pyjail_command, as_user, world_tmp, fd):
     """`pyjail ... >> job.log` (or 2>>) with a log another user owns: the jail cannot truncate
