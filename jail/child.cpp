@@ -264,11 +264,13 @@ void step_rlimits(const ChildPlan& p) {
     }
 }
 
-void step_output_pipes(const ChildPlan& p) {
-    // --output-limit: the program writes into pipes the supervisor reads and counts.
-    if (p.stdout_fd < 0) return;
-    if (::dup2(p.stdout_fd, 1) < 0 || ::dup2(p.stderr_fd, 2) < 0)
-        fail("output pipes", errno, kExitJailError, "dup2");
+void step_stdio(const ChildPlan& p) {
+    // A relayed stream's pipe replaces the host's descriptor, which the jail then never holds
+    // (a host file it held could be reopened for writing through /proc/self/fd or truncated).
+    // The pipes' ends are all above 2 (relay.cpp), so no dup2 here overwrites another.
+    for (int fd = 0; fd < 3; ++fd)
+        if (p.stdio_fds[fd] >= 0 && ::dup2(p.stdio_fds[fd], fd) < 0)
+            fail("stdio", errno, kExitJailError, "dup2 onto fd %d", fd);
 }
 
 void step_new_session() {
@@ -384,7 +386,7 @@ void run_child(const ChildPlan& p) noexcept {
     step_hostname(p);
     step_network(p);
     step_rlimits(p);
-    step_output_pipes(p);
+    step_stdio(p);
     step_new_session();
     step_close_fds();
     step_drop_capabilities();

@@ -31,7 +31,9 @@ struct ChildPlan {
     bool loopback_up = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
     std::vector<RlimitValue> rlimits;
-    int stdout_fd = -1, stderr_fd = -1;       // --output-limit: pipes to the supervisor
+    // Per fd 0-2: the jail's end of a pipe the supervisor relays (relay.hpp), or -1: the
+    // host's own descriptor stays.
+    int stdio_fds[3] = {-1, -1, -1};
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

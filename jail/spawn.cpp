@@ -54,8 +54,10 @@
 #include "hints.hpp"
 #include "hostopen.hpp"
 #include "init.hpp"
+#include "relay.hpp"
 #include "rootfs.hpp"
 #include "supervise.hpp"
+#include "terminal.hpp"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -370,18 +372,22 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.sync_fd = child_end.get();
     plan.parent_end_fd = parent_end.get();
 
-    // --output-limit: the program's stdout and stderr go through pipes we read and count.
-    UniqueFd out_read, out_write, err_read, err_write;
-    if (p.policy.limits.output) {
-        int a[2], b[2];
-        if (::pipe2(a, O_CLOEXEC) != 0 || ::pipe2(b, O_CLOEXEC) != 0)
-            throw JailError("output pipes", "cannot create the output pipes", errno);
-        out_read.reset(a[0]);
-        out_write.reset(a[1]);
-        err_read.reset(b[0]);
-        err_write.reset(b[1]);
-        plan.stdout_fd = out_write.get();
-        plan.stderr_fd = err_write.get();
+    // fds 0-2: pipes, sockets, ttys and /dev/null reach the jail as they are (no copy on
+    // the common path); anything else, and fds 1 and 2 under --output-limit, through our relay.
+    const std::array<StdioKind, 3> stdio_kinds{classify_host_fd(0), classify_host_fd(1),
+                                               classify_host_fd(2)};
+    StdioPlan stdio = plan_stdio(stdio_kinds, p.policy.limits.output.has_value(),
+                                 same_host_object(1, 2));
+    std::optional<StdioRelay> relay;
+    if (stdio.any_relay()) {
+        relay.emplace(stdio, p.policy.limits.output, p.policy.limits.fsize);
+        for (int fd = 0; fd < 3; ++fd) {
+            plan.stdio_fds[fd] = relay->jail_end(fd);
+            if (verbose && plan.stdio_fds[fd] >= 0)
+                std::fprintf(stderr, "pyjail: fd %d (%s) relayed through a pipe%s\n", fd,
+                             stdio_kind_name(stdio_kinds[static_cast<std::size_t>(fd)]),
+                             fd == 2 && stdio.stderr_joins_stdout ? " (fd 1's)" : "");
+        }
     }
 
     // The jail's cgroup, if we have one: limits written before the jail exists, and the jail
@@ -403,6 +409,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     }
 
     SignalRelay signals;
+    // Saved before the jail can touch them, restored however it ends.
+    TerminalSettings terminal;
 
     // root's supplementary groups would follow the jail (setgroups is denied inside it):
     // drop them here, the supervisor does not need them.
@@ -430,8 +438,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
 
     JailHandle jail(pidfd);
     child_end.reset();
-    out_write.reset();
-    err_write.reset();
+    if (relay) relay->close_jail_ends();
 
     // The id maps, when root runs pyjail (otherwise the child writes its own).
     if (!child_maps_itself) {
@@ -457,11 +464,19 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
         sa.kill_all = [&] { leaf->kill_all(); };
     }
-    sa.out_fd = out_read.release();
-    sa.err_fd = err_read.release();
-    sa.output_limit = p.policy.limits.output;
+    sa.relay = relay ? &*relay : nullptr;
     Supervised s = supervise_from_parent(sa);
     jail.mark_reaped();
+    terminal.restore();
+    // What the jail wrote before it ended, as far as our reader takes it in a short while: a
+    // stalled reader must not keep pyjail (and the report) waiting.
+    std::uint64_t dropped = relay ? relay->finish(StdioRelay::kFinalFlushMs) : 0;
+    // Nor may a stalled reader of our own stderr, from here on.
+    drop_own_stderr_if_stalled_from_parent(500);
+    if (dropped > 0 && !p.policy.quiet)
+        std::fprintf(stderr, "pyjail: %llu bytes of the program's output were dropped: "
+                             "pyjail's reader did not take them within %.0f s\n",
+                     static_cast<unsigned long long>(dropped), StdioRelay::kFinalFlushMs / 1e3);
 
     facts.outcome = s.outcome;
     facts.denied = s.denied;

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "relay.hpp"
 #include "sys.hpp"
 
 #ifndef P_PIDFD
@@ -97,41 +98,12 @@ private:
 
 }  // namespace
 
-namespace {
-
-// Relays one of the program's output pipes to our own stdout/stderr, counting bytes against
-// --output-limit. Returns false at EOF, or when our own reader is gone.
-bool relay(int from, int to, std::uint64_t& total, const std::optional<std::uint64_t>& limit,
-           bool& over) {
-    char buf[65536];
-    ssize_t n = ::read(from, buf, sizeof buf);
-    if (n < 0) return errno == EINTR || errno == EAGAIN;
-    if (n == 0) return false;
-    auto len = static_cast<std::uint64_t>(n);
-    if (limit && total + len > *limit) {
-        len = *limit > total ? *limit - total : 0;
-        over = true;
-    }
-    total += len;
-    for (std::uint64_t done = 0; done < len;) {
-        ssize_t w = ::write(to, buf + done, len - done);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return false;  // our reader went away
-        done += static_cast<std::uint64_t>(w);
-    }
-    return true;
-}
-
-}  // namespace
-
 Supervised supervise_from_parent(const SuperviseArgs& a) {
     Supervisor sv(a.sync_fd, a.started_ms, a.seccomp);
     bool timed_out = false, killed = false;
     double deadline = a.wall_time > 0 ? a.started_ms + a.wall_time * 1e3 : 0;
-    int out_fd = a.out_fd, err_fd = a.err_fd;
     int sync_fd = a.sync_fd;  // -1 once the jail's end is closed
-    std::uint64_t output = 0;
-    bool over_output = false, over_cpu = false;
+    bool over_cpu = false;
     auto kill_jail = [&] {
         if (killed) return;
         killed = true;
@@ -149,13 +121,13 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
         }
         // --cpu-time is checked ten times a second: the jail can overrun it by that much.
         if (a.cpu_time > 0 && a.cpu_usage && !killed && (timeout < 0 || timeout > 100)) timeout = 100;
-        pollfd fds[6] = {{a.pidfd, POLLIN, 0},
-                         {sync_fd, POLLIN, 0},
-                         {a.signal_fd, POLLIN, 0},
-                         {sv.listener ? sv.listener.get() : -1, POLLIN, 0},
-                         {out_fd, POLLIN, 0},
-                         {err_fd, POLLIN, 0}};
-        int n = ::poll(fds, 6, timeout);
+        constexpr nfds_t kOwn = 4;  // the relay's descriptors follow these
+        pollfd fds[kOwn + StdioRelay::kPollSlots] = {{a.pidfd, POLLIN, 0},
+                                                     {sync_fd, POLLIN, 0},
+                                                     {a.signal_fd, POLLIN, 0},
+                                                     {sv.listener ? sv.listener.get() : -1, POLLIN, 0}};
+        if (a.relay) a.relay->fill_pollfds(fds + kOwn);
+        int n = ::poll(fds, a.relay ? kOwn + StdioRelay::kPollSlots : kOwn, timeout);
         if (n < 0 && errno == EINTR) continue;
         if (deadline > 0 && !killed && monotonic_ms() >= deadline) {
             timed_out = true;
@@ -184,27 +156,13 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
         }
         if (fds[3].revents & POLLIN) sv.answer_notification();
         else if (fds[3].revents & (POLLHUP | POLLERR | POLLNVAL)) sv.listener.reset();
-        if (fds[4].revents & (POLLIN | POLLHUP | POLLERR) &&
-            !relay(out_fd, 1, output, a.output_limit, over_output)) {
-            ::close(out_fd);
-            out_fd = -1;
+        if (a.relay) {
+            a.relay->handle(fds + kOwn);
+            if (a.relay->over_limit() && !killed) kill_jail();
         }
-        if (fds[5].revents & (POLLIN | POLLHUP | POLLERR) &&
-            !relay(err_fd, 2, output, a.output_limit, over_output)) {
-            ::close(err_fd);
-            err_fd = -1;
-        }
-        if (over_output && !killed) kill_jail();
         if (fds[0].revents & POLLIN) break;
     }
     sv.drain_messages();
-    // Whatever the jail wrote before it ended (its processes are gone: the pipes reach EOF).
-    while (out_fd >= 0 && relay(out_fd, 1, output, a.output_limit, over_output)) {
-    }
-    while (err_fd >= 0 && relay(err_fd, 2, output, a.output_limit, over_output)) {
-    }
-    if (out_fd >= 0) ::close(out_fd);
-    if (err_fd >= 0) ::close(err_fd);
 
     siginfo_t info{};
     while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a.pidfd), &info, WEXITED) != 0 &&
@@ -213,7 +171,7 @@ Supervised supervise_from_parent(const SuperviseArgs& a) {
     Supervised s = std::move(sv.result);
     s.wall_s = (monotonic_ms() - a.started_ms) / 1e3;
     s.cpu_timeout = over_cpu;
-    s.output_limit = over_output;
+    s.output_limit = a.relay != nullptr && a.relay->over_limit();
     if (timed_out) {
         s.outcome.kind = Outcome::Kind::WallTimeout;
     } else if (sv.status) {

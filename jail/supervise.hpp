@@ -12,6 +12,8 @@
 
 namespace pyjail {
 
+class StdioRelay;
+
 struct Supervised {
     Outcome outcome;
     std::optional<JailMessage> error;  // a set-up step failed
@@ -32,11 +34,9 @@ struct SuperviseArgs {
     // --cpu-time over the whole jail (cgroup v2): the jail's CPU seconds so far.
     double cpu_time = 0;
     std::function<std::optional<double>()> cpu_usage;
-    // --output-limit: the read ends of the program's stdout and stderr pipes, relayed to ours.
-    // Owned by the supervisor from here on: it closes one when our own reader goes away, so
-    // the program gets EPIPE/SIGPIPE as it would without the jail.
-    int out_fd = -1, err_fd = -1;
-    std::optional<std::uint64_t> output_limit;
+    // The relay of the program's standard streams, if any go through it (relay.hpp): polled
+    // in the loop, so a stalled reader never holds up a deadline; --output-limit counts there.
+    StdioRelay* relay = nullptr;
     std::function<void()> kill_all;  // besides SIGKILL to pid 1 (cgroup.kill)
 };
 
