@@ -1235,6 +1235,12 @@ def _fit_result(result):
     """A cell's result header, made to fit in HEADER_FROM_JAIL: first without
     the plain data (the driver then has the value's repr), then with its texts
     cut shorter. (A repr of 64K characters can take 12 bytes each in JSON.)"""
+    err = result.get("error") or {}
+    texts = (result.get("value"), result.get("value_str"), err.get("type"), err.get("message"),
+             err.get("traceback"))
+    if "data" not in result and \
+            12 * sum(len(t) for t in texts if isinstance(t, str)) < HEADER_FROM_JAIL - 4096:
+        return result       # the usual cell: no need to encode it twice
     if len(_encode_json(result)) <= HEADER_FROM_JAIL:
         return result
     result.pop("data", None)

@@ -103,6 +103,10 @@ def session(attack):
         if attack == "huge-header":
             # Under the old 16 MiB cap: 5 million empty objects.
             send(frame(b"[" + b",".join([b"{}"] * (5 << 20)) + b"]"))
+        elif attack == "max-header":
+            # Just under the driver's cap: ~350,000 empty objects, the costliest JSON per byte.
+            n = (1 << 20) // 3 - 20
+            send(frame(b'{"op": "x", "a": [' + b",".join([b"{}"] * n) + b"]}"))
         elif attack == "colliding-set":
             send(frame({"op": "result", "id": rid, "error": None, "value": "{...}",
                         "data": {"$s": colliding_ints(25000)},

@@ -297,6 +297,16 @@ def test_a_huge_header_costs_no_memory(hostile, mode):
         assert out.get("cell") == "ProtocolError", out
 
 
+@pytest.mark.no_binary
+def test_the_costliest_header_the_driver_accepts_stays_bounded(hostile):
+    # 1 MiB of `{},{},...`: the JSON that costs the most memory per byte, at the cap.
+    out = drive("s = pyjail.Session()\nout['cell'] = s.run('1').error.type\ns.close()",
+                env=hostile("max-header"))
+    print("driver peak RSS after a 1 MiB header of empty objects: %.0f MiB" % (out["rss"] / MiB))
+    assert out["rss"] < rss_bound(_server.HEADER_FROM_JAIL), out
+    assert out.get("cell") == "ProtocolError", out
+
+
 # The size of the huge headers below: 5 Mi empty objects.
 HUGE_HEADER = 3 * (5 << 20) + 1
 
