@@ -50,6 +50,29 @@ def _user_prefix(user):
     return [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", "--"]
 
 
+_package_copies = []
+
+
+def _package_path(prefix):
+    """Where the driver imports pyjail from: this checkout's python/, or, for a driver run
+    as another user, a world-readable copy of it (the checkout may be private)."""
+    if not prefix:
+        return str(REPO / "python")
+    if not _package_copies:
+        import atexit
+        import tempfile
+        top = tempfile.mkdtemp(prefix="pyjail-package-")
+        atexit.register(shutil.rmtree, top, True)
+        shutil.copytree(str(REPO / "python" / "pyjail"), os.path.join(top, "pyjail"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        for d, _dirs, files in os.walk(top):
+            os.chmod(d, 0o755)
+            for f in files:
+                os.chmod(os.path.join(d, f), 0o644)
+        _package_copies.append(top)
+    return _package_copies[0]
+
+
 def drive(code, *, user=None, env=None, timeout=120):
     """Run driver code (it fills the dict `out`) in a fresh host interpreter; returns `out`
     with what the code raised, how long it took (s) and the interpreter's peak RSS (bytes,
@@ -70,10 +93,10 @@ def drive(code, *, user=None, env=None, timeout=120):
         "              if l.startswith('VmHWM:')][0]\n"
         "print('RESULT ' + json.dumps(out, default=repr), flush=True)\n"
         "os._exit(0)\n")
-    e = dict(os.environ)
-    e["PYTHONPATH"] = str(REPO / "python")
-    e.update(env or {})
     cmd = _user_prefix(user) if user else []
+    e = dict(os.environ)
+    e["PYTHONPATH"] = _package_path(cmd)
+    e.update(env or {})
     proc = subprocess.Popen(cmd + [sys.executable, "-c", prog], env=e, cwd="/",
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
