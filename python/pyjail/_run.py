@@ -391,6 +391,7 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
     except ServerRefused as e:
         proc.kill()
         _finish(proc, backstop)
+        errfile.close()
         raise JailError("pyjail: %s" % e) from None
     except ProtocolError as e:
         # Nothing from a jail that broke the protocol is returned.
