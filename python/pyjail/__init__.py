@@ -14,8 +14,13 @@ runs outside the jail.
 
 The binary is ``binary=`` if given, else ``$PYJAIL_BIN``, else ``pyjail`` on
 ``PATH``.
+
+Everything that comes back from a jail is treated as hostile (names, sizes,
+counts, frames): a jail that breaks the protocol is ended, and run() raises
+:class:`ProtocolError` (a Session replaces its interpreter and says so).
 """
 
+from ._channel import ProtocolError
 from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_binary)
 from ._run import Result, run
 from ._session import (CellError, CellResult, FinalCall, JailObject, Session, SessionClosedError,
@@ -27,7 +32,7 @@ __version__ = "0.1.0"
 __all__ = [
     "run", "Result", "Report",
     "Session", "CellResult", "CellError", "FinalCall", "JailObject",
-    "PyjailError", "BinaryNotFoundError", "JailError",
+    "PyjailError", "BinaryNotFoundError", "JailError", "ProtocolError",
     "SessionError", "SessionClosedError", "SessionDiedError", "HostFunctionError",
     "find_binary", "__version__",
 ]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import errno
 import hashlib
-import json
 import os
 import select
 import time
@@ -89,14 +88,22 @@ class ChannelTimeout(ChannelError):
 
 
 class ProtocolError(ChannelError):
-    """The jail sent something that is not a valid frame."""
+    """The jail broke the protocol: a malformed frame, one it had no reason to
+    send, or a name, size or count that the driver does not accept."""
+
+
+class ServerRefused(ChannelError):
+    """The in-jail server refused to start (it could not make itself safe)."""
 
 
 class Channel:
     """Frames over the jail's stdin (wfd) and stdout (rfd), with deadlines.
 
-    Everything read is untrusted: a frame's sizes are checked before anything
-    is allocated for it, and its header must be a JSON object."""
+    Everything read is hostile: a frame's sizes are checked before anything
+    is allocated for it (its header at most _server.HEADER_FROM_JAIL bytes,
+    its body at most ``max_body``), and its header must be a JSON object
+    (see _server.decode_header_from_jail). Host memory for one frame stays
+    within a few times its size."""
 
     def __init__(self, wfd: int, rfd: int, max_body: int) -> None:
         self.wfd, self.rfd = wfd, rfd
@@ -145,28 +152,39 @@ class Channel:
 
     def _parse(self) -> Optional[Frame]:
         try:
-            frame = _server.parse_frame(self.buf, self.max_body)
+            frame = _server.parse_frame(self.buf, self.max_body, _server.HEADER_FROM_JAIL)
         except ValueError as e:
             raise ProtocolError(str(e))
         if frame is None:
             return None
         head, body = frame
         try:
-            header = json.loads(head.decode("utf-8"))
-        except (ValueError, RecursionError) as e:
-            raise ProtocolError("frame header is not JSON: %s" % e)
-        if not isinstance(header, dict):
-            raise ProtocolError("frame header is not an object")
-        return header, body
+            return _server.decode_header_from_jail(head), body
+        except ValueError as e:
+            raise ProtocolError("bad frame header: %s" % str(e)[:200])
 
     def recv(self, deadline: Optional[float] = None) -> Frame:
+        """The next frame. Once ``deadline`` has passed, what is already in
+        the pipe is looked at once more (an answer that came just as time ran
+        out is taken), then ChannelTimeout. A jail that floods the channel
+        with frames keeps it readable for ever: callers that loop over frames
+        check their own deadline after each one (see Session._exec)."""
         more = False
+        looked_late = False
         while True:
             frame = self._parse()
             if frame is not None:
                 return frame
             if self.closed:
                 raise ChannelClosed("the jail closed the channel")
+            if not more and deadline is not None and time.monotonic() >= deadline:
+                # Past the deadline, the pipe is read until it is empty once,
+                # then no more: a jail that drips a frame's pieces cannot hold
+                # the caller (and one that floods sends whole frames, which
+                # end this call, capped in size).
+                if looked_late:
+                    raise ChannelTimeout("timed out")
+                looked_late = True
             if not more and not self._spinner.spin(deadline):
                 # A reply is seldom there yet: wait first rather than pay for
                 # a read that fails (the pipe is non-blocking), and spin
@@ -195,6 +213,8 @@ class Channel:
         if header.get("op") == "need-source":
             self.send({"op": "source"}, SERVER_SOURCE, deadline)
             header, _ = self.recv(deadline)
+        if header.get("op") == "refused":
+            raise ServerRefused(str(header.get("error"))[:4096])
         if header.get("op") != "hello":
             raise ProtocolError("expected the server's hello, got %r" % header.get("op"))
         if header.get("protocol") != _server.PROTOCOL:

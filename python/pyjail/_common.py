@@ -61,6 +61,19 @@ def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
     return path
 
 
+def check_name(name: Any) -> str:
+    """A file name relative to the jail's work directory, or ValueError: the
+    one check of every name that crosses the boundary, going in (``files=``)
+    as well as coming out (collected outputs, listed files), so that no name
+    from the jail can point at a host path (absolute, ``..``, NUL)."""
+    if not isinstance(name, str) or not name or name.startswith("/") or "\0" in name:
+        raise ValueError("file name %r: must be a relative path" % (name,))
+    parts = name.split("/")
+    if any(p in ("", ".", "..") for p in parts):
+        raise ValueError("file name %r: no empty, '.' or '..' parts" % (name,))
+    return name
+
+
 def _size(v: Union[int, float, str]) -> str:
     return str(int(v)) if isinstance(v, (int, float)) else str(v)
 

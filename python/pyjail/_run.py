@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _server
-from ._channel import Channel, ChannelClosed, ChannelError, ProtocolError, server_command
-from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, find_binary, jail_args,
-                      pyjail_message, render_output)
+from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
+                       ServerRefused, server_command)
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, check_name, find_binary,
+                      jail_args, pyjail_message, render_output)
 
 __all__ = ["run", "Result"]
 
@@ -37,9 +38,12 @@ class Result:
     report: Optional[Report] = None
     """pyjail's result report: status, times, peak memory, denied syscalls, limits."""
     files: Dict[str, bytes] = field(default_factory=dict)
-    """Files collected from the work directory (``outputs=``), by relative name."""
+    """Files collected from the work directory (``outputs=``), by relative name
+    (checked as ``files=`` names are: relative, no ``..``; matching ``outputs``,
+    within the caps)."""
     skipped_files: Dict[str, str] = field(default_factory=dict)
-    """Files that matched ``outputs`` but were left out, with why (the caps)."""
+    """Files that matched ``outputs`` but were left out, with why (the caps;
+    at most 1000 are named)."""
     _stdout_split: int = field(default=0, repr=False)
     _stderr_split: int = field(default=0, repr=False)
 
@@ -82,13 +86,79 @@ class Result:
         return self.report.wall_time_s if self.report is not None else None
 
 
-def _check_name(name: str) -> str:
-    if not isinstance(name, str) or not name or name.startswith("/") or "\0" in name:
-        raise ValueError("file name %r: must be a relative path" % (name,))
-    parts = name.split("/")
-    if any(p in ("", ".", "..") for p in parts):
-        raise ValueError("file name %r: no empty, '.' or '..' parts" % name)
-    return name
+def _outputs_from_jail(reply: Dict[str, Any], body: bytes, collect: Union[bool, List[str]],
+                       script_name: str, max_files: int, max_bytes: int
+                       ) -> Tuple[Dict[str, bytes], Dict[str, str]]:
+    """The files (and the skipped ones) of the jail's ``exited`` frame, checked
+    as if the jail were hostile, for it may be: a program that took over the
+    in-jail server could send any names and sizes. Every name passes the
+    check of input names (no host path: relative, no ``..``, no NUL), matches
+    ``collect``, appears once and is not the program itself; there are at
+    most ``max_files``, their sizes are integers >= 0 that add up exactly to
+    the body and to at most ``max_bytes``. ProtocolError otherwise.
+
+    >>> _outputs_from_jail({"files": [["a.txt", 2], ["b/c", 1]]}, b"hiX", True, "main.py", 9, 9)
+    ({'a.txt': b'hi', 'b/c': b'X'}, {})
+    >>> _outputs_from_jail({"files": [["../../x", 1]]}, b"X", True, "main.py", 9, 9)
+    Traceback (most recent call last):
+    pyjail._channel.ProtocolError: the jail sent back a file name '../../x': no empty, '.' or '..' parts
+    """
+    entries = reply.get("files", [])
+    skipped_entries = reply.get("skipped", [])
+    if not isinstance(entries, list) or not isinstance(skipped_entries, list):
+        raise ProtocolError("the jail sent back a malformed list of files")
+    if not collect and (entries or skipped_entries or body):
+        raise ProtocolError("the jail sent back files though none were asked for")
+    patterns = None if collect is True else list(collect or [])
+    if len(entries) > max_files:
+        raise ProtocolError("the jail sent back %d files, more than max_output_files=%d"
+                            % (len(entries), max_files))
+    checked: List[Tuple[str, int]] = []
+    seen = set()     # of names that passed check_name: str, whose hashes are salted
+    total = 0
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 2):
+            raise ProtocolError("the jail sent back a malformed file entry")
+        name, size = entry
+        try:
+            check_name(name)
+        except ValueError as e:
+            raise ProtocolError("the jail sent back a %s" % e) from None
+        if type(size) is not int or size < 0:
+            raise ProtocolError("the jail sent back file %r with a bad size %r" % (name, size))
+        if name in seen or name == script_name:
+            raise ProtocolError("the jail sent back file %r twice, or the program itself" % name)
+        if not _server.matches_patterns(name, patterns):
+            raise ProtocolError("the jail sent back file %r, which matches none of outputs=%r"
+                                % (name, patterns))
+        seen.add(name)
+        total += size
+        checked.append((name, size))
+    if total != len(body):
+        raise ProtocolError("the jail's file sizes add up to %d bytes, its frame holds %d"
+                            % (total, len(body)))
+    if total > max_bytes:
+        raise ProtocolError("the jail sent back %d bytes of files, more than "
+                            "max_output_bytes=%d" % (total, max_bytes))
+    files: Dict[str, bytes] = {}
+    pos = 0
+    for name, size in checked:
+        files[name] = body[pos:pos + size]
+        pos += size
+    if len(skipped_entries) > _server.SKIPPED_LIMIT:
+        raise ProtocolError("the jail named %d skipped files, more than %d"
+                            % (len(skipped_entries), _server.SKIPPED_LIMIT))
+    skipped: Dict[str, str] = {}
+    for entry in skipped_entries:
+        if not (isinstance(entry, list) and len(entry) == 3 and type(entry[1]) is int and
+                entry[1] >= 0 and isinstance(entry[2], str)):
+            raise ProtocolError("the jail sent back a malformed skipped-file entry")
+        try:
+            check_name(entry[0])
+        except ValueError as e:
+            raise ProtocolError("the jail named a skipped %s" % e) from None
+        skipped[entry[0]] = "%s (%d bytes)" % (entry[2][:200], entry[1])
+    return files, skipped
 
 
 def _file_bytes(value: FileData) -> bytes:
@@ -132,8 +202,11 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     ``output_limit`` instead stops the program (pyjail's ``--output-limit``).
 
     Returns a Result; the program's failures are in it, never raised. Raises
-    BinaryNotFoundError without a pyjail binary and JailError when pyjail cannot
-    set up the jail (exit status 125, with pyjail's explanation).
+    BinaryNotFoundError without a pyjail binary, JailError when pyjail cannot
+    set up the jail (exit status 125, with pyjail's explanation), and
+    ProtocolError when the jail broke the protocol of ``files``/``outputs``
+    (e.g. sent back a name outside the work directory; the jail is ended and
+    nothing it sent is returned).
     """
     if (code is None) == (script is None):
         raise ValueError("pass exactly one of code and script")
@@ -142,7 +215,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     exe = find_binary(binary)
     if isinstance(stdin, str):
         stdin = stdin.encode("utf-8")
-    inputs = {_check_name(k): _file_bytes(v) for k, v in (files or {}).items()}
+    inputs = {check_name(k): _file_bytes(v) for k, v in (files or {}).items()}
     if script is not None:
         script_name = os.path.basename(os.fspath(script))
         with open(script, "rb") as f:
@@ -278,15 +351,18 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
     chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(),
                    max(max_bytes, max(len(v) for v in inputs.values()) if inputs else 0,
                        1 << 20) + (1 << 20))
+    broke: Optional[ProtocolError] = None
     try:
         chan.handshake(backstop if backstop is not None else time.monotonic() + 60)
         stamps: Dict[str, List[Any]] = {}
         for i, (name, data) in enumerate(sorted(inputs.items()) + [(script_name, source)]):
             chan.send({"op": "put", "id": "p%d" % i, "path": name}, data, backstop)
             reply, _ = chan.recv(backstop)
-            if reply.get("op") == "error":
+            if reply.get("op") == "error" and reply.get("id") == "p%d" % i:
                 raise JailError("pyjail: cannot put %s into the jail: %s"
-                                % (name, reply.get("error")))
+                                % (name, str(reply.get("error"))[:4096]))
+            if reply.get("op") != "ok" or reply.get("id") != "p%d" % i:
+                raise ProtocolError("a %r frame in answer to a file put" % (reply.get("op"),))
             if name != script_name:
                 stamps[name] = [reply.get("size"), reply.get("mtime_ns")]
         chan.send({"op": "spawn", "id": "run", "argv": argv, "script": script_name,
@@ -295,25 +371,32 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
         while True:
             reply, body = chan.recv(backstop)
             op = reply.get("op")
-            if op == "out":
+            if op == "out" and reply.get("stream") in (1, 2):
                 (out if reply.get("stream") == 1 else err).add(body)
             elif op == "exited":
-                pos = 0
-                for entry in reply.get("files") or []:
-                    if not (isinstance(entry, list) and len(entry) == 2 and
-                            isinstance(entry[0], str) and isinstance(entry[1], int)):
-                        raise ProtocolError("bad file entry")
-                    files[entry[0]] = body[pos:pos + entry[1]]
-                    pos += entry[1]
-                for entry in reply.get("skipped") or []:
-                    if isinstance(entry, list) and len(entry) == 3:
-                        skipped[str(entry[0])] = "%s (%s bytes)" % (entry[2], entry[1])
+                files, skipped = _outputs_from_jail(reply, body, collect, script_name,
+                                                    max_files, max_bytes)
                 break
             elif op == "error":
-                err.add(("pyjail: %s\n" % reply.get("error")).encode())
+                err.add(("pyjail: %s\n" % str(reply.get("error"))[:4096]).encode())
                 break
+            else:
+                raise ProtocolError("an unexpected %r frame while the program ran" % (op,))
+            # Output keeps the channel readable: the deadline is checked on
+            # every frame, not only when the jail falls silent.
+            if backstop is not None and time.monotonic() >= backstop:
+                raise ChannelTimeout("timed out")
     except ChannelClosed:
         pass   # the jail ended early (a timeout, a limit): the report says why
+    except ServerRefused as e:
+        proc.kill()
+        _finish(proc, backstop)
+        errfile.close()
+        raise JailError("pyjail: %s" % e) from None
+    except ProtocolError as e:
+        # Nothing from a jail that broke the protocol is returned.
+        proc.kill()
+        broke = ProtocolError("the jail broke the protocol (%s); it was ended" % e)
     except ChannelError:
         proc.kill()
     finally:
@@ -326,4 +409,6 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
     errfile.seek(0)
     pyjail_err = errfile.read(1 << 16)
     errfile.close()
+    if broke is not None:
+        raise broke
     return out, err, rc, pyjail_err, files, skipped

@@ -9,10 +9,15 @@ that this process drains into capped buffers). So nothing the code prints --
 through ``print``, ``os.write(1, ...)`` or a subprocess -- ever reaches the
 channel: the driver sees it only as the payload of a result frame.
 
-The channel is not a security boundary against the cell's code, which runs in
-this very process and could write to the channel on purpose. All it can gain
-that way is to lie about its own results; the driver treats every frame as
-untrusted input (sizes capped, fields type-checked, nothing unpickled).
+The channel is not a security boundary against a Session's cells, which run
+in this very process and could write to the channel on purpose. All they can
+gain that way is to lie about their own results, or break the protocol and
+have the driver end the interpreter: the driver treats every frame as hostile
+(see HEADER_FROM_JAIL and decode_value's from_jail). The program of
+``pyjail.run`` is a child of this process: before it starts, this process
+makes itself non-dumpable (see _become_unreachable), so the program, though
+it has the same uid, can reach neither its channel descriptors through
+/proc/PID/fd nor its memory through /proc/PID/mem.
 
 Frame: ``MAGIC`` (4 bytes), header length and body length (big-endian
 uint32), a JSON object (the header), the body (raw bytes).
@@ -37,8 +42,15 @@ MAGIC = b"PJF1"
 FRAME = struct.Struct(">4sII")
 JAIL_PATH = "/usr/lib/pyjail/pyjail_server.py"
 WORKDIR = "/work"
-MAX_HEADER = 16 << 20       # what either side accepts as a frame's header
+MAX_HEADER = 16 << 20       # what the server accepts as a frame's header (from the host)
+# What the driver accepts as a frame's header from the jail, and so the most
+# this server ever sends: a jail's JSON costs the host up to ~25 times its size
+# once decoded (`[{},{},...]`), so the cap keeps that to tens of MiB. Bulk data
+# (files, output) travels in bodies, which are never parsed.
+HEADER_FROM_JAIL = 1 << 20
 REPR_LIMIT = 64 << 10       # characters of a value's repr sent back
+ERROR_LIMIT = 4096          # characters of an error message sent back
+SKIPPED_LIMIT = 1000        # files named as left out of pyjail.run's outputs
 TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
 DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
 
@@ -54,19 +66,20 @@ def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
     return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
 
 
-def parse_frame(buf: bytearray,
-                max_body: "Optional[int]" = None) -> "Optional[Tuple[bytes, bytes]]":
+def parse_frame(buf: bytearray, max_body: "Optional[int]" = None,
+                max_header: int = MAX_HEADER) -> "Optional[Tuple[bytes, bytes]]":
     """The first frame in ``buf`` as (header bytes, body), taken out of ``buf``;
     None while ``buf`` does not hold all of it yet. Its sizes are checked (the
-    body's against ``max_body`` if given) before anything is allocated for it:
-    ValueError if they, or its magic, are wrong."""
+    header's against ``max_header``, the body's against ``max_body`` if given)
+    before anything is allocated for it: ValueError if they, or its magic, are
+    wrong."""
     if len(buf) < FRAME.size:
         return None
     magic, hlen, blen = FRAME.unpack_from(buf)
     if magic != MAGIC:
         raise ValueError("bad frame magic %r" % bytes(magic))
-    if hlen > MAX_HEADER:
-        raise ValueError("frame header of %d bytes" % hlen)
+    if hlen > max_header:
+        raise ValueError("frame header of %d bytes (at most %d accepted)" % (hlen, max_header))
     if max_body is not None and blen > max_body:
         raise ValueError("frame body of %d bytes (at most %d expected)" % (blen, max_body))
     end = FRAME.size + hlen + blen
@@ -77,6 +90,39 @@ def parse_frame(buf: bytearray,
         body = bytes(view[FRAME.size + hlen:end])
     del buf[:end]
     return head, body
+
+
+# Integers of more digits than this are refused from the jail: int() of n
+# digits costs O(n**2) where Python does not cap it itself (before 3.11), so a
+# jail's megabyte-long number would cost the host seconds.
+INT_DIGITS_FROM_JAIL = 4300
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > INT_DIGITS_FROM_JAIL:
+        raise ValueError("an integer of %d digits" % len(text))
+    return int(text)
+
+
+# One decoder for every header from the jail (json.loads with options builds a
+# new one per call).
+_decode_jail_json = json.JSONDecoder(parse_int=_bounded_int).decode
+
+
+def decode_header_from_jail(head: bytes) -> "Dict[str, Any]":
+    """A frame header sent by the jail, parsed at a cost the host can bear:
+    ValueError unless it is a JSON object. Its size is capped before this
+    (parse_frame with HEADER_FROM_JAIL), which bounds the objects JSON builds
+    (~25 times its size at worst); its keys are str, whose hashes are salted
+    per host process, so no jail can make them collide; its nesting is bounded
+    by the interpreter's recursion limit, and numbers by INT_DIGITS_FROM_JAIL."""
+    try:
+        header = _decode_jail_json(head.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("frame header nested too deeply")
+    if not isinstance(header, dict):
+        raise ValueError("frame header is not a JSON object")
+    return header
 
 
 # ---------------------------------------------------------------- waiting
@@ -199,14 +245,53 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
     return enc(value, 0)
 
 
-def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool = True) -> "Any":
+# What a value decoded from the jail (a cell's data, a host function's
+# arguments) may hold: this many values in all, and at most SAME_HASH_LIMIT
+# keys of one set or dict with the same hash.
+ITEMS_FROM_JAIL = 1 << 17
+SAME_HASH_LIMIT = 8
+
+
+def _refuse_colliding_keys(keys: "List[Any]") -> None:
+    """ValueError when more than SAME_HASH_LIMIT of the keys of a set or dict
+    share a hash. Keys with one hash make each insertion compare with all the
+    others before it: n keys a jail chose to collide (ints that are multiples
+    of 2**61-1 all hash to 0) would cost the host n**2/2 comparisons. str and
+    bytes hashes are salted per host process, but those of ints, floats and
+    tuples of them are not. Counted by sorting, without a hash table."""
+    hashes = sorted(map(hash, keys))
+    run = 1
+    for i in range(1, len(hashes)):
+        run = run + 1 if hashes[i] == hashes[i - 1] else 1
+        if run > SAME_HASH_LIMIT:
+            raise ValueError("more than %d keys with the same hash" % SAME_HASH_LIMIT)
+
+
+def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool = True,
+                 from_jail: bool = False) -> "Any":
     """The inverse of encode_value. Raises ValueError on anything malformed. A
     pickled object that cannot be rebuilt (its class is not importable here)
-    becomes its str() if pickle_fallback, else raises ValueError."""
+    becomes its str() if pickle_fallback, else raises ValueError.
+
+    ``from_jail`` (the driver, decoding what the jail sent): the cost stays
+    linear in the tree's size: at most ITEMS_FROM_JAIL values, integers of at
+    most INT_DIGITS_FROM_JAIL digits, and sets and dicts whose keys do not
+    collide (see _refuse_colliding_keys); anything else raises ValueError."""
+    budget = [ITEMS_FROM_JAIL if from_jail else -1]
+
+    def keyed(items):
+        items = list(items)
+        if from_jail:
+            _refuse_colliding_keys(items)
+        return items
 
     def dec(v, depth):
         if depth > 110:
             raise ValueError("value nested too deeply")
+        if from_jail:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise ValueError("more than %d values" % ITEMS_FROM_JAIL)
         if v is None or isinstance(v, (bool, int, float, str)):
             return v
         if isinstance(v, list):
@@ -225,7 +310,7 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
                 raise ValueError("cannot rebuild it here: %s: %s" % (type(e).__name__, e))
         (tag, x), = v.items()
         if tag == "$i" and isinstance(x, str):
-            return int(x)
+            return _bounded_int(x) if from_jail else int(x)
         if tag == "$f" and x in ("nan", "inf", "-inf"):
             return float(x)
         if tag == "$b" and isinstance(x, str):
@@ -234,22 +319,36 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
             if tag == "$t":
                 return tuple(dec(i, depth + 1) for i in x)
             if tag == "$s":
-                return set(dec(i, depth + 1) for i in x)
+                return set(keyed(dec(i, depth + 1) for i in x))
             if tag == "$fs":
-                return frozenset(dec(i, depth + 1) for i in x)
+                return frozenset(keyed(dec(i, depth + 1) for i in x))
             if tag == "$d":
-                out = {}
+                keys, values = [], []
                 for pair in x:
                     if not isinstance(pair, list) or len(pair) != 2:
                         raise ValueError("malformed dict entry")
-                    out[dec(pair[0], depth + 1)] = dec(pair[1], depth + 1)
-                return out
+                    keys.append(dec(pair[0], depth + 1))
+                    values.append(dec(pair[1], depth + 1))
+                return dict(zip(keyed(keys), values))
         raise ValueError("malformed value (tag %r)" % (tag,))
 
     try:
         return dec(tree, 0)
     except (TypeError, RecursionError, binascii.Error) as e:
         raise ValueError("malformed value: %s" % e)
+
+
+# ---------------------------------------------------------------- file names
+
+def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:
+    """Whether a file's relative name matches one of the glob patterns (its
+    whole name or its base name), or any name when ``patterns`` is None. The
+    server picks the files to send back with it, and the driver checks them."""
+    import fnmatch
+    if patterns is None:
+        return True
+    base = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
 
 
 # ---------------------------------------------------------------- capped output
@@ -608,6 +707,11 @@ class Server:
         if os.getpid() != self.pid:
             return
         data = encode_frame(header, body)
+        if len(data) - len(body) - FRAME.size > HEADER_FROM_JAIL:
+            # The driver would take it for an attack and end the session:
+            # each op keeps its headers smaller (see _fit_result).
+            raise ValueError("a %s frame's header of %d bytes is over the driver's limit"
+                             % (header.get("op"), len(data) - len(body) - FRAME.size))
         with self.write_lock:
             _write_all(self.proto_out, data)
 
@@ -643,7 +747,8 @@ class Server:
                     pass
 
     def reply_error(self, rid, e):
-        err = {"op": "error", "id": rid, "error": "%s: %s" % (type(e).__name__, e)}
+        err = {"op": "error", "id": rid,
+               "error": _cut("%s: %s" % (type(e).__name__, e), ERROR_LIMIT)}
         if isinstance(e, OSError) and e.errno:
             err["errno"] = e.errno
             err["strerror"] = e.strerror
@@ -689,7 +794,8 @@ class Server:
         out, err = (d.take(self.output_limit, d.rfd in ready) for d in self.drains)
         result["stdout"] = [len(out.head), len(out.tail), out.omitted]
         result["stderr"] = [len(err.head), len(err.tail), err.omitted]
-        self.send(result, bytes(out.head) + bytes(out.tail) + bytes(err.head) + bytes(err.tail))
+        self.send(_fit_result(result),
+                  bytes(out.head) + bytes(out.tail) + bytes(err.head) + bytes(err.tail))
 
     def _processes_before_cell(self):
         """The jail's processes now, for _kill_started_since. Listing /proc is
@@ -855,6 +961,9 @@ class Server:
         except PlainDataError as e:
             raise TypeError("arguments of %s() must be plain data (str, numbers, bytes, "
                             "lists, tuples, dicts, sets): %s" % (name, e)) from None
+        if len(_encode_json(payload)) > HEADER_FROM_JAIL - 4096:
+            raise TypeError("arguments of %s() are too large to send to the host (more than "
+                            "%d KiB encoded): pass a file name instead" % (name, HEADER_FROM_JAIL >> 10))
         # One call at a time (threads of the cell may call too); the driver
         # answers while a cell runs.
         with self.call_lock:
@@ -901,7 +1010,7 @@ class Server:
                 self.namespace[name] = decode_value(tree, allow_pickle=True,
                                                     pickle_fallback=False)
             except Exception as e:
-                failed[name] = "%s: %s" % (type(e).__name__, e)
+                failed[name] = _cut("%s: %s" % (type(e).__name__, e), 1024)
         self.send({"op": "ok", "id": rid, "failed": failed})
 
     # ------------------------------------------------------------ files
@@ -959,7 +1068,9 @@ class Server:
         try:
             entries = _list_files(self._path(header.get("path") or "."),
                                   header.get("patterns"), int(header.get("max_entries", 10000)))
-            self.send({"op": "ok", "id": rid, "entries": entries})
+            fitting = _fitting(entries, HEADER_FROM_JAIL - 4096)
+            self.send({"op": "ok", "id": rid, "entries": fitting,
+                       "truncated": len(fitting) < len(entries)})
         except Exception as e:
             self.reply_error(rid, e)
 
@@ -1022,6 +1133,17 @@ class Server:
             max_files = int(header.get("max_files", 100))
             inputs = {k: tuple(v) for k, v in header.get("inputs", {}).items()}
             patterns = None if collect is True else list(collect)
+            # The names must fit in one header the driver accepts.
+            names_room = HEADER_FROM_JAIL // 2
+            skipped_room = HEADER_FROM_JAIL // 4
+
+            def skip(rel, size, why):
+                nonlocal skipped_room
+                entry = [rel, size, why]
+                skipped_room -= len(_encode_json(entry)) + 1
+                if skipped_room >= 0 and len(skipped) < SKIPPED_LIMIT:
+                    skipped.append(entry)
+
             for rel, size in _list_files(WORKDIR, patterns, 100000):
                 path = os.path.join(WORKDIR, rel)
                 try:
@@ -1033,21 +1155,26 @@ class Server:
                 if rel == header.get("script"):
                     continue
                 if len(files) >= max_files:
-                    skipped.append([rel, size, "more than %d files" % max_files])
+                    skip(rel, size, "more than %d files" % max_files)
                     continue
                 if size > budget:
-                    skipped.append([rel, size, "over the size budget"])
+                    skip(rel, size, "over the size budget")
+                    continue
+                room = len(_encode_json([rel, size])) + 1
+                if room > names_room:
+                    skip(rel, size, "the list of names is full")
                     continue
                 try:
                     with open(path, "rb") as f:
                         data = f.read(budget + 1)
                 except OSError as e:
-                    skipped.append([rel, size, "unreadable: %s" % e.strerror])
+                    skip(rel, size, "unreadable: %s" % e.strerror)
                     continue
                 if len(data) > budget:
-                    skipped.append([rel, len(data), "over the size budget"])
+                    skip(rel, len(data), "over the size budget")
                     continue
                 budget -= len(data)
+                names_room -= room
                 files.append([rel, len(data)])
                 blobs.append(data)
         # Set first: the driver closes the channel as soon as it has this frame.
@@ -1066,7 +1193,6 @@ class Server:
 
 def _list_files(root, patterns, max_entries):
     """Regular files under root (relative paths, sorted), filtered by glob patterns."""
-    import fnmatch
     out = []
     root = os.path.normpath(root)
     for dirpath, dirnames, filenames in os.walk(root):
@@ -1074,8 +1200,7 @@ def _list_files(root, patterns, max_entries):
         for fn in sorted(filenames):
             full = os.path.join(dirpath, fn)
             rel = os.path.relpath(full, root)
-            if patterns is not None and not any(
-                    fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(fn, p) for p in patterns):
+            if not matches_patterns(rel, patterns):
                 continue
             try:
                 st = os.lstat(full)
@@ -1088,6 +1213,70 @@ def _list_files(root, patterns, max_entries):
             if len(out) >= max_entries:
                 return out
     return out
+
+
+def _cut(text, limit):
+    """text, cut to ``limit`` characters with a note of how many were left out."""
+    if len(text) <= limit:
+        return text
+    return text[:limit] + "... [%d more characters]" % (len(text) - limit)
+
+
+def _fitting(entries, room):
+    """The longest start of ``entries`` whose JSON fits in ``room`` bytes."""
+    for i, entry in enumerate(entries):
+        room -= len(_encode_json(entry)) + 1
+        if room < 0:
+            return entries[:i]
+    return entries
+
+
+def _fit_result(result):
+    """A cell's result header, made to fit in HEADER_FROM_JAIL: first without
+    the plain data (the driver then has the value's repr), then with its texts
+    cut shorter. (A repr of 64K characters can take 12 bytes each in JSON.)"""
+    err = result.get("error") or {}
+    texts = (result.get("value"), result.get("value_str"), err.get("type"), err.get("message"),
+             err.get("traceback"))
+    if "data" not in result and \
+            12 * sum(len(t) for t in texts if isinstance(t, str)) < HEADER_FROM_JAIL - 4096:
+        return result       # the usual cell: no need to encode it twice
+    if len(_encode_json(result)) <= HEADER_FROM_JAIL:
+        return result
+    result.pop("data", None)
+    for limit in (REPR_LIMIT // 8, 256):
+        if len(_encode_json(result)) <= HEADER_FROM_JAIL:
+            break
+        for key in ("value", "value_str"):
+            if isinstance(result.get(key), str):
+                result[key] = _cut(result[key], limit)
+        err = result.get("error")
+        if isinstance(err, dict):
+            for key in ("type", "message", "traceback"):
+                if isinstance(err.get(key), str):
+                    err[key] = _cut(err[key], limit)
+    return result
+
+
+def _become_unreachable():
+    """Make this process non-dumpable, before any user code runs: the
+    program that pyjail.run starts as its child has the same uid, and could
+    otherwise open the channel through /proc/PPID/fd/N, or write into this
+    process through /proc/PPID/mem (or ptrace it), and send the driver
+    frames of its own. (execve makes a process dumpable again, so pid 1's
+    setting does not carry over to this interpreter.) Non-dumpable, its
+    /proc files belong to root, and only CAP_SYS_PTRACE, which nothing in
+    the jail has, gets through. ctypes is the only way to prctl() from
+    Python; this is trusted code that runs before any untrusted byte is
+    read. Raises OSError (or ImportError) when that cannot be done."""
+    import ctypes
+    pr_get_dumpable, pr_set_dumpable = 3, 4
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, "prctl(PR_SET_DUMPABLE, 0): %s" % os.strerror(e))
+    if libc.prctl(pr_get_dumpable, 0, 0, 0, 0) != 0:
+        raise OSError("prctl(PR_SET_DUMPABLE, 0) left the process dumpable")
 
 
 def _ticks_now():
@@ -1208,6 +1397,14 @@ def _reap_children():
 
 
 def main():
+    try:
+        _become_unreachable()
+    except Exception as e:
+        # Fail closed: no user code runs in a process it could take over.
+        _write_all(1, encode_frame({"op": "refused", "error": _cut(
+            "the in-jail server cannot make itself non-dumpable (%s: %s); the rootfs's "
+            "Python needs ctypes and the syscall filter prctl" % (type(e).__name__, e), 4096)}))
+        os._exit(125)
     server = Server()
     try:
         server.serve()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -15,9 +16,9 @@ from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Seque
 
 from . import _server
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
-                       server_command)
-from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, find_binary,
-                      jail_args, pyjail_message, render_output)
+                       ServerRefused, server_command)
+from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
+                      find_binary, jail_args, pyjail_message, render_output)
 
 __all__ = ["Session", "CellResult", "CellError", "FinalCall", "JailObject",
            "SessionError", "SessionClosedError", "SessionDiedError"]
@@ -176,7 +177,17 @@ class Session:
 
     Files move in and out of the jail's work directory (``/work``, a private
     tmpfs) with upload() and download(). Use it as a context manager, or call
-    close(): nothing is left behind.
+    close(): nothing is left behind. close() may be called from any thread: a
+    call that is running (a cell, a download) is ended with the jail, and
+    raises SessionClosedError.
+
+    Cells share one interpreter: a cell can change what later cells of the
+    same session see (and lie about its own results), never the host or
+    another session. Everything the jail sends is treated as hostile: a jail
+    that breaks the protocol (a malformed frame, one it had no reason to
+    send, a file name that is not relative) has its interpreter ended and
+    replaced, and the call says so (a CellResult's ``error.type`` is
+    ``"ProtocolError"``; other calls raise SessionError).
 
     The jail options (``memory``, ``pids``, ``net``, ...) are pyjail's, on top
     of ``profile``; ``options`` takes any other pyjail option by name, e.g.
@@ -207,7 +218,10 @@ class Session:
                                memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
                                env=env, ro_bind=ro_bind, rootfs=rootfs, options=options,
                                extra_args=extra_args)
-        self._lock = threading.RLock()
+        self._lock = threading.RLock()       # held by every call, for its whole length
+        self._close_lock = threading.Lock()  # held only to set _closed
+        self._busy = 0                       # calls in progress (nested: a host function's)
+        self._busy_thread: Optional[int] = None
         self._functions: Dict[str, Tuple[Callable[..., Any], str, bool]] = {}
         self._final_values: Dict[str, Any] = {}
         self._next_id = 0
@@ -228,6 +242,8 @@ class Session:
     # ------------------------------------------------------------------ life
 
     def _start(self) -> None:
+        # close() from another thread while a call restarts the interpreter.
+        self._check_open()
         self._tmpdir = tempfile.mkdtemp(prefix="pyjail-session-")
         report = os.path.join(self._tmpdir, "report.json")
         errpath = os.path.join(self._tmpdir, "stderr")
@@ -253,6 +269,9 @@ class Session:
                     n: doc for n, (_, doc, _e) in self._functions.items()},
                     "ends_cell": [n for n, (_, _d, e) in self._functions.items() if e]},
                     b"", deadline)
+        except ServerRefused as e:
+            self._stop()
+            raise JailError("pyjail: %s" % e) from None
         except ChannelError as e:
             rep = self._stop()
             stderr = self._last_stderr
@@ -306,18 +325,55 @@ class Session:
 
     def restart(self) -> None:
         """Replace the interpreter with a fresh one (every variable is lost)."""
-        with self._lock:
+        with self._call():
             self._check_open()
             self._restart()
 
+    @contextlib.contextmanager
+    def _call(self) -> Any:
+        """Holds the session for one call. close() does not wait for it: it
+        kills the jail, which ends the call, and the call cleans up here."""
+        with self._lock:
+            self._busy += 1
+            self._busy_thread = threading.get_ident()
+            try:
+                yield
+            finally:
+                self._busy -= 1
+                if not self._busy:
+                    self._busy_thread = None
+                    if self._closed and self._proc is not None:
+                        self._stop()    # close() came while this call ran
+
     def close(self) -> None:
         """End the session: the jail and every process in it, and the
-        driver's temporary files. Safe to call more than once."""
-        with self._lock:
+        driver's temporary files. Safe to call more than once, and from any
+        thread: a call in progress (in another thread, stuck or not) is ended
+        with the jail and raises SessionClosedError."""
+        with self._close_lock:
             if self._closed:
                 return
             self._closed = True
-            self._stop(graceful=True)
+        if self._lock.acquire(blocking=False):
+            try:
+                if not self._busy:
+                    self._stop(graceful=True)
+                    return
+            finally:
+                self._lock.release()
+        # A call is in progress: never wait behind it (a jail that floods the
+        # channel or a stuck cell could hold it for long). SIGKILL to pyjail
+        # ends the jail; the call then sees the channel close and returns.
+        proc = self._proc
+        if proc is not None:
+            try:
+                proc.kill()
+            except OSError:
+                pass
+        if self._busy_thread != threading.get_ident() and self._lock.acquire(timeout=5.0):
+            # Give the call a moment to return, so that the temporary files
+            # are gone when close() returns (it removes them on its way out).
+            self._lock.release()
 
     def __enter__(self) -> "Session":
         return self
@@ -353,6 +409,8 @@ class Session:
         return self._died("before the cell could run")
 
     def _died(self, when: str) -> str:
+        if self._closed:
+            raise SessionClosedError("the session was closed %s" % when)
         rep = self._stop()
         why = self._why(rep)
         msg = ("the session's interpreter died %s (%s); " % (when, why))
@@ -383,33 +441,49 @@ class Session:
         chan.send(dict(header, id=rid), body, deadline)
         while True:
             reply, rbody = chan.recv(deadline)
-            if reply.get("id") == rid:
+            op = reply.get("op")
+            if op == "call":
+                # A thread an earlier cell left running calls a host function.
+                self._serve_call(reply, deadline)
+            elif reply.get("id") == rid:
                 return reply, rbody
+            else:
+                raise ProtocolError("a %r frame in answer to a %r request"
+                                    % (str(op)[:40], header.get("op")))
+            # Calls keep the channel readable: the deadline is checked on
+            # every frame, not only when the jail falls silent.
+            if time.monotonic() >= deadline:
+                raise ChannelTimeout("timed out")
 
     def _request(self, header: Dict[str, Any], body: bytes = b"",
-                 timeout: Optional[float] = None) -> Tuple[Dict[str, Any], bytes]:
-        """Send a request that the idle server answers at once; return the answer."""
+                 timeout: Optional[float] = None,
+                 check: Optional[Callable[[Dict[str, Any], bytes], None]] = None
+                 ) -> Tuple[Dict[str, Any], bytes]:
+        """Send a request that the idle server answers at once; return the
+        answer, which ``check`` (if given) vets, raising ProtocolError."""
         deadline = time.monotonic() + (timeout or self.io_timeout)
         try:
             reply, rbody = self._raw_request(header, body, deadline)
+            if check is not None and reply.get("op") != "error":
+                check(reply, rbody)
         except ChannelTimeout:
             self._restart()
             raise SessionError("the session's interpreter did not answer a %r request in time; "
                                "it was restarted (every variable is lost)" % header.get("op"))
         except ProtocolError as e:
             self._restart()
-            raise SessionError("the session's interpreter sent a malformed frame (%s); "
-                               "it was restarted (every variable is lost)" % e)
+            raise SessionError("the jail broke the protocol (%s); the session's interpreter was "
+                               "ended and a fresh one started (every variable is lost)" % e)
         except ChannelClosed:
             self._died("during a %r request" % header.get("op"))
             raise SessionError("the session's interpreter died during a %r request; a fresh "
                                "one was started (every variable and file is lost)"
                                % header.get("op"))
         if reply.get("op") == "error":
-            err = str(reply.get("error", "error"))
+            err = str(reply.get("error", "error"))[:4096]
             code = reply.get("errno")
-            if isinstance(code, int):
-                raise OSError(code, str(reply.get("strerror", err)), header.get("path"))
+            if type(code) is int and 0 < code < 4096:
+                raise OSError(code, str(reply.get("strerror", err))[:200], header.get("path"))
             raise SessionError(err)
         return reply, rbody
 
@@ -425,7 +499,7 @@ class Session:
             raise TypeError("code must be a str, not %s" % type(code).__name__)
         if timeout is _NOT_GIVEN:
             timeout = self.timeout
-        with self._lock:
+        with self._call():
             note = self._ensure_alive()
             if note is not None:
                 return CellResult(error=CellError("InterpreterDied", note), restarted=True,
@@ -465,37 +539,47 @@ class Session:
             chan.send(header, b"", start + self.io_timeout)
             while True:
                 try:
+                    reply: Optional[Dict[str, Any]]
                     reply, body = chan.recv(next_action)
                 except ChannelTimeout:
-                    now = time.monotonic()
-                    if interrupted_at is None:
-                        interrupted_at = now
-                    elif now - interrupted_at >= self.interrupt_grace:
-                        return self._killed_for_timeout(timeout, start)
-                    elif not descendants_killed and now - interrupted_at >= self.interrupt_grace / 2:
-                        # Still no answer: the cell's processes (a fork bomb) may be
-                        # starving the interpreter of CPU. Killing every process it
-                        # started costs less than killing it with the session's state.
-                        descendants_killed = True
-                        self._kill_interpreter_descendants()
-                    # Again every half second: code may swallow one interrupt.
-                    self._interrupt()
-                    step = self.interrupt_grace if descendants_killed else self.interrupt_grace / 2
-                    next_action = min(now + 0.5, interrupted_at + step)
+                    reply = None
+                if reply is not None:
+                    op = reply.get("op")
+                    if op == "result" and reply.get("id") == rid:
+                        res = self._cell_result(reply, body, start, header["output_limit"])
+                        # Interrupted, unless it finished on its own just as time ran out.
+                        res.timed_out = interrupted_at is not None and res.error is not None
+                        return res
+                    if op != "call":
+                        raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
+                    # An answer the jail does not read in time (it floods us
+                    # with calls) ends the cell no later than a kill would.
+                    if interrupted_at is not None:
+                        send_by = interrupted_at + self.interrupt_grace
+                    elif deadline is not None:
+                        send_by = deadline + self.interrupt_grace
+                    else:
+                        send_by = time.monotonic() + self.io_timeout
+                    self._serve_call(reply, send_by)
+                # Checked after every frame too: a jail that keeps the channel
+                # readable (a flood of calls) must not stop the deadline.
+                if next_action is None or time.monotonic() < next_action:
                     continue
-                op = reply.get("op")
-                if op == "call":
-                    self._serve_call(reply)
-                    if deadline is not None and interrupted_at is None and \
-                            time.monotonic() >= deadline:
-                        next_action = time.monotonic()
-                    continue
-                if op == "result" and reply.get("id") == rid:
-                    res = self._cell_result(reply, body, start)
-                    # Interrupted, unless it finished on its own just as time ran out.
-                    res.timed_out = interrupted_at is not None and res.error is not None
-                    return res
-                # Anything else (a stray frame) is ignored.
+                now = time.monotonic()
+                if interrupted_at is None:
+                    interrupted_at = now
+                elif now - interrupted_at >= self.interrupt_grace:
+                    return self._killed_for_timeout(timeout, start)
+                elif not descendants_killed and now - interrupted_at >= self.interrupt_grace / 2:
+                    # Still no answer: the cell's processes (a fork bomb) may be
+                    # starving the interpreter of CPU. Killing every process it
+                    # started costs less than killing it with the session's state.
+                    descendants_killed = True
+                    self._kill_interpreter_descendants()
+                # Again every half second: code may swallow one interrupt.
+                self._interrupt()
+                step = self.interrupt_grace if descendants_killed else self.interrupt_grace / 2
+                next_action = min(now + 0.5, interrupted_at + step)
         except ChannelClosed:
             note = self._died("while running the cell")
             return CellResult(error=CellError("InterpreterDied", note), restarted=True,
@@ -505,9 +589,9 @@ class Session:
             self._restart()
             return CellResult(
                 error=CellError("ProtocolError",
-                                "the interpreter sent a malformed frame (%s); it was killed and "
+                                "the jail broke the protocol (%s); the interpreter was ended and "
                                 "a fresh one started: every variable and file is lost" % e),
-                restarted=True, duration_s=time.monotonic() - start)
+                restarted=True, report=self.last_report, duration_s=time.monotonic() - start)
         except ChannelTimeout:
             # Sending the cell itself did not finish: the server is stuck.
             self._restart()
@@ -549,11 +633,14 @@ class Session:
         return CellResult(error=CellError("TimeoutError", msg), timed_out=True, restarted=True,
                           report=self.last_report, duration_s=time.monotonic() - start)
 
-    def _cell_result(self, reply: Dict[str, Any], body: bytes, start: float) -> CellResult:
+    def _cell_result(self, reply: Dict[str, Any], body: bytes, start: float,
+                     output_limit: int) -> CellResult:
         oh, ot, oo = _lengths(reply, "stdout")
         eh, et, eo = _lengths(reply, "stderr")
         if oh + ot + eh + et != len(body):
             raise ProtocolError("result body length mismatch")
+        if oh + ot > output_limit or eh + et > output_limit:
+            raise ProtocolError("a cell's output over output_limit=%d" % output_limit)
         stdout = render_output(body[:oh], body[oh:oh + ot], oo)
         stderr = render_output(body[oh + ot:oh + ot + eh], body[oh + ot + eh:], eo)
         value, value_str = reply.get("value"), reply.get("value_str")
@@ -568,13 +655,13 @@ class Session:
         if res.value is not None:
             if "data" in reply:
                 try:
-                    res.data = _server.decode_value(reply["data"])
+                    res.data = _server.decode_value(reply["data"], from_jail=True)
                 except ValueError:
                     res.data = JailObject(res.value)
             else:
                 res.data = JailObject(res.value)
         killed = reply.get("killed")
-        if isinstance(killed, int) and killed >= 0:
+        if type(killed) is int and killed >= 0:
             res.processes_killed = killed
         ended = reply.get("ended_by")
         if isinstance(ended, dict):
@@ -599,7 +686,7 @@ class Session:
         ``final`` holds the function's return value (smolagents' final_answer).
         """
         ends = set(ends_cell)
-        with self._lock:
+        with self._call():
             self._check_open()
             for name, fn in functions.items():
                 if not name.isidentifier():
@@ -613,18 +700,24 @@ class Session:
                            "functions": {n: self._functions[n][1] for n in functions},
                            "ends_cell": [n for n in functions if n in ends]})
 
-    def _serve_call(self, header: Dict[str, Any]) -> None:
+    def _serve_call(self, header: Dict[str, Any], send_by: float) -> None:
+        """Run the host function the jail calls and send it the answer, by
+        ``send_by`` (else ProtocolError: the jail does not read its answers)."""
         assert self._chan is not None
         cid = header.get("id")
+        if not isinstance(cid, str) or len(cid) > 64:
+            raise ProtocolError("a call with a bad id")
         name = header.get("name")
         entry = self._functions.get(name) if isinstance(name, str) else None
         reply: Dict[str, Any] = {"op": "reply", "id": cid}
         try:
             if entry is None:
-                raise NameError("%r is not a host function of this session" % (name,))
+                raise NameError(("%r is not a host function of this session" % (name,))[:200])
             fn, _doc, ends = entry
-            args = _server.decode_value(header.get("args"))
-            kwargs = _server.decode_value(header.get("kwargs"))
+            if ends and len(self._final_values) >= 100:
+                raise RuntimeError("%s() called more than 100 times in one cell" % name)
+            args = _server.decode_value(header.get("args"), from_jail=True)
+            kwargs = _server.decode_value(header.get("kwargs"), from_jail=True)
             if not isinstance(args, list) or not isinstance(kwargs, dict) or \
                     not all(isinstance(k, str) for k in kwargs):
                 raise TypeError("malformed arguments")
@@ -643,7 +736,10 @@ class Session:
             # as it is (str(KeyError('k')) would quote it again).
             msg = e.args[0] if len(e.args) == 1 and isinstance(e.args[0], str) else str(e)
             reply = {"op": "reply", "id": cid, "error": msg, "type": type(e).__name__}
-        self._chan.send(reply, b"", time.monotonic() + self.io_timeout)
+        try:
+            self._chan.send(reply, b"", max(send_by, time.monotonic() + 0.1))
+        except ChannelTimeout:
+            raise ProtocolError("the jail does not read the answers to its host-function calls")
 
     def set_variables(self, variables: Mapping[str, Any]) -> Dict[str, str]:
         """Put host values into the session's namespace, as plain data or, for
@@ -656,12 +752,12 @@ class Session:
                 tree[name] = _server.encode_value(value, allow_pickle=True, limit=256 << 20)
             except _server.PlainDataError as e:
                 failed[name] = str(e)
-        with self._lock:
+        with self._call():
             self._ensure_alive()
             reply, _ = self._request({"op": "set", "variables": tree})
         more = reply.get("failed")
         if isinstance(more, dict):
-            failed.update({str(k): str(v) for k, v in more.items()})
+            failed.update({k: str(v)[:1024] for k, v in more.items() if k in variables})
         return failed
 
     # ---------------------------------------------------------------- files
@@ -674,14 +770,18 @@ class Session:
             data = data.encode("utf-8")
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError("data must be bytes or str")
-        with self._lock:
+        def check(reply: Dict[str, Any], _body: bytes) -> None:
+            size = reply.get("size")
+            if reply.get("op") != "ok" or type(size) is not int or size < 0:
+                raise ProtocolError("a bad answer to a file put")
+
+        with self._call():
             self._ensure_alive()
             header: Dict[str, Any] = {"op": "put", "path": name}
             if mode is not None:
                 header["mode"] = mode
-            reply, _ = self._request(header, bytes(data))
-        size = reply.get("size")
-        return size if isinstance(size, int) else len(data)
+            reply, _ = self._request(header, bytes(data), check=check)
+        return reply["size"]
 
     def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
                     name: Optional[str] = None) -> int:
@@ -695,11 +795,16 @@ class Session:
         FileNotFoundError and friends, or SessionError past ``max_bytes``
         (default: the session's ``max_file_bytes``)."""
         limit = self.max_file_bytes if max_bytes is None else int(max_bytes)
-        with self._lock:
+
+        def check(reply: Dict[str, Any], body: bytes) -> None:
+            if reply.get("op") != "file" or len(body) > limit:
+                raise ProtocolError("a bad answer to a download (%r, %d bytes for at most %d)"
+                                    % (str(reply.get("op"))[:40], len(body), limit))
+
+        with self._call():
             self._ensure_alive()
-            _reply, body = self._request({"op": "get", "path": name, "max_bytes": limit})
-        if len(body) > limit:
-            raise SessionError("%s: more than %d bytes" % (name, limit))
+            _reply, body = self._request({"op": "get", "path": name, "max_bytes": limit},
+                                         check=check)
         return body
 
     def download_file(self, name: str, host_path: Union[str, "os.PathLike[str]"]) -> int:
@@ -712,30 +817,47 @@ class Session:
     def list_files(self, path: str = ".", patterns: Optional[Sequence[str]] = None,
                    max_entries: int = 10000) -> Dict[str, int]:
         """Regular files under ``path`` (default /work), as {relative name: size},
-        optionally only those matching one of the glob ``patterns``."""
-        with self._lock:
-            self._ensure_alive()
-            reply, _ = self._request({"op": "list", "path": path,
-                                      "patterns": list(patterns) if patterns else None,
-                                      "max_entries": max_entries})
+        optionally only those matching one of the glob ``patterns``: at most
+        ``max_entries``, and as many as fit in one frame (1 MiB of names).
+        Every name is relative (no ``..``, as the names given to run()'s
+        ``files=``), every size an int >= 0, or the jail broke the protocol."""
+        pats = list(patterns) if patterns else None
         out: Dict[str, int] = {}
-        for entry in reply.get("entries") or []:
-            if isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) \
-                    and isinstance(entry[1], int):
+
+        def check(reply: Dict[str, Any], _body: bytes) -> None:
+            entries = reply.get("entries")
+            if reply.get("op") != "ok" or not isinstance(entries, list) or \
+                    len(entries) > max_entries:
+                raise ProtocolError("a bad answer to a file listing")
+            for entry in entries:
+                if not (isinstance(entry, list) and len(entry) == 2 and
+                        type(entry[1]) is int and entry[1] >= 0):
+                    raise ProtocolError("a bad entry in a file listing")
+                try:
+                    check_name(entry[0])
+                except ValueError as e:
+                    raise ProtocolError("a listed %s" % e) from None
+                if not _server.matches_patterns(entry[0], pats) or entry[0] in out:
+                    raise ProtocolError("a listed file %r that was not asked for" % entry[0])
                 out[entry[0]] = entry[1]
+
+        with self._call():
+            self._ensure_alive()
+            self._request({"op": "list", "path": path, "patterns": pats,
+                           "max_entries": max_entries}, check=check)
         return out
 
     def kill_processes(self) -> int:
         """Kill every process in the jail but the interpreter. Returns how many."""
-        with self._lock:
+        with self._call():
             self._ensure_alive()
             reply, _ = self._request({"op": "killall"}, timeout=10.0)
         killed = reply.get("killed")
-        return killed if isinstance(killed, int) else 0
+        return killed if type(killed) is int and killed >= 0 else 0
 
     def ping(self, timeout: float = 5.0) -> float:
         """Round-trip time to the idle interpreter, in seconds."""
-        with self._lock:
+        with self._call():
             self._ensure_alive()
             t = time.monotonic()
             self._request({"op": "ping"}, timeout=timeout)
