@@ -31,6 +31,7 @@ struct ChildPlan {
     bool loopback_up = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
     std::vector<RlimitValue> rlimits;
+    std::vector<UsernsLimit> userns_limits;   // the jail's user namespace's /proc/sys/user
     int stdout_fd = -1, stderr_fd = -1;       // --output-limit: pipes to the supervisor
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings

@@ -360,6 +360,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.exec_path = p.command.exec_path;
     plan.seccomp_filter = p.seccomp_filter;
     plan.rlimits = p.limits.rlimits;
+    plan.userns_limits = p.limits.userns_limits;
     facts.limits = p.limits.entries;
     if (!p.seccomp)  // loud even under --quiet: the one protection that is explicitly gone
         std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "
