@@ -191,6 +191,9 @@ void step_mounts(const ChildPlan& p) {
         // this mount namespace sees covered, and we step into it.
         const bool root = op.target.empty();
         const char* where = root ? p.staging_dir.c_str() : t;
+        struct stat st;
+        // A mask over a /proc entry this kernel does not have: nothing to hide.
+        if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) continue;
         switch (op.kind) {
             case OpKind::Tmpfs:
                 do_mount(root ? "mount root" : "mount tmpfs", "tmpfs", where, "tmpfs", op.flags,
@@ -200,7 +203,13 @@ void step_mounts(const ChildPlan& p) {
             case OpKind::Devpts:
                 do_mount("mount devpts", "devpts", t, "devpts", op.flags, op.data.c_str());
                 break;
-            case OpKind::Mkdir: mkdirs("mkdir", op.target, op.mode); break;
+            case OpKind::Mkdir:
+                mkdirs("mkdir", op.target, op.mode);
+                // mkdir applies the invoker's umask: the sticky, world-writable scratch
+                // directories get their mode exactly.
+                if ((op.mode & ~0755u) != 0 && ::chmod(t, op.mode) != 0)
+                    fail("mkdir", errno, kExitJailError, "chmod /%s", t);
+                break;
             case OpKind::MkFile: {
                 int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 if (fd < 0 && errno == ENOENT) {  // its directory first

@@ -11,6 +11,7 @@
 // then the child pivots into the root and makes it read-only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -61,6 +62,8 @@ struct MountOp {
     unsigned long flags = 0;   // MS_* flags for Tmpfs, Proc, Bind, Remount
     std::string data;          // mount options for Tmpfs
     unsigned mode = 0;         // Mkdir, MkFile, Copy
+    bool if_exists = false;    // Bind, Tmpfs, Remount: skipped when the target does not exist
+                               // (the masks over /proc entries some kernels lack)
 };
 
 struct SourceRef {
@@ -85,6 +88,17 @@ unsigned long locked_mount_flags(unsigned long statvfs_flags);
 // Throws UsageError for binds that cannot be placed.
 MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
                       const std::optional<std::string>& script_host_path);
+
+// The inode cap of a writable tmpfs of `size` bytes: each inode costs about 1 KiB of kernel
+// memory that the size does not count, so inodes are capped at one per 8 KiB of size
+// (at least 1024): the kernel memory of a full tmpfs stays within an eighth of its size.
+std::uint64_t tmpfs_inodes_for(std::uint64_t size);
+
+// /proc entries no program needs and the jail hides: files under /dev/null, directories
+// under an empty read-only tmpfs; and those it leaves readable but makes read-only.
+extern const char* const kProcMaskedFiles[];
+extern const char* const kProcMaskedDirs[];
+extern const char* const kProcReadOnly[];
 
 // One line per op, as --explain prints it.
 std::string describe_op(const MountOp& op, const MountPlan& plan);
