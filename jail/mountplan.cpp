@@ -85,7 +85,10 @@ std::uint64_t tmpfs_inodes_for(std::uint64_t size) {
 
 std::vector<BindSpec> all_binds(const Policy& policy) {
     std::vector<BindSpec> binds = policy.binds;
-    if (policy.workdir) binds.push_back({*policy.workdir, "/work", true, "--workdir"});
+    if (policy.workdir)
+        binds.push_back({*policy.workdir, "/work", true,
+                         policy.workdir_origin.empty() ? "--workdir" : policy.workdir_origin,
+                         policy.workdir_named_on_command_line});
     return binds;
 }
 
@@ -112,6 +115,12 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     std::string scratch_opts =
         fmt::format("{},nr_inodes={}", tmpfs_size, tmpfs_inodes_for(policy.tmpfs_size));
     auto binds = all_binds(policy);
+    {
+        // No bind may expose a home or credentials unless the user named it and said so.
+        std::vector<BindExposure> exposures;
+        for (const auto& f : facts.binds) exposures.push_back({f.real_source, f.credentials});
+        check_sensitive_binds(policy, binds, exposures, facts.home_dirs);
+    }
     bool work_is_bound =
         std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
     // The user's binds, parents before children so a nested bind lands on top.

@@ -32,6 +32,7 @@ struct BindFacts {
     std::string real_source;           // realpath of the source
     unsigned long locked_flags = 0;    // MS_* flags of the source's mount that we must keep
     bool target_in_rootfs = false;     // the target exists in the rootfs (a ready mount point)
+    std::vector<std::string> credentials;  // kCredentialNames found directly in the source
 };
 
 struct MountFacts {
@@ -39,6 +40,7 @@ struct MountFacts {
     unsigned long rootfs_locked_flags = 0;
     std::vector<BindFacts> binds;      // parallel to all_binds(policy)
     std::optional<std::string> script_real_path;  // realpath of the script, if any
+    std::vector<std::string> home_dirs;  // realpaths of $HOME and the invoker's passwd home
 };
 
 enum class OpKind {

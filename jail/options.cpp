@@ -54,6 +54,10 @@ const std::vector<OptionSpec>& option_table() {
          "explicit, loud opt-out)", true},
         {"host-user", OptKind::Text, "nobody", "USER|UID[:GID]",
          "When pyjail runs as root: the unprivileged host user the jailed program runs as", true},
+        // Exposing a sensitive directory (see policy.hpp: sensitive_bind_reason).
+        {"allow-sensitive-bind", OptKind::Flag, "false", "",
+         "Allow a bind named on the command line (--workdir, --bind, --ro-bind) to expose /, "
+         "your home, one of its ancestors, or a directory holding credentials", true},
         {"explain", OptKind::Flag, "false", "",
          "Print the effective policy, where each setting came from, and run nothing", false},
         {"verbose", OptKind::Flag, "false", "", "Say what the jail is doing on stderr", false},

@@ -50,6 +50,7 @@
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
+#include "exposure.hpp"
 #include "hints.hpp"
 #include "init.hpp"
 #include "rootfs.hpp"
@@ -220,8 +221,10 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         bool target_is_dir = false;
         f.target_in_rootfs = exists_in_rootfs(p.rootfs_fd.get(), b.target, target_is_dir) &&
                              target_is_dir == f.is_dir;
+        if (f.is_dir) f.credentials = credentials_in_from_parent(fd.get());
         facts.binds.push_back(f);
     }
+    facts.home_dirs = home_dirs_from_parent();
 
     if (!policy.command.empty()) {
         p.command = resolve_command(

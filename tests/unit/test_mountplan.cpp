@@ -101,7 +101,7 @@ TEST_CASE("the rootfs mount's locked flags are kept") {
 TEST_CASE("standard: the current directory read-only at /work; a script there runs in place") {
     Policy p = policy_from("ro-bind = [\".:/work\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/home/u/proj", 0, false}};
+    f.binds = {{true, "/home/u/proj", 0, false, {}}};
     f.script_real_path = "/home/u/proj/sub/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/sub/x.py"));
     auto l = lines(plan);
@@ -119,7 +119,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
     // The rootfs has its own (empty) /work: the jail owns that name, so the mount point must
     // still be made in the new root.
     f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
-    f.binds = {{true, "/home/u/proj/out", 0, true}};
+    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
     f.script_real_path = "/opt/jobs/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/opt/jobs/x.py"));
     auto l = lines(plan);
@@ -133,7 +133,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
 TEST_CASE("binds: parents before children, mount points created unless the rootfs has them") {
     Policy p = policy_from("ro-bind = [\"/data/a:/mnt/a/b\", \"/data/b:/mnt/a\", \"/etc/x.conf:/etc/x.conf\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data/a", 0, false}, {true, "/data/b", 0, false}, {false, "/etc/x.conf", 0, true}};
+    f.binds = {{true, "/data/a", 0, false, {}}, {true, "/data/b", 0, false, {}}, {false, "/etc/x.conf", 0, true, {}}};
     auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
     CHECK(index_of(l, "bind     /mnt/a <- /data/b") < index_of(l, "bind     /mnt/a/b <- /data/a"));
     CHECK(has(l, "mkdir    /mnt/a"));
@@ -144,7 +144,7 @@ TEST_CASE("binds: parents before children, mount points created unless the rootf
 TEST_CASE("binds that cannot be placed fail at plan time") {
     Policy p = policy_from("ro-bind = [\"/data:/usr/data\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data", 0, false}};
+    f.binds = {{true, "/data", 0, false, {}}};
     CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
                          "p.toml:1: key 'ro-bind': /usr/data does not exist in the rootfs, and "
                          "/usr is read-only, so it cannot be created",
@@ -152,7 +152,7 @@ TEST_CASE("binds that cannot be placed fail at plan time") {
 
     Policy w = policy_from("bind = [\"/ro:/mnt/ro\"]\n");
     MountFacts g = rootfs_facts();
-    g.binds = {{true, "/ro", MS_RDONLY, false}};
+    g.binds = {{true, "/ro", MS_RDONLY, false, {}}};
     CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
                          "p.toml:1: key 'bind': /ro is on a read-only filesystem, so it cannot "
                          "be bound writable",
@@ -193,7 +193,7 @@ TEST_CASE("a rootfs with the jail's mount points is the root itself: one bind, r
     CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
     // Binds onto paths the rootfs has, or inside the jail's tmpfs mounts, keep it so.
     Policy b = policy_from("ro-bind = [\"/etc/x.conf:/etc/x.conf\", \"/data:/tmp/data\"]\nbind = [\"/out:/work\"]\n");
-    f.binds = {{false, "/etc/x.conf", 0, true}, {true, "/data", 0, false}, {true, "/out", 0, false}};
+    f.binds = {{false, "/etc/x.conf", 0, true, {}}, {true, "/data", 0, false, {}}, {true, "/out", 0, false, {}}};
     f.script_real_path = "/out/x.py";
     auto lb = lines(plan_mounts(b, "/rootfs", f, std::string("/out/x.py")));
     CHECK(lb.front() == "bind     / <- /rootfs");
@@ -206,14 +206,14 @@ TEST_CASE("a mount point the rootfs lacks makes the root a tmpfs") {
     MountFacts f = full_rootfs_facts();
     // A bind to a new top-level path.
     Policy mnt = policy_from("ro-bind = [\"/data:/mnt/data\"]\n");
-    f.binds = {{true, "/data", 0, false}};
+    f.binds = {{true, "/data", 0, false, {}}};
     auto l = lines(plan_mounts(mnt, "/rootfs", f, std::nullopt));
     CHECK(tmpfs_root(l));
     CHECK(has(l, "mkdir    /mnt/data"));
     CHECK(has(l, "bind     /usr <- /rootfs/usr"));
     // A script outside every bind while /work is a host directory: it goes to /script.
     Policy w = policy_from("workdir = \"out\"\n");
-    f.binds = {{true, "/home/u/proj/out", 0, true}};
+    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
     f.script_real_path = "/opt/jobs/x.py";
     CHECK(tmpfs_root(lines(plan_mounts(w, "/rootfs", f, std::string("/opt/jobs/x.py")))));
     // A rootfs without /work.
