@@ -69,12 +69,14 @@ bool rootfs_can_be_root(const MountFacts& facts, const std::vector<BindSpec>& bi
 
 }  // namespace
 
+// Files only host root can read on every kernel (kcore, kmsg, kpage*) need no mask: the jail
+// is never host root. Those some kernels make world-readable are masked.
 const char* const kProcMaskedFiles[] = {
     "keys", "key-users",                                  // the invoking user's keys
     "cmdline",                                            // boot parameters (may hold secrets)
-    "config.gz", "kallsyms", "kcore", "kmsg", "sysrq-trigger",
-    "latency_stats", "timer_list", "timer_stats", "sched_debug",
-    "iomem", "ioports", "vmallocinfo", "kpagecount", "kpageflags", "kpagecgroup",
+    "config.gz", "kallsyms", "sysrq-trigger",             // the kernel's build and controls
+    "latency_stats", "timer_list", "timer_stats", "sched_debug",  // other processes' activity
+    "iomem", "ioports", "vmallocinfo",                    // kernel and device memory layout
     nullptr};
 const char* const kProcMaskedDirs[] = {"acpi", "asound", "scsi", "driver", nullptr};
 const char* const kProcReadOnly[] = {"sys", "bus", "fs", "irq", nullptr};

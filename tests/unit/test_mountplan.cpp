@@ -228,7 +228,7 @@ TEST_CASE("/proc: keys, the kernel command line and host internals are masked; /
         CHECK_MESSAGE(has(l, line), line);
         CHECK_MESSAGE(index_of(l, "proc     /proc (nosuid,nodev,noexec)") < index_of(l, line), line);
     };
-    for (const char* f : {"keys", "key-users", "cmdline", "kcore", "kallsyms", "timer_list", "sched_debug",
+    for (const char* f : {"keys", "key-users", "cmdline", "kallsyms", "timer_list", "sched_debug",
                           "sysrq-trigger", "latency_stats"})
         after_proc(fmt::format("bind     /proc/{} <- /dev/null (if present)", f));
     for (const char* d : {"acpi", "asound", "scsi"})
