@@ -107,6 +107,27 @@ void step_become_jail_user(const ChildPlan& p) {
     if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail("dumpable", errno, kExitJailError, "prctl");
 }
 
+void step_userns_limits(const ChildPlan& p) {
+    // Counts of the jail's own user namespace (inotify instances and watches, namespaces):
+    // writable by whoever holds CAP_SYS_RESOURCE in it, which we do until the capabilities
+    // are dropped; the program never can. /proc/sys/user shows the writer's own user
+    // namespace's values, whichever procfs the path goes through (still the host's here).
+    // A required counter that cannot be set fails the run: its limit would silently not hold.
+    char path[128];
+    char value[32];
+    for (const auto& l : p.userns_limits) {
+        std::snprintf(path, sizeof path, "/proc/sys/user/%s", l.name);
+        int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 && errno == ENOENT && !l.required) continue;
+        if (fd < 0) fail("user namespace limits", errno, kExitJailError, "cannot open %s", path);
+        int n = std::snprintf(value, sizeof value, "%llu\n", static_cast<unsigned long long>(l.value));
+        if (::write(fd, value, static_cast<std::size_t>(n)) != n)
+            fail("user namespace limits", errno, kExitJailError, "cannot set %s to %llu", path,
+                 static_cast<unsigned long long>(l.value));
+        ::close(fd);
+    }
+}
+
 void do_mount(const char* step, const char* src, const char* target, const char* type,
               unsigned long flags, const char* data) {
     if (::mount(src, target, type, flags, data) != 0)
@@ -170,6 +191,9 @@ void step_mounts(const ChildPlan& p) {
         // this mount namespace sees covered, and we step into it.
         const bool root = op.target.empty();
         const char* where = root ? p.staging_dir.c_str() : t;
+        struct stat st;
+        // A mask over a /proc entry this kernel does not have: nothing to hide.
+        if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) continue;
         switch (op.kind) {
             case OpKind::Tmpfs:
                 do_mount(root ? "mount root" : "mount tmpfs", "tmpfs", where, "tmpfs", op.flags,
@@ -179,7 +203,13 @@ void step_mounts(const ChildPlan& p) {
             case OpKind::Devpts:
                 do_mount("mount devpts", "devpts", t, "devpts", op.flags, op.data.c_str());
                 break;
-            case OpKind::Mkdir: mkdirs("mkdir", op.target, op.mode); break;
+            case OpKind::Mkdir:
+                mkdirs("mkdir", op.target, op.mode);
+                // mkdir applies the invoker's umask: the sticky, world-writable scratch
+                // directories get their mode exactly.
+                if ((op.mode & ~0755u) != 0 && ::chmod(t, op.mode) != 0)
+                    fail("mkdir", errno, kExitJailError, "chmod /%s", t);
+                break;
             case OpKind::MkFile: {
                 int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 if (fd < 0 && errno == ENOENT) {  // its directory first
@@ -382,6 +412,7 @@ void run_child(const ChildPlan& p) noexcept {
     step_wait_for_parent(p);
     step_scrub_host_memory(p);
     step_become_jail_user(p);
+    step_userns_limits(p);
     step_mounts(p);
     step_hostname(p);
     step_network(p);

@@ -34,6 +34,7 @@ struct ChildPlan {
     // Per fd 0-2: the jail's end of a pipe the supervisor relays (relay.hpp), or -1: the
     // host's own descriptor stays.
     int stdio_fds[3] = {-1, -1, -1};
+    std::vector<UsernsLimit> userns_limits;   // the jail's user namespace's /proc/sys/user
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

@@ -13,12 +13,14 @@ namespace {
 
 constexpr std::string_view kMagic = "pyjail-seccomp-filter 1\n";
 
-// What else the program depends on: this pyjail (how sets become rules), libseccomp (how
-// rules become BPF) and the architecture the BPF checks for.
+// What else the program depends on: this pyjail (how sets become rules, also between
+// releases: kSeccompRulesRevision), libseccomp (how rules become BPF) and the architecture
+// the BPF checks for.
 std::string header() {
     const scmp_version* v = seccomp_version();
-    return fmt::format("{}pyjail {}\nlibseccomp {}.{}.{}\narch {:#x}\n", kMagic, PYJAIL_VERSION,
-                       v->major, v->minor, v->micro, seccomp_arch_native());
+    return fmt::format("{}pyjail {} rules {}\nlibseccomp {}.{}.{}\narch {:#x}\n", kMagic,
+                       PYJAIL_VERSION, kSeccompRulesRevision, v->major, v->minor, v->micro,
+                       seccomp_arch_native());
 }
 
 void put_blob(std::string& out, std::string_view tag, std::string_view data) {

@@ -12,6 +12,7 @@ const char* mechanism_name(Mechanism m) {
         case Mechanism::CgroupV2: return "cgroup-v2";
         case Mechanism::Rlimit: return "rlimit";
         case Mechanism::Supervisor: return "supervisor";
+        case Mechanism::UserNamespace: return "user-namespace";
         case Mechanism::NotEnforced: return "not-enforced";
     }
     return "";
@@ -30,6 +31,39 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
     p.rlimits.push_back({RLIMIT_CORE, 0, "RLIMIT_CORE"});
     p.rlimits.push_back({RLIMIT_NOFILE, l.nofile, "RLIMIT_NOFILE"});
     p.entries.push_back({"nofile", std::to_string(l.nofile), Mechanism::Rlimit, "RLIMIT_NOFILE"});
+    // Never inherited from the invoker: no real-time scheduling (a SCHED_FIFO busy loop would
+    // starve the host's CPUs), no raised priority (RLIMIT_NICE 0: no nice value below the
+    // current one), and locked memory capped at 64 KiB (locked pages are out of reach of
+    // the host's reclaim; CPython and numpy lock nothing).
+    p.rlimits.push_back({RLIMIT_RTPRIO, 0, "RLIMIT_RTPRIO"});
+    p.rlimits.push_back({RLIMIT_NICE, 0, "RLIMIT_NICE"});
+    p.rlimits.push_back({RLIMIT_MEMLOCK, kMemlockLimit, "RLIMIT_MEMLOCK"});
+    p.entries.push_back({"rtprio", "0", Mechanism::Rlimit, "RLIMIT_RTPRIO"});
+    p.entries.push_back({"nice", "0", Mechanism::Rlimit, "RLIMIT_NICE"});
+    p.entries.push_back({"memlock", std::to_string(kMemlockLimit), Mechanism::Rlimit, "RLIMIT_MEMLOCK"});
+    // The jail's user namespace: inotify instances and watches are counted per host user
+    // (128 instances by default), so without a cap of its own a jail could take them all and
+    // break the host user's file watchers; every watch also pins kernel memory. Namespaces:
+    // the filter already refuses to make any, this makes the kernel refuse too.
+    p.userns_limits = {
+        {"max_inotify_instances", kInotifyInstances, true},
+        {"max_inotify_watches", kInotifyWatches, true},
+        {"max_fanotify_groups", 0, false},
+        {"max_fanotify_marks", 0, false},
+        {"max_user_namespaces", 0, true},
+        {"max_mnt_namespaces", 0, true},
+        {"max_pid_namespaces", 0, true},
+        {"max_net_namespaces", 0, true},
+        {"max_ipc_namespaces", 0, true},
+        {"max_uts_namespaces", 0, true},
+        {"max_cgroup_namespaces", 0, true},
+        {"max_time_namespaces", 0, false},
+    };
+    p.entries.push_back({"inotify-instances", std::to_string(kInotifyInstances),
+                         Mechanism::UserNamespace, "user.max_inotify_instances"});
+    p.entries.push_back({"inotify-watches", std::to_string(kInotifyWatches),
+                         Mechanism::UserNamespace, "user.max_inotify_watches"});
+    p.entries.push_back({"namespaces", "0", Mechanism::UserNamespace, "user.max_*_namespaces"});
 
     if (l.memory) {
         std::string v = std::to_string(*l.memory);

@@ -25,7 +25,7 @@ struct Limits {
     std::uint64_t nofile = 1024;               // open files per process
 };
 
-enum class Mechanism { CgroupV2, Rlimit, Supervisor, NotEnforced };
+enum class Mechanism { CgroupV2, Rlimit, Supervisor, UserNamespace, NotEnforced };
 const char* mechanism_name(Mechanism m);
 
 struct RlimitValue {
@@ -42,11 +42,26 @@ struct LimitEntry {
     std::string detail;    // "memory.max", "RLIMIT_DATA (per process)", ...
 };
 
+// A limit of the jail's own user namespace: /proc/sys/user/<name>, written by the child while
+// it holds CAP_SYS_RESOURCE there. The kernel checks these counts in every namespace up the
+// chain, so they cap the jail and leave the host user's own counts to the host user.
+struct UsernsLimit {
+    const char* name;    // "max_inotify_instances"
+    std::uint64_t value;
+    bool required;       // false: a kernel without this counter has nothing to count
+};
+
 struct LimitPlan {
     std::vector<std::pair<std::string, std::string>> cgroup_files;  // file -> value, in order
     std::vector<RlimitValue> rlimits;                                // set in the child
+    std::vector<UsernsLimit> userns_limits;                          // set in the child
     std::vector<LimitEntry> entries;                                 // for the report/explain
 };
+
+// Fixed limits of every jail (see plan_limits for why each).
+constexpr std::uint64_t kMemlockLimit = 64 * 1024;
+constexpr std::uint64_t kInotifyInstances = 16;
+constexpr std::uint64_t kInotifyWatches = 8192;
 
 // `cgroup`: whether a delegated cgroup v2 leaf with the needed controllers is available.
 LimitPlan plan_limits(const Limits& limits, bool cgroup);

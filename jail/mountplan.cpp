@@ -37,6 +37,7 @@ bool is_under(const std::string& path, const std::string& dir) {
 }
 
 constexpr unsigned long kTmpfsFlags = MS_NOSUID | MS_NODEV;
+constexpr unsigned long kProcFlags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
 
 // The mount points the jail always mounts on.
 constexpr const char* kJailMounts[] = {"proc", "dev", "tmp", "work"};
@@ -68,9 +69,28 @@ bool rootfs_can_be_root(const MountFacts& facts, const std::vector<BindSpec>& bi
 
 }  // namespace
 
+// Files only host root can read on every kernel (kcore, kmsg, kpage*) need no mask: the jail
+// is never host root. Those some kernels make world-readable are masked.
+const char* const kProcMaskedFiles[] = {
+    "keys", "key-users",                                  // the invoking user's keys
+    "cmdline",                                            // boot parameters (may hold secrets)
+    "config.gz", "kallsyms", "sysrq-trigger",             // the kernel's build and controls
+    "latency_stats", "timer_list", "timer_stats", "sched_debug",  // other processes' activity
+    "iomem", "ioports", "vmallocinfo",                    // kernel and device memory layout
+    nullptr};
+const char* const kProcMaskedDirs[] = {"acpi", "asound", "scsi", "driver", nullptr};
+const char* const kProcReadOnly[] = {"sys", "bus", "fs", "irq", nullptr};
+
+std::uint64_t tmpfs_inodes_for(std::uint64_t size) {
+    return std::max<std::uint64_t>(size / (8 * 1024), 1024);
+}
+
 std::vector<BindSpec> all_binds(const Policy& policy) {
     std::vector<BindSpec> binds = policy.binds;
-    if (policy.workdir) binds.push_back({*policy.workdir, "/work", true, "--workdir"});
+    if (policy.workdir)
+        binds.push_back({*policy.workdir, "/work", true,
+                         policy.workdir_origin.empty() ? "--workdir" : policy.workdir_origin,
+                         policy.workdir_named_on_command_line});
     return binds;
 }
 
@@ -92,7 +112,17 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     plan.sources.push_back({rootfs, false});
     auto& ops = plan.ops;
     std::string tmpfs_size = fmt::format("size={}", policy.tmpfs_size);
+    // Every tmpfs the jail can write has an inode cap too: empty files cost no size, but each
+    // pins kernel memory (200k of them ~200 MiB).
+    std::string scratch_opts =
+        fmt::format("{},nr_inodes={}", tmpfs_size, tmpfs_inodes_for(policy.tmpfs_size));
     auto binds = all_binds(policy);
+    {
+        // No bind may expose a home or credentials unless the user named it and said so.
+        std::vector<BindExposure> exposures;
+        for (const auto& f : facts.binds) exposures.push_back({f.real_source, f.credentials});
+        check_sensitive_binds(policy, binds, exposures, facts.home_dirs);
+    }
     bool work_is_bound =
         std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
     // The user's binds, parents before children so a nested bind lands on top.
@@ -129,7 +159,7 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
             if (e.kind == RootfsEntry::Kind::Dir && !jail_owned(e.name)) rootfs_dirs.push_back(e.name);
     } else {
         // A tmpfs that holds only mount points and symlinks, the rootfs's directories bound in.
-        ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
+        ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + scratch_opts, 0});
         plan.root_flags = ro;
         for (const auto& e : facts.rootfs_top) {
             if (jail_owned(e.name)) continue;
@@ -148,14 +178,53 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
         if (!rootfs_is_root) ops.push_back({OpKind::Mkdir, name, -1, "", 0, "", 0755});
     };
 
+    // Private, size-capped scratch space; nothing written there outlives the run. One tmpfs
+    // holds /tmp, /dev/shm and (unless it is a host directory) /work, each a bind of one of
+    // its directories: --tmpfs-size and the inode cap are the jail's total, not per mount
+    // (three tmpfs of their own would let a jail fill three times the size). The tmpfs's
+    // own root, which holds the three, ends up covered by /tmp.
+    mount_point("tmp");
+    ops.push_back({OpKind::Tmpfs, "tmp", -1, "", kTmpfsFlags, "mode=0755," + scratch_opts, 0});
+    ops.push_back({OpKind::Mkdir, "tmp/.tmp", -1, "", 0, "", 01777});
+    ops.push_back({OpKind::Mkdir, "tmp/.shm", -1, "", 0, "", 01777});
+    if (!work_is_bound) ops.push_back({OpKind::Mkdir, "tmp/.work", -1, "", 0, "", 0755});
+
     // A fresh procfs for the jail's pid namespace: only the jail's processes are in it.
     mount_point("proc");
-    ops.push_back({OpKind::Proc, "proc", -1, "", MS_NOSUID | MS_NODEV | MS_NOEXEC, "", 0});
+    ops.push_back({OpKind::Proc, "proc", -1, "", kProcFlags, "", 0});
+    // What a program has no need to see (the masks of container runtimes, and more): the
+    // invoking user's keys (/proc/keys, /proc/key-users name them, their serials and uid:
+    // keyrings are not namespaced), the kernel's command line, kernel memory and symbols,
+    // timers and scheduler internals of the whole host, hardware directories. What Python
+    // and numpy read stays: /proc/self, cpuinfo, meminfo, stat. /proc/sys and the like stay
+    // readable but read-only.
+    // The masks are mounts the jail's own user namespace made, so its root could unmount
+    // them; the program is not that root: it holds no capabilities (dropped before exec,
+    // no_new_privs), and the filter refuses mount, umount2 and the new mount API.
+    for (const char* const* f = kProcMaskedFiles; *f != nullptr; ++f) {
+        MountOp op{OpKind::Bind, std::string("proc/") + *f, -1, "/dev/null", MS_BIND, "", 0};
+        op.if_exists = true;
+        ops.push_back(op);
+    }
+    for (const char* const* d = kProcMaskedDirs; *d != nullptr; ++d) {
+        MountOp op{OpKind::Tmpfs, std::string("proc/") + *d, -1, "",
+                   MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555,size=4k,nr_inodes=1", 0};
+        op.if_exists = true;
+        ops.push_back(op);
+    }
+    for (const char* const* e = kProcReadOnly; *e != nullptr; ++e) {
+        std::string t = std::string("proc/") + *e;
+        MountOp bind{OpKind::Bind, t, -1, t, MS_BIND, "", 0};
+        MountOp read_only{OpKind::Remount, t, -1, "", MS_BIND | MS_REMOUNT | MS_RDONLY | kProcFlags, "", 0};
+        bind.if_exists = read_only.if_exists = true;
+        ops.push_back(bind);
+        ops.push_back(read_only);
+    }
 
     // A minimal /dev: a few harmless character devices bound from the host (a user namespace
     // cannot mknod), no disks, no ttys, no /dev/mem; made read-only once filled.
     mount_point("dev");
-    ops.push_back({OpKind::Tmpfs, "dev", -1, "", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k", 0});
+    ops.push_back({OpKind::Tmpfs, "dev", -1, "", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64", 0});
     for (const char* d : {"null", "zero", "full", "random", "urandom"}) {
         std::string t = std::string("dev/") + d;
         ops.push_back({OpKind::MkFile, t, -1, "", 0, "", 0666});
@@ -172,18 +241,17 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
     ops.push_back({OpKind::Symlink, "dev/ptmx", -1, "pts/ptmx", 0, "", 0});
     ops.push_back({OpKind::Remount, "dev", -1, "",
                    MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "", 0});
-    ops.push_back({OpKind::Tmpfs, "dev/shm", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
+    ops.push_back({OpKind::Bind, "dev/shm", -1, "tmp/.shm", MS_BIND, "", 0});
     ops.push_back({OpKind::Devpts, "dev/pts", -1, "", MS_NOSUID | MS_NOEXEC,
                    "newinstance,ptmxmode=0666,mode=0620", 0});
 
-    // Private, size-capped scratch space; nothing written there outlives the run.
-    mount_point("tmp");
-    ops.push_back({OpKind::Tmpfs, "tmp", -1, "", kTmpfsFlags, "mode=1777," + tmpfs_size, 0});
-
     if (!work_is_bound) {
         mount_point("work");
-        ops.push_back({OpKind::Tmpfs, "work", -1, "", kTmpfsFlags, "mode=0755," + tmpfs_size, 0});
+        ops.push_back({OpKind::Bind, "work", -1, "tmp/.work", MS_BIND, "", 0});
     }
+    // Last of the scratch space, before any bind lands below /tmp: /tmp covers the tmpfs's
+    // root.
+    ops.push_back({OpKind::Bind, "tmp", -1, "tmp/.tmp", MS_BIND, "", 0});
 
     for (std::size_t i : order) {
         const BindSpec& b = binds[i];
@@ -237,7 +305,8 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
 std::string describe_op(const MountOp& op, const MountPlan& plan) {
     std::string t = "/" + op.target;
     auto src = [&]() -> std::string {
-        if (op.source_slot < 0) return op.source_path;
+        // A relative source is a path in the jail's new root (the scratch tmpfs, /proc).
+        if (op.source_slot < 0) return op.source_path[0] == '/' ? op.source_path : "jail:/" + op.source_path;
         std::string base = plan.sources.at(static_cast<std::size_t>(op.source_slot)).host_path;
         return op.source_path.empty() ? base : base + "/" + op.source_path;
     };
@@ -255,11 +324,14 @@ std::string describe_op(const MountOp& op, const MountPlan& plan) {
         return s;
     };
     switch (op.kind) {
-        case OpKind::Tmpfs: return fmt::format("tmpfs    {} ({},{})", t, flag_names(op.flags), op.data);
+        case OpKind::Tmpfs:
+            return fmt::format("tmpfs    {} ({},{}){}", t, flag_names(op.flags), op.data,
+                               op.if_exists ? " (if present)" : "");
         case OpKind::Proc: return fmt::format("proc     {} ({})", t, flag_names(op.flags));
         case OpKind::Devpts: return fmt::format("devpts   {} ({},{})", t, flag_names(op.flags), op.data);
-        case OpKind::Bind: return fmt::format("bind     {} <- {}", t, src());
-        case OpKind::Remount: return fmt::format("remount  {} ({})", t, flag_names(op.flags));
+        case OpKind::Bind: return fmt::format("bind     {} <- {}{}", t, src(), op.if_exists ? " (if present)" : "");
+        case OpKind::Remount:
+            return fmt::format("remount  {} ({}){}", t, flag_names(op.flags), op.if_exists ? " (if present)" : "");
         case OpKind::Mkdir: return fmt::format("mkdir    {}", t);
         case OpKind::MkFile: return fmt::format("mkfile   {}", t);
         case OpKind::Symlink: return fmt::format("symlink  {} -> {}", t, op.source_path);

@@ -11,6 +11,7 @@
 // then the child pivots into the root and makes it read-only.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -31,6 +32,7 @@ struct BindFacts {
     std::string real_source;           // realpath of the source
     unsigned long locked_flags = 0;    // MS_* flags of the source's mount that we must keep
     bool target_in_rootfs = false;     // the target exists in the rootfs (a ready mount point)
+    std::vector<std::string> credentials;  // kCredentialNames found directly in the source
 };
 
 struct MountFacts {
@@ -38,6 +40,7 @@ struct MountFacts {
     unsigned long rootfs_locked_flags = 0;
     std::vector<BindFacts> binds;      // parallel to all_binds(policy)
     std::optional<std::string> script_real_path;  // realpath of the script, if any
+    std::vector<std::string> home_dirs;  // realpaths of $HOME and the invoker's passwd home
 };
 
 enum class OpKind {
@@ -61,6 +64,8 @@ struct MountOp {
     unsigned long flags = 0;   // MS_* flags for Tmpfs, Proc, Bind, Remount
     std::string data;          // mount options for Tmpfs
     unsigned mode = 0;         // Mkdir, MkFile, Copy
+    bool if_exists = false;    // Bind, Tmpfs, Remount: skipped when the target does not exist
+                               // (the masks over /proc entries some kernels lack)
 };
 
 struct SourceRef {
@@ -85,6 +90,17 @@ unsigned long locked_mount_flags(unsigned long statvfs_flags);
 // Throws UsageError for binds that cannot be placed.
 MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
                       const std::optional<std::string>& script_host_path);
+
+// The inode cap of a writable tmpfs of `size` bytes: each inode costs about 1 KiB of kernel
+// memory that the size does not count, so inodes are capped at one per 8 KiB of size
+// (at least 1024): the kernel memory of a full tmpfs stays within an eighth of its size.
+std::uint64_t tmpfs_inodes_for(std::uint64_t size);
+
+// /proc entries no program needs and the jail hides: files under /dev/null, directories
+// under an empty read-only tmpfs; and those it leaves readable but makes read-only.
+extern const char* const kProcMaskedFiles[];
+extern const char* const kProcMaskedDirs[];
+extern const char* const kProcReadOnly[];
 
 // One line per op, as --explain prints it.
 std::string describe_op(const MountOp& op, const MountPlan& plan);

@@ -19,8 +19,13 @@ const std::vector<OptionSpec>& option_table() {
         {"workdir", OptKind::Text, "", "DIR",
          "Host directory mounted read-write at /work, the jail's working directory "
          "(default: a private tmpfs)", true},
+        // Exposing a sensitive directory (see policy.hpp: sensitive_bind_reason).
+        {"allow-sensitive-bind", OptKind::Flag, "false", "",
+         "Allow a bind named on the command line (--workdir, --bind, --ro-bind) to expose /, "
+         "your home, one of its ancestors, or a directory holding credentials", true},
         {"tmpfs-size", OptKind::Text, "64M", "SIZE",
-         "Size cap of each private tmpfs (/tmp, /work, /dev/shm), e.g. 64M, 1G", true},
+         "Size cap of the private scratch space (/tmp, /work, /dev/shm together), e.g. 64M, 1G",
+         true},
         {"net", OptKind::Text, "none", "none|loopback",
          "Network: none (no interface up) or loopback (only 127.0.0.1/::1, private)", true},
         {"env", OptKind::List, "", "KEY=VALUE",

@@ -147,6 +147,74 @@ BindSpec parse_bind(const std::string& text, bool writable, const std::string& o
     return b;
 }
 
+// Names whose presence marks a directory as a home, or part of one: keys, tokens, agent
+// sockets, password stores, cloud and cluster credentials, browser profiles. Chosen for what
+// they hold, not for being hidden: a project directory rarely has any of them.
+const char* const kCredentialNames[] = {
+    ".ssh", ".gnupg", ".aws", ".azure", ".config", ".kube", ".docker", ".netrc", ".pgpass",
+    ".git-credentials", ".npmrc", ".pypirc", ".password-store", ".vault-token", ".terraform.d",
+    ".mozilla", ".local", nullptr};
+
+namespace {
+bool path_within(const std::string& path, const std::string& dir) {
+    if (dir == "/") return true;
+    return path == dir ||
+           (path.size() > dir.size() && path.compare(0, dir.size(), dir) == 0 && path[dir.size()] == '/');
+}
+}  // namespace
+
+std::optional<std::string> sensitive_bind_reason(const BindExposure& source,
+                                                 const std::vector<std::string>& homes) {
+    const std::string& src = source.real_source;
+    if (src == "/") return "the whole host file system";
+    for (const auto& home : homes) {
+        if (home.empty() || home == "/") continue;  // a home of "/" would make everything a home
+        if (src == home) return "your home directory";
+        if (path_within(home, src)) return fmt::format("an ancestor of your home directory {}", home);
+    }
+    if (src == "/home" || src == "/root") return "a directory of home directories";
+    // Inside a credentials directory: any component named like one.
+    std::size_t start = 1;
+    while (start < src.size()) {
+        std::size_t end = src.find('/', start);
+        if (end == std::string::npos) end = src.size();
+        std::string part = src.substr(start, end - start);
+        for (const char* const* n = kCredentialNames; *n != nullptr; ++n)
+            if (part == *n) return fmt::format("inside {}, which holds credentials", part);
+        start = end + 1;
+    }
+    if (!source.credentials.empty()) {
+        std::string names;
+        for (const auto& n : source.credentials) names += (names.empty() ? "" : ", ") + n;
+        return fmt::format("a directory holding credentials ({})", names);
+    }
+    return std::nullopt;
+}
+
+void check_sensitive_binds(const Policy& policy, const std::vector<BindSpec>& binds,
+                           const std::vector<BindExposure>& sources,
+                           const std::vector<std::string>& homes) {
+    for (std::size_t i = 0; i < binds.size(); ++i) {
+        const BindSpec& b = binds[i];
+        auto why = sensitive_bind_reason(sources.at(i), homes);
+        if (!why) continue;
+        // Named on the command line and explicitly allowed: the user means it.
+        if (b.named_on_command_line && policy.allow_sensitive_bind) continue;
+        const std::string& src = sources[i].real_source;
+        std::string fix =
+            b.named_on_command_line
+                ? fmt::format("add --allow-sensitive-bind if you mean it")
+                : fmt::format("run from a project directory, or name it with {} {} "
+                              "--allow-sensitive-bind",
+                              b.target == "/work" && b.writable ? "--workdir" : "--ro-bind",
+                              b.target == "/work" && b.writable ? src : src + ":" + b.target);
+        throw UsageError(fmt::format("{}: {} is {}: the jail would see every file there and "
+                                     "reach its Unix sockets",
+                                     b.origin, src, *why),
+                         fix);
+    }
+}
+
 Policy make_policy(const Settings& settings, std::vector<std::string> command,
                    const std::string& cwd) {
     Policy p;
@@ -159,9 +227,11 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
     if (!p.rootfs.empty()) p.rootfs = absolute_path(p.rootfs, cwd);
 
     for (const char* key : {"ro-bind", "bind"}) {
-        for (const auto& it : settings.at(key))
+        for (const auto& it : settings.at(key)) {
             p.binds.push_back(parse_bind(it.value, std::string_view(key) == "bind",
                                          where(it, key), cwd));
+            p.binds.back().named_on_command_line = it.source == Source::CommandLine;
+        }
     }
     for (std::size_t i = 0; i < p.binds.size(); ++i)
         for (std::size_t j = 0; j < i; ++j)
@@ -171,6 +241,8 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
 
     if (const auto& w = item("workdir"); !w.value.empty()) {
         p.workdir = absolute_path(w.value, cwd);
+        p.workdir_origin = where(w, "workdir");
+        p.workdir_named_on_command_line = w.source == Source::CommandLine;
         for (const auto& b : p.binds)
             if (b.target == "/work")
                 throw UsageError(fmt::format("{} sets /work, and {} binds over it", where(w, "workdir"),
@@ -285,6 +357,7 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
                                          where(u, "host-user")),
                              "name an unprivileged user such as nobody");
     }
+    p.allow_sensitive_bind = parse_bool(item("allow-sensitive-bind"), "allow-sensitive-bind");
     p.explain = parse_bool(item("explain"), "explain");
     p.verbose = parse_bool(item("verbose"), "verbose");
     p.quiet = parse_bool(item("quiet"), "quiet");

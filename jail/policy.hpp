@@ -23,6 +23,7 @@ struct BindSpec {
     std::string target;  // path inside the jail, absolute and normalized
     bool writable = false;
     std::string origin;  // where it was asked for, for messages
+    bool named_on_command_line = false;  // --bind/--ro-bind/--workdir, not a profile's
 };
 
 struct HostUser {
@@ -36,6 +37,9 @@ struct Policy {
     std::string rootfs;   // "" means: the default rootfs
     std::vector<BindSpec> binds;
     std::optional<std::string> workdir;  // host directory mounted read-write at /work
+    std::string workdir_origin;          // "--workdir" or the profile line
+    bool workdir_named_on_command_line = false;
+    bool allow_sensitive_bind = false;   // see check_sensitive_binds
     std::uint64_t tmpfs_size = 0;        // bytes
     NetMode net = NetMode::None;
     std::vector<std::pair<std::string, std::string>> env;  // added by profile and --env
@@ -59,6 +63,35 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
 
 // A decimal of 1 to 9 digits and nothing else (an id, a count, a descriptor), or nothing.
 std::optional<std::uint32_t> parse_small_number(std::string_view text);
+
+// Sensitive binds. A bind shows the jail every file under its source, and a read-only bind
+// still lets the jail connect() to every Unix socket there (ssh-agent, gpg-agent, a Docker
+// socket): a directory the program has no business seeing can hand it the user's identity.
+// `standard` and `batch` bind the current directory, and cron runs jobs from $HOME.
+//
+// Sensitive: `/`, a home directory of the invoking user or any of its ancestors (/home,
+// /root are refused as such), and any directory that holds, or lies inside, one of
+// kCredentialNames.
+extern const char* const kCredentialNames[];
+
+// The facts about one bind's source, gathered by the caller (no syscalls here).
+struct BindExposure {
+    std::string real_source;               // realpath
+    std::vector<std::string> credentials;  // kCredentialNames present directly in it
+};
+
+// Why exposing this source is sensitive ("your home directory", ...), or nothing. `homes`:
+// realpaths of $HOME and the invoking user's passwd home.
+std::optional<std::string> sensitive_bind_reason(const BindExposure& source,
+                                                 const std::vector<std::string>& homes);
+
+// Throws UsageError (exit 125) for the first sensitive bind, unless it was named on the
+// command line and --allow-sensitive-bind (or the profile key) says so. A profile's binds,
+// such as `standard`'s current directory, are never enough: the user did not name them.
+// `binds` and `sources` are parallel (all_binds and their facts).
+void check_sensitive_binds(const Policy& policy, const std::vector<BindSpec>& binds,
+                           const std::vector<BindExposure>& sources,
+                           const std::vector<std::string>& homes);
 
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);

@@ -4,7 +4,9 @@
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <asm/ioctls.h>
 #include <unistd.h>
 
@@ -29,8 +31,19 @@ constexpr std::uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_N
 
 // Syscalls that are never allowed as such: a set that allows them gets argument checks.
 bool is_checked_by_arguments(const std::string& name) {
-    return name == "clone" || name == "socket" || name == "ioctl" || name == "personality";
+    static const std::set<std::string> checked = {
+        "clone", "socket", "socketpair", "ioctl", "personality", "chmod", "fchmod", "fchmodat",
+        "fchmodat2", "open", "openat", "creat", "mknod", "mknodat", "openat2"};
+    return checked.count(name) != 0;
 }
+
+// Mode bits a jail may never set on a file: a setuid or setgid file left in a writable bind
+// is owned by the jail's host user and runs as that user for whoever starts it on the host.
+// (S_ISVTX is harmless and stays allowed.)
+constexpr std::uint64_t kSetIdBits = S_ISUID | S_ISGID;
+
+// Flags of open() that create a file, and so use the mode argument.
+constexpr std::uint64_t kOpenCreates = O_CREAT | __O_TMPFILE;
 
 using Ctx = std::unique_ptr<void, void (*)(scmp_filter_ctx)>;
 
@@ -79,6 +92,43 @@ Ctx build(const SeccompSet& set, NetMode net) {
                                    SCMP_A0_64(SCMP_CMP_EQ, static_cast<std::uint64_t>(f))),
                   "socket");
     }
+    if (allowed("socketpair"))
+        // Only AF_UNIX, in every network mode: AF_INET has no socketpair (EOPNOTSUPP), and the
+        // families that do (AF_TIPC) are kernel surface a Python program has no use for.
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
+                               SCMP_A0_64(SCMP_CMP_EQ, static_cast<std::uint64_t>(AF_UNIX))),
+              "socketpair");
+    // chmod and friends only without the setuid/setgid bits (see kSetIdBits). The kernel reads
+    // the mode as 16 bits; the mask looks at bits inside them, so junk in the high half
+    // cannot hide a setuid bit.
+    const std::pair<const char*, unsigned> mode_args[] = {
+        {"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2}, {"creat", 1},
+        {"mknod", 1}, {"mknodat", 2}};
+    for (const auto& [name, arg] : mode_args) {
+        if (!allowed(name)) continue;
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, seccomp_syscall_resolve_name(name), 1,
+                               scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, kSetIdBits, 0}),
+              name);
+    }
+    // open and openat create files too: the kernel strips S_ISGID in some cases but keeps
+    // S_ISUID for the owner, so open("f", O_CREAT, 04755) would leave a setuid file. Allowed:
+    // any open that creates nothing (its mode argument is unused, whatever it holds), or a
+    // mode without the set-id bits.
+    const std::pair<const char*, unsigned> open_args[] = {{"open", 1}, {"openat", 2}};
+    for (const auto& [name, flags_arg] : open_args) {
+        if (!allowed(name)) continue;
+        int nr = seccomp_syscall_resolve_name(name);
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 1,
+                               scmp_arg_cmp{flags_arg, SCMP_CMP_MASKED_EQ, kOpenCreates, 0}),
+              name);
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 1,
+                               scmp_arg_cmp{flags_arg + 1, SCMP_CMP_MASKED_EQ, kSetIdBits, 0}),
+              name);
+    }
+    // openat2's mode is in a struct the filter cannot read: ENOSYS, and callers (glibc never
+    // uses it) fall back to openat, which is checked above.
+    if (allowed("openat2"))
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0), "openat2");
     if (allowed("ioctl")) {
         // Every request but TIOCSTI and TIOCLINUX. The kernel reads the request as 32 bits,
         // and libseccomp's range checks see all 64, so "anything but these two" is spelt

@@ -51,6 +51,7 @@
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
+#include "exposure.hpp"
 #include "hints.hpp"
 #include "hostopen.hpp"
 #include "init.hpp"
@@ -224,8 +225,10 @@ Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
         bool target_is_dir = false;
         f.target_in_rootfs = exists_in_rootfs(p.rootfs_fd.get(), b.target, target_is_dir) &&
                              target_is_dir == f.is_dir;
+        if (f.is_dir) f.credentials = credentials_in_from_parent(fd.get());
         facts.binds.push_back(f);
     }
+    facts.home_dirs = home_dirs_from_parent();
 
     if (!policy.command.empty()) {
         p.command = resolve_command(
@@ -355,6 +358,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     plan.exec_path = p.command.exec_path;
     plan.seccomp_filter = p.seccomp_filter;
     plan.rlimits = p.limits.rlimits;
+    plan.userns_limits = p.limits.userns_limits;
     facts.limits = p.limits.entries;
     if (!p.seccomp)  // loud even under --quiet: the one protection that is explicitly gone
         std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "

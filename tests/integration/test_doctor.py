@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 
 
-def doctor(pyjail_bin, user, *args, prefix=()):
+def doctor(pyjail_bin, user, *args, prefix=(), cwd="/"):
     return subprocess.run([*prefix, *user.prefix, str(pyjail_bin), "doctor", *args],
-                          capture_output=True, text=True, timeout=60, cwd="/")
+                          capture_output=True, text=True, timeout=60, cwd=str(cwd))
 
 
-def test_doctor_on_this_host(pyjail_bin, as_user):
-    r = doctor(pyjail_bin, as_user)
+def test_doctor_on_this_host(pyjail_bin, as_user, world_tmp):
+    # From a project directory: standard and batch bind the current directory, and refuse /.
+    r = doctor(pyjail_bin, as_user, cwd=world_tmp.dir())
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     status = {line[6:22].strip(): line[:5].strip() for line in lines if line[:5].strip() in

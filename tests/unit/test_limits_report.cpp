@@ -159,3 +159,28 @@ TEST_CASE("setup errors carry step, errno and message; bad UTF-8 does not break 
 TEST_CASE("json strings escape control characters") {
     CHECK(json_string("a\"b\\c\n\x01") == "\"a\\\"b\\\\c\\n\\u0001\"");
 }
+
+TEST_CASE("every jail: no real-time or raised priority, little locked memory, capped inotify") {
+    for (bool cgroup : {true, false}) {
+        LimitPlan p = plan_limits(Limits{}, cgroup);
+        CHECK(has_rlimit(p, RLIMIT_RTPRIO, 0));
+        CHECK(has_rlimit(p, RLIMIT_NICE, 0));
+        CHECK(has_rlimit(p, RLIMIT_MEMLOCK, 64 * 1024));
+        auto userns = [&](const std::string& name) -> const UsernsLimit* {
+            for (const auto& u : p.userns_limits)
+                if (name == u.name) return &u;
+            return nullptr;
+        };
+        REQUIRE(userns("max_inotify_instances"));
+        CHECK(userns("max_inotify_instances")->value == 16);
+        CHECK(userns("max_inotify_instances")->required);
+        CHECK(userns("max_inotify_watches")->value == 8192);
+        for (const char* ns : {"max_user_namespaces", "max_mnt_namespaces", "max_net_namespaces"})
+            CHECK_MESSAGE(userns(ns)->value == 0, ns);
+        // The report and --explain show them, with the mechanism.
+        CHECK(entry(p, "rtprio")->value == "0");
+        CHECK(entry(p, "memlock")->value == "65536");
+        CHECK(entry(p, "inotify-instances")->mechanism == Mechanism::UserNamespace);
+        CHECK(std::string(mechanism_name(Mechanism::UserNamespace)) == "user-namespace");
+    }
+}

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 #include <sys/mount.h>
 #include <sys/statvfs.h>
 
@@ -51,7 +52,7 @@ TEST_CASE("strict: rootfs read-only, private /tmp and /work, the script copied i
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/x.py"));
     auto l = lines(plan);
 
-    CHECK(l.front() == "tmpfs    / (nosuid,nodev,mode=0755,size=1048576)");
+    CHECK(l.front() == "tmpfs    / (nosuid,nodev,mode=0755,size=1048576,nr_inodes=1024)");
     CHECK(has(l, "bind     /usr <- /rootfs/usr"));
     CHECK(has(l, "remount  /usr (ro,nosuid,nodev)"));
     CHECK(has(l, "bind     /etc <- /rootfs/etc"));
@@ -60,8 +61,17 @@ TEST_CASE("strict: rootfs read-only, private /tmp and /work, the script copied i
     CHECK_FALSE(has(l, "bind     /proc <- /rootfs/proc"));
     CHECK_FALSE(has(l, "bind     /tmp <- /rootfs/tmp"));
     CHECK(has(l, "proc     /proc (nosuid,nodev,noexec)"));
-    CHECK(has(l, "tmpfs    /tmp (nosuid,nodev,mode=1777,size=1048576)"));
-    CHECK(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=1048576)"));
+    // One scratch tmpfs with an inode cap: /tmp, /dev/shm and /work are its directories, so
+    // the size is the jail's total.
+    CHECK(has(l, "tmpfs    /tmp (nosuid,nodev,mode=0755,size=1048576,nr_inodes=1024)"));
+    CHECK(has(l, "bind     /work <- jail:/tmp/.work"));
+    CHECK(has(l, "bind     /dev/shm <- jail:/tmp/.shm"));
+    CHECK(l.back() != "bind     /tmp <- jail:/tmp/.tmp");
+    CHECK(index_of(l, "bind     /work <- jail:/tmp/.work") < index_of(l, "bind     /tmp <- jail:/tmp/.tmp"));
+    CHECK(index_of(l, "bind     /dev/shm <- jail:/tmp/.shm") < index_of(l, "bind     /tmp <- jail:/tmp/.tmp"));
+    CHECK(std::count_if(l.begin(), l.end(), [](const std::string& s) {
+              return s.rfind("tmpfs", 0) == 0 && s.find("size=1048576") != std::string::npos;
+          }) == 2);  // the root (read-only at the end) and the scratch space
     CHECK(has(l, "bind     /dev/null <- /dev/null"));
     CHECK_FALSE(has(l, "bind     /dev/tty <- /dev/tty"));
     CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
@@ -69,12 +79,14 @@ TEST_CASE("strict: rootfs read-only, private /tmp and /work, the script copied i
     CHECK(plan.cwd == "/work");
     // /dev is made read-only after it is filled and before /dev/shm is mounted on it.
     CHECK(index_of(l, "remount  /dev (ro,nosuid,noexec)") <
-          index_of(l, "tmpfs    /dev/shm (nosuid,nodev,mode=1777,size=1048576)"));
+          index_of(l, "bind     /dev/shm <- jail:/tmp/.shm"));
     // Nothing from the host is bound but the rootfs and the devices.
     for (const auto& line : l)
         if (line.rfind("bind", 0) == 0)
-            CHECK((line.find("<- /rootfs/") != std::string::npos ||
-                   line.find("<- /dev/") != std::string::npos));
+            CHECK_MESSAGE((line.find("<- /rootfs/") != std::string::npos ||
+                           line.find("<- /dev/") != std::string::npos ||
+                           line.find("<- jail:/") != std::string::npos),
+                          line);
 }
 
 TEST_CASE("the rootfs mount's locked flags are kept") {
@@ -89,11 +101,12 @@ TEST_CASE("the rootfs mount's locked flags are kept") {
 TEST_CASE("standard: the current directory read-only at /work; a script there runs in place") {
     Policy p = policy_from("ro-bind = [\".:/work\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/home/u/proj", 0, false}};
+    f.binds = {{true, "/home/u/proj", 0, false, {}}};
     f.script_real_path = "/home/u/proj/sub/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/sub/x.py"));
     auto l = lines(plan);
-    CHECK_FALSE(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=67108864)"));
+    CHECK_FALSE(has(l, "bind     /work <- jail:/tmp/.work"));
+    CHECK_FALSE(has(l, "mkdir    /tmp/.work"));
     CHECK(has(l, "bind     /work <- /home/u/proj"));
     CHECK(has(l, "remount  /work (ro,nosuid,nodev)"));
     CHECK(plan.script_jail_path == "/work/sub/x.py");
@@ -106,7 +119,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
     // The rootfs has its own (empty) /work: the jail owns that name, so the mount point must
     // still be made in the new root.
     f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
-    f.binds = {{true, "/home/u/proj/out", 0, true}};
+    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
     f.script_real_path = "/opt/jobs/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/opt/jobs/x.py"));
     auto l = lines(plan);
@@ -120,7 +133,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
 TEST_CASE("binds: parents before children, mount points created unless the rootfs has them") {
     Policy p = policy_from("ro-bind = [\"/data/a:/mnt/a/b\", \"/data/b:/mnt/a\", \"/etc/x.conf:/etc/x.conf\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data/a", 0, false}, {true, "/data/b", 0, false}, {false, "/etc/x.conf", 0, true}};
+    f.binds = {{true, "/data/a", 0, false, {}}, {true, "/data/b", 0, false, {}}, {false, "/etc/x.conf", 0, true, {}}};
     auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
     CHECK(index_of(l, "bind     /mnt/a <- /data/b") < index_of(l, "bind     /mnt/a/b <- /data/a"));
     CHECK(has(l, "mkdir    /mnt/a"));
@@ -131,7 +144,7 @@ TEST_CASE("binds: parents before children, mount points created unless the rootf
 TEST_CASE("binds that cannot be placed fail at plan time") {
     Policy p = policy_from("ro-bind = [\"/data:/usr/data\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data", 0, false}};
+    f.binds = {{true, "/data", 0, false, {}}};
     CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
                          "p.toml:1: key 'ro-bind': /usr/data does not exist in the rootfs, and "
                          "/usr is read-only, so it cannot be created",
@@ -139,7 +152,7 @@ TEST_CASE("binds that cannot be placed fail at plan time") {
 
     Policy w = policy_from("bind = [\"/ro:/mnt/ro\"]\n");
     MountFacts g = rootfs_facts();
-    g.binds = {{true, "/ro", MS_RDONLY, false}};
+    g.binds = {{true, "/ro", MS_RDONLY, false, {}}};
     CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
                          "p.toml:1: key 'bind': /ro is on a read-only filesystem, so it cannot "
                          "be bound writable",
@@ -170,17 +183,17 @@ TEST_CASE("a rootfs with the jail's mount points is the root itself: one bind, r
     CHECK(plan.root_flags == (MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOATIME));
     // No mount point is made (the root will be read-only): the rootfs has them all.
     CHECK(std::none_of(l.begin(), l.end(), [](const std::string& s) {
-        return s.rfind("mkdir    /proc", 0) == 0 || s.rfind("mkdir    /tmp", 0) == 0 ||
+        return s.rfind("mkdir    /proc", 0) == 0 || s == "mkdir    /tmp" ||
                s.rfind("mkdir    /work", 0) == 0 || s.rfind("mkdir    /dev ", 0) == 0 ||
                s == "mkdir    /dev";
     }));
     CHECK_FALSE(has(l, "bind     /usr <- /rootfs/usr"));
     CHECK(has(l, "proc     /proc (nosuid,nodev,noexec)"));
-    CHECK(has(l, "tmpfs    /work (nosuid,nodev,mode=0755,size=67108864)"));
+    CHECK(has(l, "bind     /work <- jail:/tmp/.work"));
     CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
     // Binds onto paths the rootfs has, or inside the jail's tmpfs mounts, keep it so.
     Policy b = policy_from("ro-bind = [\"/etc/x.conf:/etc/x.conf\", \"/data:/tmp/data\"]\nbind = [\"/out:/work\"]\n");
-    f.binds = {{false, "/etc/x.conf", 0, true}, {true, "/data", 0, false}, {true, "/out", 0, false}};
+    f.binds = {{false, "/etc/x.conf", 0, true, {}}, {true, "/data", 0, false, {}}, {true, "/out", 0, false, {}}};
     f.script_real_path = "/out/x.py";
     auto lb = lines(plan_mounts(b, "/rootfs", f, std::string("/out/x.py")));
     CHECK(lb.front() == "bind     / <- /rootfs");
@@ -193,18 +206,47 @@ TEST_CASE("a mount point the rootfs lacks makes the root a tmpfs") {
     MountFacts f = full_rootfs_facts();
     // A bind to a new top-level path.
     Policy mnt = policy_from("ro-bind = [\"/data:/mnt/data\"]\n");
-    f.binds = {{true, "/data", 0, false}};
+    f.binds = {{true, "/data", 0, false, {}}};
     auto l = lines(plan_mounts(mnt, "/rootfs", f, std::nullopt));
     CHECK(tmpfs_root(l));
     CHECK(has(l, "mkdir    /mnt/data"));
     CHECK(has(l, "bind     /usr <- /rootfs/usr"));
     // A script outside every bind while /work is a host directory: it goes to /script.
     Policy w = policy_from("workdir = \"out\"\n");
-    f.binds = {{true, "/home/u/proj/out", 0, true}};
+    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
     f.script_real_path = "/opt/jobs/x.py";
     CHECK(tmpfs_root(lines(plan_mounts(w, "/rootfs", f, std::string("/opt/jobs/x.py")))));
     // A rootfs without /work.
     MountFacts no_work = rootfs_facts();
     no_work.rootfs_top.push_back({"dev", RootfsEntry::Kind::Dir, ""});
     CHECK(tmpfs_root(lines(plan_mounts(policy_from(""), "/rootfs", no_work, std::nullopt))));
+}
+
+TEST_CASE("/proc: keys, the kernel command line and host internals are masked; /proc/sys read-only") {
+    auto l = lines(plan_mounts(policy_from(""), "/rootfs", rootfs_facts(), std::nullopt));
+    auto after_proc = [&](const std::string& line) {
+        CHECK_MESSAGE(has(l, line), line);
+        CHECK_MESSAGE(index_of(l, "proc     /proc (nosuid,nodev,noexec)") < index_of(l, line), line);
+    };
+    for (const char* f : {"keys", "key-users", "cmdline", "kallsyms", "timer_list", "sched_debug",
+                          "sysrq-trigger", "latency_stats"})
+        after_proc(fmt::format("bind     /proc/{} <- /dev/null (if present)", f));
+    for (const char* d : {"acpi", "asound", "scsi"})
+        after_proc(fmt::format("tmpfs    /proc/{} (ro,nosuid,nodev,noexec,mode=0555,size=4k,nr_inodes=1) (if present)", d));
+    for (const char* d : {"sys", "bus", "fs", "irq"}) {
+        after_proc(fmt::format("bind     /proc/{0} <- jail:/proc/{0} (if present)", d));
+        after_proc(fmt::format("remount  /proc/{} (ro,nosuid,nodev,noexec) (if present)", d));
+    }
+    // What Python and numpy read stays.
+    for (const char* keep : {"self", "cpuinfo", "meminfo", "stat"})
+        for (const auto& line : l) CHECK_MESSAGE(line.find(fmt::format("/proc/{} ", keep)) == std::string::npos, line);
+}
+
+TEST_CASE("tmpfs inode caps scale with the size") {
+    CHECK(tmpfs_inodes_for(1 << 20) == 1024);
+    CHECK(tmpfs_inodes_for(64ULL << 20) == 8192);
+    CHECK(tmpfs_inodes_for(1ULL << 30) == 131072);
+    auto l = lines(plan_mounts(policy_from("tmpfs-size = \"64M\"\n"), "/rootfs", rootfs_facts(), std::nullopt));
+    CHECK(has(l, "tmpfs    /dev (nosuid,noexec,mode=0755,size=64k,nr_inodes=64)"));
+    CHECK(has(l, "tmpfs    /tmp (nosuid,nodev,mode=0755,size=67108864,nr_inodes=8192)"));
 }

@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include "cli.hpp"
 #include "error.hpp"
 #include "policy.hpp"
 #include "profile.hpp"
@@ -119,4 +120,68 @@ TEST_CASE("environment: built from scratch, --env last") {
     CHECK(env == std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                           "USER=jail", "LOGNAME=jail", "LANG=de_DE.UTF-8",
                                           "PWD=/work", "X=1"});
+}
+
+TEST_CASE("sensitive binds: /, homes and their ancestors, credential directories") {
+    const std::vector<std::string> homes = {"/home/u", "/srv/home/u"};
+    auto why = [&](const std::string& src, std::vector<std::string> creds = {}) {
+        return sensitive_bind_reason({src, std::move(creds)}, homes).value_or("");
+    };
+    CHECK(why("/") == "the whole host file system");
+    CHECK(why("/home/u") == "your home directory");
+    CHECK(why("/srv/home/u") == "your home directory");
+    CHECK(why("/home") == "an ancestor of your home directory /home/u");
+    CHECK(why("/srv") == "an ancestor of your home directory /srv/home/u");
+    CHECK(why("/root") == "a directory of home directories");
+    CHECK(why("/home/u/.ssh") == "inside .ssh, which holds credentials");
+    CHECK(why("/home/u/.config/gcloud") == "inside .config, which holds credentials");
+    CHECK(why("/home/other", {".ssh", ".aws"}) == "a directory holding credentials (.ssh, .aws)");
+    // A project directory, even one under the home, is fine.
+    CHECK(why("/home/u/proj") == "");
+    CHECK(why("/home/u/proj/.configs") == "");
+    CHECK(why("/data") == "");
+    CHECK(why("/home/user2") == "");  // a sibling of the home, not an ancestor
+}
+
+TEST_CASE("a sensitive bind needs the command line AND --allow-sensitive-bind") {
+    auto run = [](const std::string& profile, const std::vector<std::string>& cli) {
+        Settings s = default_settings();
+        apply_profile(s, parse_profile(profile, "p.toml"));
+        std::vector<std::string> args = cli;
+        args.insert(args.end(), {"--", "python3"});
+        CliArgs parsed = parse_cli(args);
+        apply_cli(s, parsed);
+        Policy p = make_policy(s, parsed.command, "/home/u");
+        std::vector<BindSpec> binds = p.binds;
+        if (p.workdir) binds.push_back({*p.workdir, "/work", true, p.workdir_origin, p.workdir_named_on_command_line});
+        std::vector<BindExposure> sources;
+        for (const auto& b : binds) sources.push_back({b.source, {}});
+        check_sensitive_binds(p, binds, sources, {"/home/u"});
+    };
+    // standard's current directory, run from the home (cron): refused, with what to do.
+    CHECK_THROWS_WITH_AS(run("ro-bind = [\".:/work\"]\n", {}),
+                         "p.toml:1: key 'ro-bind': /home/u is your home directory: the jail would see every "
+                         "file there and reach its Unix sockets",
+                         UsageError);
+    try {
+        run("workdir = \".\"\n", {});
+        FAIL("not refused");
+    } catch (const UsageError& e) {
+        CHECK(e.one_line() ==
+              "p.toml:1: key 'workdir': /home/u is your home directory: the jail would see every file there "
+              "and reach its Unix sockets (run from a project directory, or name it with --workdir "
+              "/home/u --allow-sensitive-bind)");
+    }
+    // The profile's opt-in does not cover the profile's own bind.
+    CHECK_THROWS_AS(run("workdir = \".\"\nallow-sensitive-bind = true\n", {}), UsageError);
+    // Named on the command line but not allowed: refused; named and allowed: fine.
+    CHECK_THROWS_WITH_AS(run("", {"--workdir", "/home/u"}),
+                         "--workdir: /home/u is your home directory: the jail would see every file there and "
+                         "reach its Unix sockets",
+                         UsageError);
+    CHECK_NOTHROW(run("", {"--workdir", "/home/u", "--allow-sensitive-bind"}));
+    CHECK_NOTHROW(run("allow-sensitive-bind = true\n", {"--ro-bind", "/:/mnt/host"}));
+    CHECK_THROWS_AS(run("", {"--ro-bind", "/:/mnt/host"}), UsageError);
+    // A project directory needs nothing.
+    CHECK_NOTHROW(run("", {"--workdir", "/home/u/proj"}));
 }

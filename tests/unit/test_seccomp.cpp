@@ -1,7 +1,12 @@
 #include <doctest/doctest.h>
 #include <sys/syscall.h>
 
+#include <fcntl.h>
+
 #include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -116,4 +121,111 @@ TEST_CASE("ioctl: every 32-bit request but TIOCSTI and TIOCLINUX, never with hig
     std::uint64_t total = 0;
     for (const auto& b : blocks) total += (~b.first & 0xffffffffULL) + 1;
     CHECK(total == (1ULL << 32) - 2);
+}
+
+namespace {
+// A classic-BPF interpreter for seccomp programs (the instructions libseccomp emits): what the
+// kernel would answer for a syscall, so tests check the compiled program's behaviour rather
+// than its text.
+std::uint32_t run_filter(const std::vector<sock_filter>& prog, int nr, std::array<std::uint64_t, 6> args) {
+    unsigned char data[64] = {};
+    std::uint32_t arch = 0xC000003E;  // AUDIT_ARCH_X86_64
+    std::memcpy(data, &nr, 4);
+    std::memcpy(data + 4, &arch, 4);
+    std::memcpy(data + 16, args.data(), 48);
+    std::uint32_t a = 0, x = 0, mem[16] = {};
+    for (std::size_t pc = 0; pc < prog.size(); ++pc) {
+        const sock_filter& f = prog[pc];
+        switch (f.code) {
+            case BPF_LD | BPF_W | BPF_ABS: std::memcpy(&a, data + f.k, 4); break;
+            case BPF_LD | BPF_MEM: a = mem[f.k]; break;
+            case BPF_LDX | BPF_MEM: x = mem[f.k]; break;
+            case BPF_ST: mem[f.k] = a; break;
+            case BPF_STX: mem[f.k] = x; break;
+            case BPF_MISC | BPF_TAX: x = a; break;
+            case BPF_MISC | BPF_TXA: a = x; break;
+            case BPF_ALU | BPF_AND | BPF_K: a &= f.k; break;
+            case BPF_ALU | BPF_OR | BPF_K: a |= f.k; break;
+            case BPF_JMP | BPF_JA: pc += f.k; break;
+            case BPF_JMP | BPF_JEQ | BPF_K: pc += a == f.k ? f.jt : f.jf; break;
+            case BPF_JMP | BPF_JGT | BPF_K: pc += a > f.k ? f.jt : f.jf; break;
+            case BPF_JMP | BPF_JGE | BPF_K: pc += a >= f.k ? f.jt : f.jf; break;
+            case BPF_JMP | BPF_JSET | BPF_K: pc += (a & f.k) != 0 ? f.jt : f.jf; break;
+            case BPF_RET | BPF_K: return f.k;
+            default: FAIL("instruction the test interpreter does not know: ", f.code); return 0;
+        }
+    }
+    FAIL("the program ran off its end");
+    return 0;
+}
+constexpr std::uint32_t kAllow = 0x7fff0000;  // SECCOMP_RET_ALLOW
+constexpr std::uint32_t kNotify = 0x7fc00000;  // SECCOMP_RET_USER_NOTIF: refused by pyjail
+}  // namespace
+
+TEST_CASE("socketpair: only AF_UNIX, in every network mode") {
+    for (NetMode net : {NetMode::None, NetMode::Loopback}) {
+        auto bpf = compile_seccomp(python_set(), net);
+        CHECK(run_filter(bpf, SYS_socketpair, {1, 1, 0, 0, 0, 0}) == kAllow);  // AF_UNIX
+        for (std::uint64_t family : {2ULL, 10ULL, 30ULL /* AF_TIPC */, 0x100000001ULL})
+            CHECK_MESSAGE(run_filter(bpf, SYS_socketpair, {family, 1, 0, 0, 0, 0}) == kNotify, family);
+    }
+    // socket still follows the network mode.
+    CHECK(run_filter(compile_seccomp(python_set(), NetMode::None), SYS_socket, {2, 1, 0, 0, 0, 0}) == kNotify);
+    CHECK(run_filter(compile_seccomp(python_set(), NetMode::Loopback), SYS_socket, {2, 1, 0, 0, 0, 0}) == kAllow);
+    CHECK(seccomp_errno_for(python_set(), SYS_socketpair) == EPERM);
+}
+
+TEST_CASE("no syscall may make a setuid or setgid file") {
+    auto bpf = compile_seccomp(python_set(), NetMode::None);
+    struct Case {
+        int nr;
+        unsigned mode_arg;
+    };
+    for (Case c : {Case{SYS_chmod, 1}, Case{SYS_fchmod, 1}, Case{SYS_fchmodat, 2}, Case{452 /* fchmodat2 */, 2},
+                   Case{SYS_creat, 1}, Case{SYS_mknod, 1}, Case{SYS_mknodat, 2}}) {
+        auto with_mode = [&](std::uint64_t mode) {
+            std::array<std::uint64_t, 6> a{3, 0, 0, 0, 0, 0};
+            a[c.mode_arg] = mode;
+            return run_filter(bpf, c.nr, a);
+        };
+        CAPTURE(c.nr);
+        CHECK(with_mode(0755) == kAllow);
+        CHECK(with_mode(01777) == kAllow);  // the sticky bit is harmless
+        CHECK(with_mode(0100644) == kAllow);  // mknod of a regular file
+        CHECK(with_mode(04755) == kNotify);
+        CHECK(with_mode(02755) == kNotify);
+        CHECK(with_mode(06777) == kNotify);
+        CHECK(with_mode(0x100004755ULL) == kNotify);  // junk above the 16 bits the kernel reads
+        CHECK(seccomp_errno_for(python_set(), c.nr) == EPERM);
+    }
+    // open/openat: a mode matters only when the call creates (O_CREAT or O_TMPFILE).
+    for (auto [nr, flags_arg] : {std::pair{SYS_open, 1u}, std::pair{SYS_openat, 2u}}) {
+        auto call = [&](std::uint64_t flags, std::uint64_t mode) {
+            std::array<std::uint64_t, 6> a{3, 0, 0, 0, 0, 0};
+            a[flags_arg] = flags;
+            a[flags_arg + 1] = mode;
+            return run_filter(bpf, nr, a);
+        };
+        CAPTURE(nr);
+        CHECK(call(O_RDONLY, 0) == kAllow);
+        CHECK(call(O_RDONLY, 04755) == kAllow);  // no O_CREAT: the mode is unused
+        CHECK(call(O_WRONLY | O_CREAT | O_TRUNC, 0644) == kAllow);
+        CHECK(call(O_WRONLY | O_CREAT, 04755) == kNotify);
+        CHECK(call(O_WRONLY | O_CREAT | O_EXCL, 02700) == kNotify);
+        CHECK(call(O_TMPFILE | O_RDWR, 04700) == kNotify);
+    }
+    // openat2 keeps its mode in a struct: ENOSYS, so callers fall back to openat.
+    CHECK(run_filter(bpf, 437 /* openat2 */, {3, 0, 0, 24, 0, 0}) == (0x00050000u | ENOSYS));
+}
+
+TEST_CASE("System V IPC and memfd_create are refused: no rlimit counts their memory") {
+    SeccompSet s = python_set();
+    auto bpf = compile_seccomp(s, NetMode::None);
+    for (int nr : {SYS_shmget, SYS_shmat, SYS_msgget, SYS_msgsnd, SYS_semget, SYS_memfd_create}) {
+        CHECK_MESSAGE(run_filter(bpf, nr, {0, 4096, 0, 0, 0, 0}) == kNotify, nr);
+        CHECK_MESSAGE(seccomp_errno_for(s, nr) == EPERM, nr);
+    }
+    // Plain reading and writing are untouched.
+    CHECK(run_filter(bpf, SYS_read, {0, 0, 0, 0, 0, 0}) == kAllow);
+    CHECK(run_filter(bpf, SYS_mprotect, {0, 0, 0, 0, 0, 0}) == kAllow);
 }
