@@ -97,7 +97,7 @@ MOUNT_POINTS = ("proc", "dev", "tmp", "work", "home")
 # Time zone data: what zoneinfo and glibc read. right/ (the same zones counting leap seconds,
 # 1.9 MiB more) and localtime (the host's own zone) stay out.
 ZONEINFO = "/usr/share/zoneinfo"
-ZONEINFO_EXCLUDE = ("right", "localtime", "posixrules")
+ZONEINFO_EXCLUDE = ("right", "localtime")
 
 # ctypes.util.find_library() runs `/sbin/ldconfig -p` and reads the library names from its
 # output (its other ways need gcc or ld). Debian's ldconfig is a static binary of 1 MB.
@@ -1085,7 +1085,7 @@ def parse_build_args(argv, prog):
         if not args.named_dir:
             raise BuildError("--name %s" % args.name, "no directory of named rootfses given",
                              "run it as pyjail rootfs build --name NAME, or use --out DIR")
-        args.out = os.path.join(args.named_dir, args.name)
+        args.out = os.path.abspath(os.path.join(args.named_dir, args.name))
     return args
 
 

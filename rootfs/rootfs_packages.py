@@ -75,31 +75,46 @@ def explain_pip_failure(log, python_desc):
     if m:
         req = m.group(1)
         project = canonical(re.split(r"[<>=!~;\[ ]", req)[0])
-        skipped = [l for l in lines if "Skipping link:" in l and
-                   canonical(os.path.basename(l.split("/")[-1]).split("-")[0]) == project]
-        sdists = [l for l in skipped if "No sources permitted" in l or "No binaries permitted" in l]
-        wheels = [l for l in skipped if "none of the wheel's tags" in l or
-                  "requires a different Python" in l]
+        skipped = []
+        for l in lines:
+            link = re.search(r"Skipping link: (.*?): (\S+?)(?:#\S*)?(?: \(from .*\))?$", l)
+            if link:
+                fname = link.group(2).rsplit("/", 1)[-1]
+                stem = re.match(r"(.+?)-[0-9]", fname)
+                if stem and canonical(stem.group(1)) == project:
+                    skipped.append((link.group(1), fname))
+        sdists = [f for why, f in skipped if "No sources permitted" in why or
+                  "No binaries permitted" in why]
+        wheels = [why for why, f in skipped if "none of the wheel's tags" in why or
+                  "requires a different Python" in why]
+        versions = next((re.search(r"\(from versions: ([^)]*)\)", e) for e in errors
+                         if "from versions:" in e), None)
+        versions = versions.group(1) if versions else "none"
+        if versions != "none":
+            shown = versions.split(", ")
+            return ("requirement %s" % req,
+                    "no version of it that matches has a wheel for %s (versions with one: %s)"
+                    % (python_desc, ", ".join(shown[-5:])),
+                    "change the version it asks for")
         if wheels:
             tags = sorted({t for l in wheels for t in re.findall(r"tags \(([^)]*)\)", l)})
             shown = ", ".join(tags[-4:]) + (", ..." if len(tags) > 4 else "")
             return ("requirement %s" % req,
-                    "no wheel of it for %s on this platform (its wheels are for: %s)"
+                    "no wheel of it for %s (its wheels are for: %s)"
                     % (python_desc, shown or "other Python versions"),
-                    "pick a version that has a wheel for this interpreter, or build the rootfs "
-                    "from an interpreter its wheels support (--python)")
+                    "pick a package or version that has a wheel for this interpreter, or build "
+                    "the rootfs from an interpreter its wheels support (--python)")
         if sdists:
             return ("requirement %s" % req,
-                    "it has only a source distribution, and building one would run its code "
-                    "on this host",
+                    "it has only source distributions (%s), and building one would run its "
+                    "code on this host" % sdists[-1],
                     "use a version that has a wheel, or build the wheel yourself (pip wheel) "
                     "and pass its directory with --find-links DIR")
         return ("requirement %s" % req,
-                "no such project or version on the index%s" % (
-                    " or in the --find-links directories" if "--find-links" in log or
-                    "Looking in links" in log else ""),
-                "check the name and version (pip index versions NAME), or add --find-links "
-                "DIR with its wheel")
+                "no such project on the index%s" % (
+                    " or in the --find-links directories" if "Looking in links" in log else ""),
+                "check the name (pip index versions NAME), or add --find-links DIR with its "
+                "wheel")
     conflict = next((e for e in errors if "ResolutionImpossible" in e or "conflict" in e), None)
     if conflict:
         return ("requirements", one_line(conflict),
