@@ -55,6 +55,21 @@ def test_without_its_compiled_filters_pyjail_compiles_and_doctor_says_so(prefix,
 def test_man_pages_are_installed(prefix):
     assert (prefix / "share/man/man1/pyjail.1").is_file()
     assert (prefix / "share/man/man5/pyjail-profile.5").is_file()
+    assert (prefix / "share/man/man1/pyjail-rootfs.1").is_file()
+
+
+def test_the_rootfs_builder_is_installed_and_found(prefix, run_jail, as_user):
+    """`pyjail rootfs` runs the builder installed next to the default rootfs (a copy of the
+    checkout's), with the session server it puts into every rootfs."""
+    libdir = prefix / "lib/pyjail"
+    for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
+                 "pyjail_server.py"):
+        assert (libdir / name).is_file(), name
+    r = run_jail(["rootfs", "info", "default"], user=as_user)
+    assert r.returncode == 0, r.stderr
+    assert f"rootfs       {libdir}/rootfs\n" in r.stdout
+    r = run_jail(["rootfs", "build", "--help"], user=as_user)
+    assert r.returncode == 0 and "--requirements FILE" in r.stdout, r.stderr
 
 
 def test_the_apparmor_profile_names_the_installed_binary(prefix):
