@@ -72,8 +72,8 @@ DataDirs find_data_dirs() {
     d.rootfs = trusted_data_path(d.rootfs);
     if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
     d.compiled_filters = trusted_data_path(d.compiled_filters);
-    d.rootfs_installed = trusted_data_path(d.rootfs_installed);
-    // Checked where it is used: a home others can write must not stop every run.
+    // Both checked where a name is looked up (resolve_rootfs), not on every run: a home
+    // others can write must not stop runs that do not use it.
     d.rootfs_user = user_rootfs_dir(std::getenv("XDG_DATA_HOME"), std::getenv("HOME"));
     return d;
 }

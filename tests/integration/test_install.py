@@ -58,17 +58,19 @@ def test_man_pages_are_installed(prefix):
     assert (prefix / "share/man/man1/pyjail-rootfs.1").is_file()
 
 
-def test_the_rootfs_builder_is_installed_and_found(prefix, run_jail, as_user):
+def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
     """`pyjail rootfs` runs the builder installed next to the default rootfs (a copy of the
     checkout's), with the session server it puts into every rootfs."""
     libdir = prefix / "lib/pyjail"
     for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
                  "pyjail_server.py"):
         assert (libdir / name).is_file(), name
-    r = run_jail(["rootfs", "info", "default"], user=as_user)
+    run = lambda *args: subprocess.run([*as_user.prefix, str(pyjail_bin), *args],
+                                       capture_output=True, text=True, timeout=60, cwd="/")
+    r = run("rootfs", "info", "default")
     assert r.returncode == 0, r.stderr
     assert f"rootfs       {libdir}/rootfs\n" in r.stdout
-    r = run_jail(["rootfs", "build", "--help"], user=as_user)
+    r = run("rootfs", "build", "--help")
     assert r.returncode == 0 and "--requirements FILE" in r.stdout, r.stderr
 
 
