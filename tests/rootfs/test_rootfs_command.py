@@ -231,6 +231,23 @@ def test_lock_records_what_went_in(binary, users, cffi_rootfs, wheels):
     assert "rootfs       %s\n" % path in r.stdout
 
 
+def test_package_build_is_reproducible(binary, users, cffi_rootfs, wheels):
+    """The same requirements and wheels give the same tree: the manifest (every file's hash,
+    the lock's included) is byte-identical."""
+    name, path = cffi_rootfs
+    top = world_dir()
+    try:
+        req = top / "requirements.txt"
+        req.write_text("# a compiled wheel, and what it depends on\ncffi\n")
+        r = pyjail(binary, current(users), "rootfs", "build", "--out", top / "again",
+                   "--requirements", req, "--no-index", "--find-links", wheels, "--quiet")
+        assert r.returncode == 0, describe(r)
+        for f in ("etc/pyjail-manifest.sha256", "etc/pyjail-manifest.symlinks"):
+            assert (top / "again" / f).read_bytes() == (path / f).read_bytes(), f
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_list_shows_size_python_and_packages(binary, users, cffi_rootfs):
     name, path = cffi_rootfs
     r = pyjail(binary, current(users), "rootfs", "list")
