@@ -1,8 +1,9 @@
 """`pyjail rootfs build|info|list` and named rootfses, on the real pyjail binary.
 
 A rootfs built from a requirements file (cffi, which needs pycparser: a compiled wheel and a
-dependency chain) runs a program that uses cffi under --profile strict, as root and as an
-unprivileged user (65534 through setpriv when the tests run as root); another comes from a
+dependency chain; editdistance, a C++ extension that needs the host's libstdc++, which the
+default rootfs does not have) runs a program that uses them under --profile strict, as root
+and as an unprivileged user (65534 through setpriv when the tests run as root); another comes from a
 virtualenv; the default rootfs has time zone data and a working ctypes.util.find_library();
 every bad input ends with one line, exit 125 and nothing left behind.
 
@@ -47,6 +48,12 @@ libc = ffi.dlopen(ctypes.util.find_library("c"))
 buf = ffi.new("char[]", b"jailed cffi")
 print(libc.strlen(buf), libc.abs(-42), cffi.__version__ == "%s")
 """
+# A C++ extension module: it loads libstdc++.so.6 and libgcc_s.so.1 from the rootfs.
+CXX_PROGRAM = """
+import editdistance
+print(editdistance.eval("kitten", "sitting"), editdistance.eval([1, 2, 3], [1, 3]))
+"""
+REQUIREMENTS = "# compiled wheels, and what they depend on\ncffi\neditdistance\n"
 
 
 def skip_or_fail(reason):
@@ -143,15 +150,25 @@ def describe(r):
 @pytest.fixture(scope="module")
 def wheels():
     """The wheel cache, with cffi and pycparser for the target interpreter."""
+    tag = "cp%s%s" % tuple(target_version()[:2])
+
     def have():
-        return (sorted(WHEEL_CACHE.glob("cffi-*-cp%s%s-*.whl" % tuple(target_version()[:2])))
+        return (sorted(WHEEL_CACHE.glob("cffi-*-%s-*.whl" % tag))
+                and sorted(WHEEL_CACHE.glob("editdistance-*-%s-*.whl" % tag))
                 and sorted(WHEEL_CACHE.glob("pycparser-*.whl")))
 
+    if WHEEL_CACHE.exists():
+        # Wheels others could have planted would become the tests' packages.
+        st = WHEEL_CACHE.lstat()
+        assert WHEEL_CACHE.is_dir() and not WHEEL_CACHE.is_symlink() and \
+            st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022, (
+                "%s is not a directory only you can write: remove it or set "
+                "PYJAIL_WHEEL_CACHE" % WHEEL_CACHE)
     if not have():
         WHEEL_CACHE.mkdir(mode=0o755, exist_ok=True)
         r = subprocess.run([TARGET_PYTHON, "-m", "pip", "download", "-q", "--only-binary",
                             ":all:", "--disable-pip-version-check", "-d", str(WHEEL_CACHE),
-                            "cffi"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            "cffi", "editdistance"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                            universal_newlines=True, timeout=300)
         if r.returncode != 0 or not have():
             skip_or_fail("cannot download the cffi wheels into %s: %s" % (
@@ -183,7 +200,7 @@ def cffi_rootfs(binary, users, wheels):
     name = "t-cffi-" + uuid.uuid4().hex[:8]
     req_dir = world_dir()
     req = req_dir / "requirements.txt"
-    req.write_text("# a compiled wheel, and what it depends on\ncffi\n")
+    req.write_text(REQUIREMENTS)
     os.chmod(req, 0o644)
     r = pyjail(binary, user, "rootfs", "build", "--name", name, "--requirements", req,
                "--no-index", "--find-links", wheels, "--quiet")
@@ -206,12 +223,22 @@ def test_requirements_rootfs_runs_cffi_strict(binary, cffi_rootfs, wheels, as_us
     assert r.stdout == "11 42 True\n"
 
 
+def test_requirements_rootfs_runs_a_cxx_extension_strict(binary, cffi_rootfs, as_user):
+    name, path = cffi_rootfs
+    # Found from the module's DT_NEEDED: the default rootfs has no libstdc++.
+    assert list(path.glob("usr/lib/*/libstdc++.so.6"))
+    r = pyjail(binary, as_user, "--profile", "strict", "--rootfs", name, "--", "python3", "-c",
+               CXX_PROGRAM)
+    assert r.returncode == 0, describe(r)
+    assert r.stdout == "3 1\n"
+
+
 def test_lock_records_what_went_in(binary, users, cffi_rootfs, wheels):
     name, path = cffi_rootfs
     lock = json.loads((path / "etc/pyjail-rootfs.lock.json").read_text())
-    assert lock["requested"]["requirements"] == ["cffi"]
+    assert lock["requested"]["requirements"] == ["cffi", "editdistance"]
     by_name = {p["name"]: p for p in lock["packages"]}
-    assert set(by_name) == {"cffi", "pycparser"}
+    assert set(by_name) == {"cffi", "editdistance", "pycparser"}
     for pkg in by_name.values():
         wheel = wheels / pkg["wheel"]["file"]
         assert pkg["source"] == "pip"
@@ -219,11 +246,13 @@ def test_lock_records_what_went_in(binary, users, cffi_rootfs, wheels):
         record = path / lock["site_packages"].lstrip("/") / (
             "%s-%s.dist-info/RECORD" % (pkg["name"], pkg["version"]))
         assert pkg["record_sha256"] == hashlib.sha256(record.read_bytes()).hexdigest()
-    # Only what pip installed: no console scripts (bin/), no host package.
+    # Only what the wheels' RECORDs list: no console scripts (bin/), no host package.
     site = path / lock["site_packages"].lstrip("/")
-    assert sorted(p.name for p in site.iterdir() if not p.name.endswith(".dist-info")) == \
-        sorted(["_cffi_backend.%s" % p.name.split(".", 1)[1] for p in
-                site.glob("_cffi_backend.*")] + ["cffi", "pycparser"])
+    recorded = {line.split(",")[0].split("/")[0] for record in site.glob("*.dist-info/RECORD")
+                for line in record.read_text().splitlines() if line}
+    present = {p.name for p in site.iterdir()}
+    assert present == recorded - {"bin", "__pycache__", ".."}
+    assert {"cffi", "editdistance", "pycparser"} <= present
     r = pyjail(binary, current(users), "rootfs", "info", name)
     assert r.returncode == 0, describe(r)
     assert "cffi %s" % by_name["cffi"]["version"] in r.stdout
@@ -238,7 +267,7 @@ def test_package_build_is_reproducible(binary, users, cffi_rootfs, wheels):
     top = world_dir()
     try:
         req = top / "requirements.txt"
-        req.write_text("# a compiled wheel, and what it depends on\ncffi\n")
+        req.write_text(REQUIREMENTS)
         r = pyjail(binary, current(users), "rootfs", "build", "--out", top / "again",
                    "--requirements", req, "--no-index", "--find-links", wheels, "--quiet")
         assert r.returncode == 0, describe(r)
@@ -254,7 +283,8 @@ def test_list_shows_size_python_and_packages(binary, users, cffi_rootfs):
     assert r.returncode == 0, describe(r)
     version = ".".join(target_version())
     line = next(l for l in r.stdout.splitlines() if l.startswith(name + " "))
-    assert re.match(r"^%s +(installed|user) +%s +[0-9.]+ MiB  cffi [0-9.]+, pycparser [0-9.]+$"
+    assert re.match(r"^%s +(installed|user) +%s +[0-9.]+ MiB  cffi [0-9.]+, editdistance "
+                    r"[0-9.]+, pycparser [0-9.]+$"
                     % (re.escape(name), re.escape(version)), line), r.stdout
     assert re.search(r"^default +installed +%s " % re.escape(version), r.stdout, re.M)
 
@@ -352,6 +382,7 @@ def test_named_rootfs_found_by_name_and_profile_key(binary, users_own_rootfs):
     user, path = users_own_rootfs
     r = pyjail(binary, user, "--rootfs", "mine", "--explain")
     assert r.returncode == 0, describe(r)
+    assert 'rootfs = "%s"' % path in r.stdout, r.stdout
     # The jail runs in it: its etc/pyjail-rootfs is the one this build wrote.
     code = "print(open('/etc/pyjail-rootfs').read() == %r)" % (
         path / "etc/pyjail-rootfs").read_text()
