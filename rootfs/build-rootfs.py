@@ -1083,8 +1083,9 @@ def parse_build_args(argv, prog):
                              "not a rootfs name (letters, digits, '.', '_', '-'; not 'default')",
                              "choose another name, or use --out DIR")
         if not args.named_dir:
-            raise BuildError("--name %s" % args.name, "no directory of named rootfses given",
-                             "run it as pyjail rootfs build --name NAME, or use --out DIR")
+            raise BuildError("--name %s" % args.name, "nowhere to put named rootfses (pyjail "
+                             "puts a user's in ~/.local/share/pyjail/rootfs, and HOME is not "
+                             "set)", "set HOME, run it as pyjail rootfs build, or use --out DIR")
         args.out = os.path.abspath(os.path.join(args.named_dir, args.name))
     return args
 

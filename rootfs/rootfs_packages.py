@@ -120,6 +120,9 @@ def explain_pip_failure(log, python_desc):
         return ("requirements", one_line(conflict),
                 "loosen the conflicting version pins")
     why = errors[-1] if errors else (lines[-1] if lines else "pip failed")
+    if "no such option: --report" in log or "no such option: --root-user-action" in log:
+        return ("pip", "the pip of %s is older than 22.2" % python_desc,
+                "upgrade it for that interpreter (python3 -m pip install --upgrade pip)")
     if "No module named pip" in log:
         return ("pip", "%s has no pip" % python_desc,
                 "install pip for it (Debian: apt-get install python3-pip)")

@@ -423,6 +423,7 @@ def bad_links():
     d = world_dir()
     (d / "winonly-1.0-cp27-cp27m-win32.whl").write_bytes(b"not read: skipped by its tags")
     (d / "sdistonly-1.0.tar.gz").write_bytes(b"not read: skipped, it is a source")
+    (d / "pinned-1.0-py3-none-any.whl").write_bytes(b"not read: not the version asked for")
     yield d
     shutil.rmtree(d, ignore_errors=True)
 
@@ -441,6 +442,10 @@ BAD_BUILDS = {
     "wrong-platform": (["--pip", "winonly"],
                        r"requirement winonly: no wheel of it for CPython 3\.\d+ on \S+ \(its "
                        r"wheels are for: cp27-cp27m-win32\) \(pick a package or version"),
+    "no-matching-version": (["--pip", "pinned==2.0"],
+                            r"requirement pinned==2\.0: no version of it that matches has a "
+                            r"wheel for CPython 3\.\d+ on \S+ \(versions with one: 1\.0\) "
+                            r"\(change the version it asks for\)$"),
     "sdist-only": (["--pip", "sdistonly"],
                    r"requirement sdistonly: it has only source distributions "
                    r"\(sdistonly-1\.0\.tar\.gz\), and building one would run its code on this "
