@@ -143,18 +143,19 @@ std::vector<Check> check_cgroup() {
     return out;
 }
 
-Check check_rootfs(const DataDirs& dirs) {
+// The rootfs at `path` matches its manifest (`label`: "rootfs", or "rootfs NAME").
+Check check_rootfs(const std::string& path, const std::string& label) {
     std::string info;
-    if (!try_read_file(dirs.rootfs + "/etc/pyjail-rootfs", info))
-        return {"rootfs", Check::Verdict::Fail, fmt::format("no rootfs at {}", dirs.rootfs),
-                "build it: cmake --build build, or rootfs/build-rootfs.py --out DIR"};
+    if (!try_read_file(path + "/etc/pyjail-rootfs", info))
+        return {label, Check::Verdict::Fail, fmt::format("no rootfs at {}", path),
+                "build it: cmake --build build, or pyjail rootfs build --out DIR (or --name NAME)"};
     std::string version;
     std::istringstream in(info);
     for (std::string line; std::getline(in, line);)
         if (line.rfind("PYTHON_VERSION=", 0) == 0) version = line.substr(15);
     // Plain `sha256sum -c` (GNU's and busybox's): a line per file, "NAME: OK" when it matches.
     std::string out;
-    int rc = run_capture("cd " + quote(dirs.rootfs) + " && sha256sum -c etc/pyjail-manifest.sha256",
+    int rc = run_capture("cd " + quote(path) + " && sha256sum -c etc/pyjail-manifest.sha256",
                          out);
     if (rc != 0) {
         std::string bad = "sha256sum failed";
@@ -164,15 +165,15 @@ Check check_rootfs(const DataDirs& dirs) {
                 bad = line;
                 break;
             }
-        return {"rootfs", Check::Verdict::Fail,
-                fmt::format("{}: files differ from its manifest: {}", dirs.rootfs, bad),
+        return {label, Check::Verdict::Fail,
+                fmt::format("{}: files differ from its manifest: {}", path, bad),
                 "rebuild the rootfs"};
     }
     std::string manifest;
-    try_read_file(dirs.rootfs + "/etc/pyjail-manifest.sha256", manifest);
+    try_read_file(path + "/etc/pyjail-manifest.sha256", manifest);
     auto files = std::count(manifest.begin(), manifest.end(), '\n');
-    return {"rootfs", Check::Verdict::Ok,
-            fmt::format("{}: Python {}, {} files match the manifest", dirs.rootfs, version, files),
+    return {label, Check::Verdict::Ok,
+            fmt::format("{}: Python {}, {} files match the manifest", path, version, files),
             ""};
 }
 
@@ -226,7 +227,7 @@ Check check_strict(const std::string& self) {
 
 }  // namespace
 
-std::vector<Check> run_doctor_checks(const std::string& self) {
+std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<std::string>& rootfses) {
     std::vector<Check> checks;
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
@@ -244,7 +245,15 @@ std::vector<Check> run_doctor_checks(const std::string& self) {
         checks.push_back({"data", Check::Verdict::Fail, e.message(), e.hint()});
         return checks;
     }
-    checks.push_back(check_rootfs(dirs));
+    checks.push_back(check_rootfs(dirs.rootfs, "rootfs"));
+    for (const auto& value : rootfses) {
+        std::string label = "rootfs " + value;
+        try {
+            checks.push_back(check_rootfs(resolve_rootfs(value, dirs), label));
+        } catch (const JailError& e) {  // no such name, or one others could change
+            checks.push_back({label, Check::Verdict::Fail, e.message(), e.hint()});
+        }
+    }
     checks.push_back(check_compiled_filters(dirs));
     checks.push_back(check_profiles(self, dirs));
     checks.push_back(check_strict(self));

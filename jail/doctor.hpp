@@ -21,7 +21,9 @@ std::string format_checks(const std::vector<Check>& checks, bool json);
 // Exit status: 0 when --profile strict can run here, 1 otherwise. Pure.
 int doctor_exit_code(const std::vector<Check>& checks);
 
-// Runs the checks. `self` is pyjail's own path (to run a real jail).
-std::vector<Check> run_doctor_checks(const std::string& self);
+// Runs the checks. `self` is pyjail's own path (to run a real jail). `rootfses`: names or
+// paths of more rootfses whose manifests to verify, as the default one's is.
+std::vector<Check> run_doctor_checks(const std::string& self,
+                                     const std::vector<std::string>& rootfses = {});
 
 }  // namespace pyjail

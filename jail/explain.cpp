@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "rootfs_name.hpp"
+
 namespace pyjail {
 
 std::string toml_quote(const std::string& value) {
@@ -46,7 +48,9 @@ std::string explain_text(const ExplainInput& in) {
             out += fmt::format("{:<40} # {}\n", line, items.empty() ? "default" : origins);
         } else {
             const auto& it = items.back();
-            std::string value = o.name == "rootfs" && it.value.empty() ? in.rootfs : it.value;
+            // The rootfs as it was found: the default one, or the directory a name names.
+            std::string value =
+                o.name == "rootfs" && (it.value.empty() || is_rootfs_name(it.value)) ? in.rootfs : it.value;
             std::string line = fmt::format("{} = {}", o.name, toml_quote(value));
             out += fmt::format("{:<40} # {}{}\n", line, source_name(it.source),
                                it.source == Source::Default ? "" : " (" + it.origin + ")");

@@ -20,6 +20,7 @@
 #include "paths.hpp"
 #include "policy.hpp"
 #include "profile.hpp"
+#include "rootfs_command.hpp"
 #include "spawn.hpp"
 #include "sys.hpp"
 
@@ -29,23 +30,27 @@ namespace {
 
 int run_doctor(const std::vector<std::string>& args) {
     bool json = false;
+    std::vector<std::string> rootfses;
     for (std::size_t i = 1; i < args.size(); ++i) {
         if (args[i] == "--json") json = true;
+        else if (args[i] == "--rootfs" && i + 1 < args.size()) rootfses.push_back(args[++i]);
         else if (args[i] == "-h" || args[i] == "--help") {
-            std::fputs("Usage: pyjail doctor [--json]\n"
+            std::fputs("Usage: pyjail doctor [--json] [--rootfs NAME|DIR ...]\n"
                        "Checks whether this host can run jails and says how to fix what is "
-                       "missing.\nExit status 0 when --profile strict can run here, 1 if not.\n",
+                       "missing.\n--rootfs also verifies that rootfs against its manifest.\n"
+                       "Exit status 0 when --profile strict can run here (and every rootfs "
+                       "checks out), 1 if not.\n",
                        stdout);
             return 0;
         } else {
             throw UsageError(fmt::format("doctor: unknown argument '{}'", args[i]),
-                             "usage: pyjail doctor [--json]");
+                             "usage: pyjail doctor [--json] [--rootfs NAME|DIR]");
         }
     }
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) throw JailError("doctor", "cannot find pyjail's own path", errno);
-    auto checks = run_doctor_checks(std::string(self, static_cast<std::size_t>(n)));
+    auto checks = run_doctor_checks(std::string(self, static_cast<std::size_t>(n)), rootfses);
     std::fputs(format_checks(checks, json).c_str(), stdout);
     return doctor_exit_code(checks);
 }
@@ -71,6 +76,7 @@ int cli_report_fd(const CliArgs& cli) {
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "doctor") return run_doctor(args);
+    if (!args.empty() && args[0] == "rootfs") return run_rootfs_command(args);
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);

@@ -10,8 +10,9 @@ const std::vector<OptionSpec>& option_table() {
     static const std::vector<OptionSpec> table = {
         {"profile", OptKind::Text, "strict", "NAME|FILE",
          "Profile to start from: strict, standard, batch, or a path to a profile file", false},
-        {"rootfs", OptKind::Text, "", "DIR",
-         "Root filesystem to run in (default: the one installed with pyjail)", true},
+        {"rootfs", OptKind::Text, "", "NAME|DIR",
+         "Root filesystem to run in: a name (pyjail rootfs list) or a directory (default: the "
+         "one installed with pyjail)", true},
         {"ro-bind", OptKind::List, "", "SRC[:DST]",
          "Make host path SRC visible read-only at DST (default: the same path)", true},
         {"bind", OptKind::List, "", "SRC[:DST]",

@@ -6,10 +6,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdlib>
 
 #include "error.hpp"
 #include "hostopen.hpp"
+#include "rootfs_name.hpp"
 #include "sys.hpp"
 
 namespace pyjail {
@@ -49,9 +52,13 @@ DataDirs find_data_dirs() {
         d.profiles = std::string(PYJAIL_SOURCE_DIR) + "/profiles";
         d.rootfs = std::string(PYJAIL_BUILD_DIR) + "/rootfs";
         d.compiled_filters = std::string(PYJAIL_BUILD_DIR) + "/seccomp-filters";
+        d.rootfs_installed = std::string(PYJAIL_BUILD_DIR) + "/rootfs.d";
+        d.builder = std::string(PYJAIL_SOURCE_DIR) + "/rootfs/build-rootfs.py";
     } else if (is_dir(installed_profiles)) {
         d.profiles = installed_profiles;
         d.rootfs = dir + "/" + PYJAIL_REL_ROOTFS;
+        d.rootfs_installed = dir + "/" + PYJAIL_REL_LIBDIR + "/rootfs.d";
+        d.builder = dir + "/" + PYJAIL_REL_LIBDIR + "/build-rootfs.py";
     } else {
         throw JailError("data",
                         fmt::format("{} finds no profiles next to it ({}), and it is not the binary "
@@ -65,7 +72,53 @@ DataDirs find_data_dirs() {
     d.rootfs = trusted_data_path(d.rootfs);
     if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
     d.compiled_filters = trusted_data_path(d.compiled_filters);
+    // Both checked where a name is looked up (resolve_rootfs), not on every run: a home
+    // others can write must not stop runs that do not use it.
+    d.rootfs_user = user_rootfs_dir(std::getenv("XDG_DATA_HOME"), std::getenv("HOME"));
     return d;
+}
+
+std::vector<std::string> list_named_rootfs(const DataDirs& dirs) {
+    std::vector<std::string> names;
+    for (const auto& d : rootfs_search_dirs(dirs.rootfs_user, dirs.rootfs_installed)) {
+        std::vector<std::string> here;
+        list_dir(d.path, "", here);
+        for (auto& n : here)
+            if (rootfs_name_problem(n).empty() && n.find(".tmp-") == std::string::npos &&
+                n.find(".pip-") == std::string::npos && is_dir(d.path + "/" + n))
+                names.push_back(n);
+    }
+    std::sort(names.begin(), names.end());
+    names.erase(std::unique(names.begin(), names.end()), names.end());
+    return names;
+}
+
+std::string resolve_rootfs(const std::string& value, const DataDirs& dirs) {
+    if (!is_rootfs_name(value)) return value;  // a path: the user's own choice, as given
+    if (value == "default") return dirs.rootfs;
+    if (std::string why = rootfs_name_problem(value); !why.empty())
+        throw JailError("rootfs", fmt::format("'{}' is not a rootfs name: {}", value, why), 0,
+                        "give a name (pyjail rootfs list) or a path, e.g. ./" + value);
+    auto search = rootfs_search_dirs(dirs.rootfs_user, dirs.rootfs_installed);
+    std::vector<std::string> looked;
+    for (const auto& d : search) {
+        std::string candidate = d.path + "/" + value;
+        looked.push_back(candidate);
+        struct stat st {};
+        if (::stat(candidate.c_str(), &st) != 0) continue;
+        // Another user who could change a named rootfs would choose the jail's programs and
+        // libraries (and, for root, what root's jails run): refused as pyjail's data is.
+        return trusted_data_path(candidate);
+    }
+    auto names = list_named_rootfs(dirs);
+    throw JailError("rootfs",
+                    fmt::format("no rootfs named '{}' (looked for {})", value,
+                                fmt::join(looked, " and ")),
+                    0,
+                    fmt::format("{}build it: pyjail rootfs build --name {} [--requirements FILE]",
+                                names.empty() ? std::string()
+                                              : fmt::format("installed: {}; ", fmt::join(names, ", ")),
+                                value));
 }
 
 std::string read_data_file(const std::string& path, const std::string& step) {

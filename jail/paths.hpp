@@ -17,11 +17,23 @@ struct DataDirs {
     std::string profiles;  // directory of NAME.toml files
     std::string rootfs;    // the default rootfs
     std::string compiled_filters;  // seccomp sets compiled at build time (compiled_filter.hpp)
+    std::string rootfs_installed;  // named rootfses installed by root (rootfs_name.hpp)
+    std::string rootfs_user;       // the invoking user's own named rootfses ("" without HOME)
+    std::string builder;           // the rootfs builder script (`pyjail rootfs`)
 };
 
 // Throws JailError (step "data") when there is no data for this binary, or others could
 // change it (hostopen.hpp, trusted_data_path).
 DataDirs find_data_dirs();
+
+// The rootfs a --rootfs value names: a path as it is; "default", the installed one; another
+// name, the first directory of that name in the user's then the installed directory of named
+// rootfses (rootfs_name.hpp), after checking that only root and the invoking user can change
+// it. Throws JailError (step "rootfs") for an unknown or invalid name.
+std::string resolve_rootfs(const std::string& value, const DataDirs& dirs);
+
+// The names of the installed and the user's rootfses (for messages).
+std::vector<std::string> list_named_rootfs(const DataDirs& dirs);
 
 // A file of pyjail's own data (e.g. profiles/seccomp/groups.toml), read after checking that
 // only root and the invoking user can change it. Throws JailError naming `step`.

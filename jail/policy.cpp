@@ -9,6 +9,7 @@
 #include <limits>
 
 #include "error.hpp"
+#include "rootfs_name.hpp"
 
 namespace pyjail {
 
@@ -224,7 +225,8 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
 
     p.profile = item("profile").value;
     p.rootfs = item("rootfs").value;
-    if (!p.rootfs.empty()) p.rootfs = absolute_path(p.rootfs, cwd);
+    // A name ("data", no '/') is looked up later among the named rootfses (rootfs_name.hpp).
+    if (!p.rootfs.empty() && !is_rootfs_name(p.rootfs)) p.rootfs = absolute_path(p.rootfs, cwd);
 
     for (const char* key : {"ro-bind", "bind"}) {
         for (const auto& it : settings.at(key)) {

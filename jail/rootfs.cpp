@@ -32,7 +32,7 @@ int open_in_rootfs(int rootfs_fd, const std::string& jail_path, std::uint64_t fl
 
 UniqueFd open_rootfs_from_parent(const std::string& path) {
     std::string hint = "build it with `cmake --build build` (the default rootfs) or "
-                       "`rootfs/build-rootfs.py --out DIR`, or pass --rootfs DIR";
+                       "`pyjail rootfs build --out DIR` (or --name NAME), or pass --rootfs DIR";
     UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd) throw JailError("rootfs", fmt::format("cannot open rootfs {}", path), errno, hint);
     bool is_dir = false;

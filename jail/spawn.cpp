@@ -201,7 +201,7 @@ void probe_seccomp_from_parent() {
 Prepared prepare_from_parent(Policy policy, const DataDirs& dirs) {
     Prepared p;
     std::string cwd = current_dir();
-    p.rootfs = policy.rootfs.empty() ? dirs.rootfs : policy.rootfs;
+    p.rootfs = policy.rootfs.empty() ? dirs.rootfs : resolve_rootfs(policy.rootfs, dirs);
     p.rootfs_fd = open_rootfs_from_parent(p.rootfs);
     auto binds = all_binds(policy);
 

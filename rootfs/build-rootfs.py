@@ -12,8 +12,18 @@ The build is reproducible (same inputs give a byte-identical tree, mtimes
 included) and atomic: it happens in DIR.tmp-XXXX next to DIR, which is renamed
 into place only once everything succeeded.
 
-Usage: build-rootfs.py --out DIR [--python /usr/bin/python3] [--with PKG ...]
-                       [--jail-uid 1000] [--jail-gid 1000] [--quiet]
+Third-party packages come from wheels, resolved and installed by pip for the
+rootfs's own interpreter (--requirements, --pip), or from an existing virtualenv
+of that interpreter (--from-venv); the libraries their extension modules need
+are found by reading the ELF files (rootfs_elf.py), and a lock records what went
+in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
+
+  build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
+                  [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
+                  [--no-index] [--from-venv DIR] [--with PKG ...]
+                  [--jail-uid 1000] [--jail-gid 1000] [--quiet]
+  build-rootfs.py info ROOTFS
+  build-rootfs.py list --dir WHERE=DIR ...
 
 Only the standard library of any python3 >= 3.9 is used.
 """
@@ -35,7 +45,12 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-BUILDER_VERSION = "1.0.0"
+sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
+import rootfs_elf  # noqa: E402
+import rootfs_packages  # noqa: E402
+from rootfs_packages import BuildError, one_line  # noqa: E402
+
+BUILDER_VERSION = "1.1.0"
 
 # Bytecode optimisation level passed to compileall's -o. 0 gives plain .pyc
 # (asserts and docstrings kept); 1 or 2 would give .opt-N.pyc, which the
@@ -79,27 +94,23 @@ TOP_SYMLINKS = (("bin", "usr/bin"), ("sbin", "usr/bin"),
                 ("lib32", "usr/lib32"), ("libx32", "usr/libx32"))
 MOUNT_POINTS = ("proc", "dev", "tmp", "work", "home")
 
+# Time zone data: what zoneinfo and glibc read. right/ (the same zones counting leap seconds,
+# 1.9 MiB more) and localtime (the host's own zone) stay out.
+ZONEINFO = "/usr/share/zoneinfo"
+ZONEINFO_EXCLUDE = ("right", "localtime")
+
+# ctypes.util.find_library() runs `/sbin/ldconfig -p` and reads the library names from its
+# output (its other ways need gcc or ld). Debian's ldconfig is a static binary of 1 MB.
+LDCONFIG = ("/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+
+# A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/rootfs_name.cpp).
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
 MANIFEST = "etc/pyjail-manifest.sha256"
 SYMLINKS = "etc/pyjail-manifest.symlinks"
 INFO = "etc/pyjail-rootfs"
 
 ELF_MAGIC = b"\x7fELF"
-
-
-class BuildError(Exception):
-    """A failure reported as `build-rootfs: WHAT: WHY (FIX)`."""
-
-    def __init__(self, what, why, fix):
-        super().__init__(what)
-        self.what, self.why, self.fix = what, why, fix
-
-    def line(self):
-        return "build-rootfs: %s: %s (%s)" % (self.what, self.why, self.fix)
-
-
-def one_line(text, limit=300):
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 # --------------------------------------------------------------------------
@@ -138,7 +149,13 @@ class Builder:
         self.quiet = args.quiet
         self.out = os.path.abspath(args.out)
         self.root = None            # the DIR.tmp-XXXX being filled
-        self.elf_sources = set()    # host ELF files whose dependencies we need
+        self.stage = None           # the DIR.pip-XXXX pip installs into
+        self.made_parent = None     # the directory made to hold --out, removed on failure
+        self.elf_sources = set()    # host ELF files whose dependencies we need (ldd)
+        self.package_elfs = set()   # ELF files of wheels/venvs, in the tree (never run)
+        self.package_libs = set()   # host libraries those need
+        self.copying_packages = False
+        self.lock = []              # what went in (rootfs_packages.lock_entries)
         self.dists = []             # dist-info/egg-info names copied via --with
         self.compile_dirs = []      # in-root directories/files to byte-compile
         self.package_compile = []   # same, for --with packages
@@ -174,7 +191,9 @@ class Builder:
         elf = is_elf(d)
         mode = 0o755 if (os.stat(src).st_mode & 0o111) or elf else 0o644
         os.chmod(d, mode)
-        if elf:
+        if elf and self.copying_packages:
+            self.package_elfs.add(d)   # read, not run through ldd: not the host's own file
+        elif elf:
             self.elf_sources.add(os.path.realpath(src))
 
     def symlink(self, path, target):
@@ -278,6 +297,9 @@ class Builder:
             "    'hexversion': sys.hexversion,\n"
             "    'implementation': sys.implementation.name,\n"
             "    'executable': sys.executable,\n"
+            "    'machine': os.uname().machine,\n"
+            "    'purelib': sysconfig.get_paths()['purelib'],\n"
+            "    'platlib': sysconfig.get_paths()['platlib'],\n"
             "    'stdlib': sysconfig.get_paths()['stdlib'],\n"
             "    'dynload': dyn}))\n")
         proc = self.run([py, "-I", "-S", "-c", script], "query %s" % py,
@@ -304,6 +326,8 @@ class Builder:
                              "python3 -c 'import sys; print(sys.executable)'")
         self.binary = binary
         self.info = info
+        self.python_desc = "CPython %s on %s" % (".".join(info["version"].split(".")[:2]),
+                                                 info["machine"])
 
     def check_out(self):
         """Refuse to replace anything that is not an earlier build (or empty)."""
@@ -315,8 +339,8 @@ class Builder:
                              "remove it or choose another --out")
         if os.listdir(out) and not os.path.isfile(os.path.join(out, INFO)):
             raise BuildError("output %s" % out,
-                             "exists and is not a rootfs made by this script",
-                             "remove it yourself or choose another --out")
+                             "exists, is not empty and is not a rootfs made by this script",
+                             "remove it yourself or choose another --out or --name")
 
     def make_layout(self):
         for d in ("usr/bin", "usr/lib", "etc") + MOUNT_POINTS:
@@ -491,6 +515,105 @@ class Builder:
                     return first_parts(lines) | tops
         return tops
 
+    # ------------------------------------------- wheels (pip) and virtualenvs
+
+    def check_package_inputs(self):
+        """What can be checked before anything is made: files exist, the venv matches."""
+        a = self.args
+        for f in a.requirements:
+            if not os.path.isfile(f) or not os.access(f, os.R_OK):
+                raise BuildError("--requirements %s" % f, "cannot read it",
+                                 "give the path of a requirements file")
+        for d in a.find_links:
+            if "://" not in d and not os.path.isdir(d):
+                raise BuildError("--find-links %s" % d, "no such directory",
+                                 "give a directory of wheels (pip download -d DIR ...)")
+        if a.no_index and not a.find_links:
+            raise BuildError("--no-index", "no --find-links directory to take wheels from",
+                             "add --find-links DIR, a directory of wheels")
+        self.venv_site = None
+        if a.from_venv:
+            self.venv_site = rootfs_packages.read_venv(os.path.abspath(a.from_venv),
+                                                       self.info["version"])
+
+    def site_dir(self):
+        """Where packages go in the tree: the interpreter's own default install directory
+        (on its sys.path), e.g. /usr/local/lib/python3.11/dist-packages on Debian."""
+        return usr_path(self.info["purelib"])
+
+    def install_wheels(self):
+        a = self.args
+        if not (a.requirements or a.pip):
+            return
+        self.say("installing wheels with pip for %s" % self.python_desc)
+        self.stage = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
+                                      dir=os.path.dirname(self.out))
+        target = os.path.join(self.stage, "site")
+        report = rootfs_packages.run_pip(
+            self.binary, self.python_desc, target, os.path.join(self.stage, "report.json"),
+            [os.path.abspath(f) for f in a.requirements], a.pip,
+            [d if "://" in d else os.path.abspath(d) for d in a.find_links], a.no_index)
+        # Console scripts name the host's interpreter path, and a jail runs `python -m`.
+        shutil.rmtree(os.path.join(target, "bin"), ignore_errors=True)
+        self.copy_packages_from(target, lambda rel, is_dir: os.path.basename(rel) == "__pycache__")
+        self.lock += rootfs_packages.lock_entries(target, "pip",
+                                                  rootfs_packages.wheel_hashes(report))
+
+    def install_venv(self):
+        if not self.venv_site:
+            return
+        self.say("adding the packages of %s" % self.args.from_venv)
+        taken = {n.lower() for n in os.listdir(self.dest(self.site_dir()))} \
+            if os.path.isdir(self.dest(self.site_dir())) else set()
+        for entry in sorted(os.listdir(self.venv_site)):
+            if entry.lower() in taken and not rootfs_packages.venv_skip(entry, True):
+                raise BuildError("--from-venv %s" % self.args.from_venv,
+                                 "%s is also installed from --requirements/--pip" % entry,
+                                 "take each package from one place")
+        before = {e["name"] for e in self.lock}
+        self.copy_packages_from(self.venv_site, rootfs_packages.venv_skip)
+        self.lock += [e for e in rootfs_packages.lock_entries(
+            self.venv_site, "venv", {}) if e["name"] not in before and
+            not rootfs_packages.venv_skip(e["name"], True)]
+
+    def copy_packages_from(self, site, skip):
+        self.copying_packages = True
+        try:
+            self.copy_tree(site, self.site_dir(), skip)
+        finally:
+            self.copying_packages = False
+        if self.site_dir() not in self.package_compile:
+            self.package_compile.append(self.site_dir())
+
+    def resolve_package_libraries(self):
+        """The libraries the packages' ELF files need, from their DT_NEEDED entries:
+        vendored ones (NAME.libs, found through $ORIGIN) are in the tree already, the
+        host's (libstdc++, libgomp, ...) are copied with the interpreter's."""
+        if not self.package_elfs:
+            return
+        resolver = rootfs_elf.Resolver()
+        pending, seen, missing = sorted(self.package_elfs), set(), []
+        while pending:
+            path = pending.pop()
+            if path in seen:
+                continue
+            seen.add(path)
+            info = resolver.info(path)
+            if info is None:
+                continue
+            for name in info.needed:
+                found = resolver.resolve(path, name, info)
+                if found is None:
+                    missing.append((path, name))
+                elif inside(os.path.realpath(found), self.root):
+                    pending.append(os.path.realpath(found))
+                else:
+                    self.package_libs.add(found)
+        for path, name in missing:
+            self.warn("%s needs %s, which this host does not have: importing it fails in the "
+                      "jail as it does on the host (install the library, then rebuild)"
+                      % ("/" + os.path.relpath(path, self.root), name))
+
     # ------------------------------------------------------------ libraries
 
     @staticmethod
@@ -529,8 +652,8 @@ class Builder:
     def copy_libraries(self):
         self.say("resolving shared libraries of %d ELF files" % len(self.elf_sources))
         done = set()
-        libs = set()
-        pending = sorted(self.elf_sources)
+        libs = set(self.package_libs)
+        pending = sorted(self.elf_sources | {os.path.realpath(l) for l in self.package_libs})
         extra_added = False
         with ThreadPoolExecutor(max_workers=4) as pool:
             while pending:
@@ -661,10 +784,34 @@ class Builder:
             ("PYC_OPTIMIZATION", str(PYC_OPTIMIZATION)),
             ("WITH", '"%s"' % " ".join(sorted(set(self.args.with_)))),
             ("DISTRIBUTIONS", '"%s"' % " ".join(sorted(set(self.dists)))),
+            ("PACKAGES", '"%s"' % " ".join("%s-%s" % (e["name"], e["version"])
+                                           for e in self.lock)),
+            ("SITE_PACKAGES", '"%s"' % self.site_dir()),
             ("JAIL_UID", str(uid)),
             ("JAIL_GID", str(gid)),
             ("SOURCE_DATE_EPOCH", str(self.epoch)),
         )))
+        # The lock: every distribution that went in, with the hashes of its wheel and of
+        # its RECORD (which lists each installed file's hash). No host paths: the same
+        # inputs give the same bytes.
+        a = self.args
+        requested = []
+        for f in a.requirements:
+            with open(f, encoding="utf-8", errors="replace") as rf:
+                requested += [l.strip() for l in rf if l.strip() and not l.startswith("#")]
+        lock = {
+            "lock_version": rootfs_packages.LOCK_VERSION,
+            "python": info["version"],
+            "site_packages": self.site_dir(),
+            "requested": {"requirements": requested, "pip": list(a.pip),
+                          "from_venv": bool(a.from_venv), "with": sorted(set(a.with_))},
+            "packages": self.lock + [{"name": d.split("-")[0], "version": d.split("-", 1)[-1],
+                                      "source": "with", "wheel": None,
+                                      "record_sha256": None, "files": None}
+                                     for d in sorted(set(self.dists))],
+        }
+        self.write_text("/" + rootfs_packages.LOCK,
+                        json.dumps(lock, indent=2, sort_keys=True) + "\n")
 
     # ---------------------------------------------------------- finalising
 
@@ -750,12 +897,34 @@ class Builder:
         else:
             self.warn("no %s on this host: the jail will have no C.UTF-8 locale data" % src)
 
+    def copy_zoneinfo(self):
+        """Time zone data, so zoneinfo.ZoneInfo("Europe/Paris") works (1.3 MiB)."""
+        if not os.path.isdir(ZONEINFO):
+            self.warn("no %s on this host: zoneinfo will find no time zones in the jail "
+                      "(apt-get install tzdata)" % ZONEINFO)
+            return
+        self.copy_tree(ZONEINFO, ZONEINFO, lambda rel, is_dir: rel in ZONEINFO_EXCLUDE)
+
+    def copy_ldconfig(self):
+        """/sbin/ldconfig, for ctypes.util.find_library(): it lists the libraries of the
+        tree's /etc/ld.so.cache (`ldconfig -p`). It can change nothing: the root is
+        read-only."""
+        src = next((p for p in LDCONFIG if os.path.isfile(p) and is_elf(p)), None)
+        if src is None:
+            self.warn("no ldconfig binary on this host: ctypes.util.find_library() will "
+                      "find nothing in the jail (apt-get install libc-bin)")
+            return
+        self.copy_file(os.path.realpath(src), "/usr/bin/ldconfig")
+
     def copy_session_server(self):
         """The in-jail half of the Python package's Session, importable as
         pyjail_server from /usr/lib/pyjail (the driver sends its own copy when
-        this one is missing or differs)."""
-        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                           "python", "pyjail", "_server.py")
+        this one is missing or differs). Found in the source tree, or next to the
+        installed builder."""
+        here = os.path.dirname(os.path.realpath(__file__))
+        src = os.path.join(here, os.pardir, "python", "pyjail", "_server.py")
+        if not os.path.isfile(src):
+            src = os.path.join(here, "pyjail_server.py")
         if not os.path.isfile(src):
             self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
             return
@@ -774,10 +943,16 @@ class Builder:
                              "unset it or set it to an integer")
         self.query_python()
         self.find_packages()
+        self.check_package_inputs()
         self.check_out()
         parent = os.path.dirname(self.out)
         try:
-            os.makedirs(parent, exist_ok=True)
+            missing = parent
+            while not os.path.exists(os.path.dirname(missing)):
+                missing = os.path.dirname(missing)
+            if not os.path.exists(parent):
+                os.makedirs(parent, mode=0o755)
+                self.made_parent = missing
             self.root = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".tmp-",
                                          dir=parent)
         except OSError as e:
@@ -789,8 +964,13 @@ class Builder:
         self.copy_shell()
         self.copy_stdlib()
         self.copy_packages()
+        self.install_wheels()
+        self.install_venv()
+        self.resolve_package_libraries()
+        self.copy_ldconfig()
         self.copy_libraries()
         self.copy_locale()
+        self.copy_zoneinfo()
         self.copy_session_server()
         self.write_etc()
         self.write_ld_cache()
@@ -799,6 +979,7 @@ class Builder:
         self.compile(self.package_compile, strict=False)
         self.finalize()
         self.install()
+        self.made_parent = None
         elapsed = time.monotonic() - start
         print("rootfs: %s: %d files, %.1f MiB, built in %.1f s"
               % (self.args.out, self.nfiles, self.nbytes / 1048576.0, elapsed),
@@ -808,6 +989,19 @@ class Builder:
         if self.root and os.path.isdir(self.root):
             shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
+        if self.stage and os.path.isdir(self.stage):
+            shutil.rmtree(self.stage, ignore_errors=True)
+        self.stage = None
+        # Directories made only to hold the output, on a failed build.
+        if self.made_parent:
+            d = os.path.dirname(self.out)
+            while inside(d, self.made_parent):
+                try:
+                    os.rmdir(d)
+                except OSError:
+                    break
+                d = os.path.dirname(d)
+            self.made_parent = None
 
 
 def exchange(a, b):
@@ -830,26 +1024,49 @@ def exchange(a, b):
     raise OSError(err, os.strerror(err), b)
 
 
+# How failures are reported: as build-rootfs.py (exit 1), or as `pyjail rootfs` (exit 125,
+# pyjail's own status for its errors) when pyjail runs this script with --as-pyjail.
+REPORT = {"prog": "build-rootfs", "status": 1}
+
+
 class ArgumentParser(argparse.ArgumentParser):
-    """Report command line errors like every other failure: one line, exit 1."""
+    """Report command line errors like every other failure: one line, exit 1 (125)."""
 
     def error(self, message):
-        print("build-rootfs: command line: %s (see %s --help)" % (message, self.prog),
+        print("%s: command line: %s (see %s --help)" % (REPORT["prog"], message, self.prog),
               file=sys.stderr, flush=True)
-        sys.exit(1)
+        sys.exit(REPORT["status"])
 
 
-def parse_args(argv):
+def parse_build_args(argv, prog):
     p = ArgumentParser(
-        prog="build-rootfs.py",
+        prog=prog,
         description="Build a minimal read-only root filesystem containing Python "
-                    "for pyjail.")
-    p.add_argument("--out", required=True, metavar="DIR",
-                   help="where to put the tree (replaced atomically if it exists)")
+                    "for pyjail, with packages from wheels or a virtualenv.")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--out", metavar="DIR",
+                       help="where to put the tree (replaced atomically if it exists)")
+    where.add_argument("--name", metavar="NAME",
+                       help="build the named rootfs NAME, found by pyjail --rootfs NAME")
+    # Given by pyjail: where --name puts a rootfs for this user.
+    p.add_argument("--named-dir", help=argparse.SUPPRESS)
     p.add_argument("--python", default="/usr/bin/python3", metavar="PATH",
                    help="host interpreter to copy (default: %(default)s)")
+    p.add_argument("--requirements", "-r", action="append", default=[], metavar="FILE",
+                   help="install these requirements, with their dependencies, from wheels "
+                        "(repeatable)")
+    p.add_argument("--pip", nargs="+", action="extend", default=[], metavar="SPEC",
+                   help="install these requirement specifiers (e.g. 'cffi>=1.15'), with "
+                        "their dependencies, from wheels")
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR",
+                   help="also look for wheels in this directory (repeatable)")
+    p.add_argument("--no-index", action="store_true",
+                   help="do not use the package index: only --find-links directories")
+    p.add_argument("--from-venv", metavar="DIR",
+                   help="take the packages of this virtualenv (of the same Python)")
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
-                   help="also copy this importable package (repeatable)")
+                   help="also copy this importable package of the host interpreter "
+                        "(repeatable, dependencies not followed)")
     p.add_argument("--jail-uid", type=int, default=1000, metavar="UID",
                    help="uid of the 'jail' user in etc/passwd (default: %(default)s)")
     p.add_argument("--jail-gid", type=int, default=1000, metavar="GID",
@@ -860,12 +1077,26 @@ def parse_args(argv):
     for opt, v in (("--jail-uid", args.jail_uid), ("--jail-gid", args.jail_gid)):
         if not 0 < v < 2**32 - 1 or v == 65534:
             p.error("%s %d: must be between 1 and 4294967294 and not 65534" % (opt, v))
+    if args.name is not None:
+        if not NAME_RE.match(args.name) or args.name == "default":
+            raise BuildError("--name %s" % args.name,
+                             "not a rootfs name (letters, digits, '.', '_', '-'; not 'default')",
+                             "choose another name, or use --out DIR")
+        if not args.named_dir:
+            raise BuildError("--name %s" % args.name, "nowhere to put named rootfses (pyjail "
+                             "puts a user's in ~/.local/share/pyjail/rootfs, and HOME is not "
+                             "set)", "set HOME, run it as pyjail rootfs build, or use --out DIR")
+        args.out = os.path.abspath(os.path.join(args.named_dir, args.name))
     return args
 
 
-def main(argv=None):
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    builder = Builder(args)
+def parse_args(argv):
+    """Back-compatible entry for tests: the build command's arguments."""
+    return parse_build_args(argv, "build-rootfs.py")
+
+
+def run_build(argv, prog):
+    builder = None
 
     def on_term(signum, frame):
         raise BuildError("build", "terminated by signal %d" % signum, "run it again")
@@ -873,21 +1104,63 @@ def main(argv=None):
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     try:
+        builder = Builder(parse_build_args(argv, prog))
         builder.build()
         return 0
     except BuildError as e:
-        msg = e.line()
+        msg = e.line(REPORT["prog"])
     except KeyboardInterrupt:
-        msg = "build-rootfs: build: interrupted (run it again)"
+        msg = "%s: build: interrupted (run it again)" % REPORT["prog"]
     except OSError as e:
-        msg = "build-rootfs: %s: %s (check free space and permissions)" % (
-            e.filename or "I/O", e.strerror or e)
+        msg = "%s: %s: %s (check free space and permissions)" % (
+            REPORT["prog"], e.filename or "I/O", e.strerror or e)
     finally:
         # Runs on success too, where root is already None.
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        builder.cleanup()
+        if builder is not None:
+            builder.cleanup()
     print(msg, file=sys.stderr, flush=True)
-    return 1
+    return REPORT["status"]
+
+
+def run_info(argv, prog):
+    import rootfs_show
+    p = ArgumentParser(prog=prog, description="Show what a rootfs holds: its Python, size "
+                       "and the packages of its lock.")
+    p.add_argument("rootfs", metavar="ROOTFS", help="a rootfs directory")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    args = p.parse_args(argv)
+    rootfs_show.show_info(os.path.abspath(args.rootfs), args.json)
+    return 0
+
+
+def run_list(argv, prog):
+    import rootfs_show
+    p = ArgumentParser(prog=prog, description="List the installed rootfses.")
+    p.add_argument("--dir", action="append", default=[], metavar="WHERE=DIR",
+                   help="a directory of named rootfses, searched in the order given")
+    p.add_argument("--default", metavar="DIR", help="the default rootfs")
+    args = p.parse_args(argv)
+    rootfs_show.show_list([tuple(d.split("=", 1)) for d in args.dir if "=" in d], args.default)
+    return 0
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    prog = "build-rootfs.py"
+    if argv[:1] == ["--as-pyjail"]:
+        argv.pop(0)
+        REPORT.update(prog="pyjail rootfs", status=125)
+        prog = "pyjail rootfs"
+    commands = {"build": run_build, "info": run_info, "list": run_list}
+    if argv and argv[0] in commands:
+        command = argv.pop(0)
+        try:
+            return commands[command](argv, "%s %s" % (prog, command))
+        except BuildError as e:
+            print(e.line(REPORT["prog"]), file=sys.stderr, flush=True)
+            return REPORT["status"]
+    return run_build(argv, prog)   # build-rootfs.py --out DIR ...
 
 
 if __name__ == "__main__":

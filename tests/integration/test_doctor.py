@@ -85,4 +85,4 @@ def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
     r = doctor(pyjail_bin, as_user, "--frob")
     assert r.returncode == 125
     assert r.stderr == ("pyjail: doctor: unknown argument '--frob' (usage: pyjail doctor "
-                        "[--json])\n")
+                        "[--json] [--rootfs NAME|DIR])\n")

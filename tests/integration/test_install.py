@@ -55,6 +55,23 @@ def test_without_its_compiled_filters_pyjail_compiles_and_doctor_says_so(prefix,
 def test_man_pages_are_installed(prefix):
     assert (prefix / "share/man/man1/pyjail.1").is_file()
     assert (prefix / "share/man/man5/pyjail-profile.5").is_file()
+    assert (prefix / "share/man/man1/pyjail-rootfs.1").is_file()
+
+
+def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
+    """`pyjail rootfs` runs the builder installed next to the default rootfs (a copy of the
+    checkout's), with the session server it puts into every rootfs."""
+    libdir = prefix / "lib/pyjail"
+    for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
+                 "pyjail_server.py"):
+        assert (libdir / name).is_file(), name
+    run = lambda *args: subprocess.run([*as_user.prefix, str(pyjail_bin), *args],
+                                       capture_output=True, text=True, timeout=60, cwd="/")
+    r = run("rootfs", "info", "default")
+    assert r.returncode == 0, r.stderr
+    assert f"rootfs       {libdir}/rootfs\n" in r.stdout
+    r = run("rootfs", "build", "--help")
+    assert r.returncode == 0 and "--requirements FILE" in r.stdout, r.stderr
 
 
 def test_the_apparmor_profile_names_the_installed_binary(prefix):
@@ -78,6 +95,9 @@ t {prefix}/bin/pyjail --wall
 t {prefix}/bin/pyjail --net ''
 t {prefix}/bin/pyjail --profile st
 t {prefix}/bin/pyjail --memory 1G -- py
+t {prefix}/bin/pyjail ro
+t {prefix}/bin/pyjail rootfs ''
 '''
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
-    assert out == ["--wall-time", "none loopback", "standard strict", "python python3"]
+    assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs",
+                   "build info list"]

@@ -92,7 +92,7 @@ def test_rootfs_that_does_not_exist_says_how_to_build_one(run_jail, as_user):
 def test_rootfs_that_is_not_one(run_jail, as_user, world_tmp):
     empty = world_tmp.dir()
     r = run_jail(["--rootfs", empty, "--", "python", "-c", "1"], user=as_user)
-    assert_one_error(r, 125, str(empty), "build-rootfs")
+    assert_one_error(r, 125, str(empty), "pyjail rootfs build")
 
 
 @pytest.mark.parametrize("args,fragments", [

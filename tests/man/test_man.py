@@ -29,7 +29,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MAN1 = ROOT / "man" / "pyjail.1"
 MAN5 = ROOT / "man" / "pyjail-profile.5"
-PAGES = [MAN1, MAN5]
+MAN_ROOTFS = ROOT / "man" / "pyjail-rootfs.1"
+PAGES = [MAN1, MAN5, MAN_ROOTFS]
 OPTIONS_CPP = ROOT / "jail" / "options.cpp"
 README = ROOT / "README.md"
 PROFILES = ROOT / "profiles"

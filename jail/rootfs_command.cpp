@@ -1,0 +1,94 @@
+#include "rootfs_command.hpp"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+
+#include "error.hpp"
+#include "hostopen.hpp"
+#include "paths.hpp"
+#include "rootfs_name.hpp"
+
+namespace pyjail {
+
+namespace {
+
+constexpr const char* kUsage =
+    "Usage: pyjail rootfs build (--out DIR | --name NAME) [--requirements FILE] [--pip SPEC...]\n"
+    "                           [--find-links DIR] [--no-index] [--from-venv DIR]\n"
+    "                           [--python PATH] [--with PKG] [--quiet]\n"
+    "       pyjail rootfs info ROOTFS [--json]\n"
+    "       pyjail rootfs list\n"
+    "Builds, shows and lists the root filesystems jails run in. ROOTFS is a name (see\n"
+    "`pyjail rootfs list`; 'default' is the one installed with pyjail) or a directory.\n"
+    "`pyjail rootfs build --help` lists the build options; man pyjail-rootfs explains them.\n";
+
+// The host's python3 runs the builder: the Debian/Ubuntu one when present (what the default
+// rootfs is built from), else the first on PATH.
+const char* host_python() { return ::access("/usr/bin/python3", X_OK) == 0 ? "/usr/bin/python3" : "python3"; }
+
+[[noreturn]] void exec_builder(const DataDirs& dirs, std::vector<std::string> args) {
+    if (dirs.builder.empty() || ::access(dirs.builder.c_str(), R_OK) != 0)
+        throw JailError("rootfs", fmt::format("no rootfs builder at {}", dirs.builder), errno,
+                        "reinstall pyjail (cmake --install installs it)");
+    // The builder runs with the invoking user's rights (root's, for root): only root and that
+    // user may be able to change it, as for pyjail's other data.
+    std::string builder = trusted_data_path(dirs.builder);
+    std::string python = host_python();
+    // -I: no PYTHON* variables, no user site; -B: no __pycache__ next to the installed builder.
+    std::vector<std::string> argv = {python, "-I", "-B", builder, "--as-pyjail"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> cargv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    std::fflush(stdout);
+    ::execvp(cargv[0], cargv.data());
+    throw JailError("rootfs", fmt::format("cannot run {} {}", python, builder), errno,
+                    "install python3 (3.9 or newer)");
+}
+
+}  // namespace
+
+int run_rootfs_command(const std::vector<std::string>& args) {
+    std::string sub = args.size() > 1 ? args[1] : "";
+    if (sub.empty() || sub == "-h" || sub == "--help") {
+        std::fputs(kUsage, stdout);
+        return 0;
+    }
+    DataDirs dirs = find_data_dirs();
+    std::vector<std::string> rest(args.begin() + 2, args.end());
+    if (sub == "build") {
+        std::string dir = rootfs_build_dir(::geteuid(), dirs.rootfs_user, dirs.rootfs_installed);
+        rest.insert(rest.begin(), {"build", "--named-dir", dir});
+        exec_builder(dirs, rest);
+    }
+    if (sub == "info") {
+        // The first argument that is not an option is the rootfs, named as --rootfs names one.
+        bool found = false;
+        for (auto& a : rest)
+            if (!a.empty() && a[0] != '-') {
+                a = resolve_rootfs(a, dirs);
+                found = true;
+                break;
+            }
+        if (!found) throw UsageError("rootfs info: no rootfs given", "pyjail rootfs info NAME|DIR");
+        rest.insert(rest.begin(), "info");
+        exec_builder(dirs, rest);
+    }
+    if (sub == "list") {
+        if (!rest.empty() && rest[0] != "-h" && rest[0] != "--help")
+            throw UsageError(fmt::format("rootfs list: unknown argument '{}'", rest[0]),
+                             "usage: pyjail rootfs list");
+        std::vector<std::string> list = {"list", "--default", dirs.rootfs};
+        for (const auto& d : rootfs_search_dirs(dirs.rootfs_user, dirs.rootfs_installed))
+            list.push_back("--dir=" + d.where + "=" + d.path);
+        list.insert(list.end(), rest.begin(), rest.end());
+        exec_builder(dirs, list);
+    }
+    throw UsageError(fmt::format("rootfs: unknown command '{}'", sub),
+                     "pyjail rootfs build|info|list (pyjail rootfs --help)");
+}
+
+}  // namespace pyjail

@@ -1,0 +1,48 @@
+#include <doctest/doctest.h>
+
+#include "rootfs_name.hpp"
+
+using namespace pyjail;
+
+TEST_CASE("a rootfs value without '/' is a name, with one a path") {
+    CHECK(is_rootfs_name("data"));
+    CHECK(is_rootfs_name("py3.11-data"));
+    CHECK_FALSE(is_rootfs_name("./data"));
+    CHECK_FALSE(is_rootfs_name("/opt/rootfs"));
+    CHECK_FALSE(is_rootfs_name("build/rootfs"));
+    CHECK_FALSE(is_rootfs_name(""));
+}
+
+TEST_CASE("names cannot leave their directory or look like the builder's temporaries") {
+    CHECK(rootfs_name_problem("data") == "");
+    CHECK(rootfs_name_problem("Data_2.x-y") == "");
+    CHECK(rootfs_name_problem("..") == "it must start with a letter or a digit");
+    CHECK(rootfs_name_problem(".hidden") == "it must start with a letter or a digit");
+    CHECK(rootfs_name_problem("-x") == "it must start with a letter or a digit");
+    CHECK(rootfs_name_problem("a b") == "it may hold only letters, digits, '.', '_' and '-'");
+    CHECK(rootfs_name_problem("a\nb") == "it may hold only letters, digits, '.', '_' and '-'");
+    CHECK(rootfs_name_problem("") == "it is empty");
+    CHECK(rootfs_name_problem(std::string(65, 'a')) == "it is longer than 64 characters");
+}
+
+TEST_CASE("the user's directory: XDG_DATA_HOME when absolute, else HOME") {
+    CHECK(user_rootfs_dir("/x/data", "/home/u") == "/x/data/pyjail/rootfs");
+    CHECK(user_rootfs_dir("relative", "/home/u") == "/home/u/.local/share/pyjail/rootfs");
+    CHECK(user_rootfs_dir(nullptr, "/home/u") == "/home/u/.local/share/pyjail/rootfs");
+    CHECK(user_rootfs_dir(nullptr, nullptr) == "");
+    CHECK(user_rootfs_dir("", "") == "");
+}
+
+TEST_CASE("a name is looked up in the user's directory first, then in the installed one") {
+    auto dirs = rootfs_search_dirs("/home/u/.local/share/pyjail/rootfs", "/usr/lib/pyjail/rootfs.d");
+    REQUIRE(dirs.size() == 2);
+    CHECK(dirs[0].where == "user");
+    CHECK(dirs[1].path == "/usr/lib/pyjail/rootfs.d");
+    CHECK(rootfs_search_dirs("", "/i").size() == 1);
+}
+
+TEST_CASE("root builds named rootfses into the installed directory, others into their own") {
+    CHECK(rootfs_build_dir(0, "/root/.local/share/pyjail/rootfs", "/usr/lib/pyjail/rootfs.d") ==
+          "/usr/lib/pyjail/rootfs.d");
+    CHECK(rootfs_build_dir(1000, "/home/u/x", "/usr/lib/pyjail/rootfs.d") == "/home/u/x");
+}
