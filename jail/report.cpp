@@ -60,7 +60,7 @@ std::string report_json(const RunFacts& f) {
     j["oom_kills"] = f.oom_kills;
     j["pids_limit_hits"] = f.pids_limit_hits;
     Json denied = Json::array();
-    for (const auto& [what, n] : f.denied) denied.push_back({{"syscall", what}, {"count", n}});
+    for (const auto& [what, n] : f.denied.entries()) denied.push_back({{"syscall", what}, {"count", n}});
     j["denied_syscalls"] = denied;
     j["error"] = nullptr;
     if (f.setup_error) {

@@ -74,7 +74,7 @@ public:
         if (seccomp_notify_receive(listener.get(), req_) != 0) return;  // the caller died
         std::uint64_t args[6];
         for (int i = 0; i < 6; ++i) args[i] = req_->data.args[i];
-        result.denied[describe_syscall(req_->data.nr, args)]++;
+        result.denied.add(describe_syscall(req_->data.nr, args));
         resp_->id = req_->id;
         resp_->val = 0;
         resp_->flags = 0;

@@ -87,7 +87,7 @@ TEST_CASE("status of a run") {
     f.outcome = outcome_from_wait_status(0);
     CHECK(run_status(f) == "ok");  // it hit the pids limit and coped
     f.pids_limit_hits = 0;
-    f.denied["socket(AF_INET)"] = 1;
+    f.denied.add("socket(AF_INET)");
     CHECK(run_status(f) == "ok");  // refused, and coped
     f.outcome.code = 1;
     CHECK(run_status(f) == "seccomp-denied");
@@ -111,7 +111,7 @@ TEST_CASE("the report is JSON with stable fields") {
     f.memory_peak = 1024;
     f.memory_peak_source = "memory.peak";
     f.limits = {{"memory", "1024", Mechanism::CgroupV2, "memory.max"}};
-    f.denied = {{"ptrace", 2}};
+    f.denied.add("ptrace", 2);
     f.command = {"python3", "-c", "print(\"x\")\n"};
     f.profile = "strict";
     auto j = nlohmann::ordered_json::parse(report_json(f));
