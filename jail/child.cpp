@@ -383,8 +383,10 @@ void install_init_signals() {
         ::sigaction(s, &sa, nullptr);
         sigaddset(&set, s);
     }
-    ::sigaction(SIGCHLD, &sa, nullptr);
-    sigaddset(&set, SIGCHLD);
+    for (int s : {SIGCHLD, reap_request_signal()}) {
+        ::sigaction(s, &sa, nullptr);
+        sigaddset(&set, s);
+    }
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 

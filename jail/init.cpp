@@ -6,10 +6,42 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <ctime>
 
 #include "protocol.hpp"
 
 namespace pyjail {
+
+namespace {
+
+// Kills every other process of the pid namespace and waits for each, so that the kernel adds
+// their usage to ours. Again and again: a process may fork while kill(-1) runs. Gives up
+// after kReapAllMs (a process stuck in the kernel), when the kernel's own kill takes over.
+bool reap_all_in_child() {
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    constexpr int kRoundMs = 20;
+    for (int round = 0; round * kRoundMs < kReapAllMs; ++round) {
+        // -1 from pid 1: every process of our pid namespace but us.
+        ::kill(-1, SIGKILL);
+        while (true) {
+            pid_t pid = ::waitpid(-1, nullptr, WNOHANG | __WALL);
+            if (pid < 0 && errno == EINTR) continue;
+            if (pid < 0 && errno == ECHILD) return true;
+            if (pid <= 0) break;
+        }
+        timespec ts{0, kRoundMs * 1000000L};
+        (void)::sigtimedwait(&chld, nullptr, &ts);
+    }
+    return false;
+}
+
+[[noreturn]] void reap_all_and_exit_in_child() {
+    ::_exit(reap_all_in_child() ? kInitReapedAll : kInitLeftSome);
+}
+
+}  // namespace
 
 void run_init_in_child(pid_t program, int report_fd) noexcept {
     // Let go of the program's stdin/stdout/stderr: a reader of the program's output must see
@@ -25,6 +57,7 @@ void run_init_in_child(pid_t program, int report_fd) noexcept {
     sigemptyset(&set);
     for (int s : kForwardedSignals) sigaddset(&set, s);
     sigaddset(&set, SIGCHLD);
+    sigaddset(&set, reap_request_signal());
 
     while (true) {
         siginfo_t info{};
@@ -32,6 +65,14 @@ void run_init_in_child(pid_t program, int report_fd) noexcept {
         if (sig < 0) {
             if (errno == EINTR) continue;
             ::_exit(1);
+        }
+        if (sig == reap_request_signal()) {
+            // Only the supervisor may ask: kill() from outside our pid namespace arrives as
+            // SI_USER with si_pid 0. The program's kill(1, ...) carries its pid, and it cannot
+            // forge SI_USER for another process (rt_sigqueueinfo refuses si_code >= 0): it
+            // cannot make pid 1 exit without reporting the program's status.
+            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit_in_child();
+            continue;
         }
         if (sig != SIGCHLD) {
             // Relayed by the supervisor (or sent by the program itself: harmless).
@@ -48,8 +89,8 @@ void run_init_in_child(pid_t program, int report_fd) noexcept {
             m.kind = MsgKind::Status;
             m.wait_status = status;
             (void)::send(report_fd, &m, sizeof m, MSG_NOSIGNAL);
-            // Our exit ends the pid namespace: the kernel kills whatever the program left.
-            ::_exit(0);
+            // What the program left ends with it.
+            reap_all_and_exit_in_child();
         }
     }
 }

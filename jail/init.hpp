@@ -1,6 +1,10 @@
 // The jail's pid 1 once the program runs: a tiny reaper. It forwards the signals the
-// supervisor relays, reaps orphans, reports the program's wait status, and exits when the
-// program does -- which makes the kernel kill every process left in the jail.
+// supervisor relays, reaps orphans, and reports the program's wait status. When the program
+// ends, or when the supervisor asks (a kill without a cgroup: --wall-time, --kill-grace,
+// ...), it kills every other process of the jail and waits for each before it exits: waited
+// for, their CPU time and peak memory add up in pid 1's own accounting, and from there in
+// what pyjail reads with RUSAGE_CHILDREN. (Left to the kernel, which kills and reaps them
+// when a pid namespace's init exits, their usage would be lost.)
 #pragma once
 
 #include <sys/types.h>
@@ -13,5 +17,15 @@ namespace pyjail {
 
 // The signals the supervisor relays to the program.
 inline constexpr int kForwardedSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM};
+
+// The supervisor's request to pid 1: kill everything, wait for it, exit. Honoured only from
+// outside the jail's pid namespace.
+inline int reap_request_signal() { return SIGRTMIN; }
+
+// pid 1's exit status when it waited for every process of the jail.
+inline constexpr int kInitReapedAll = 0;
+// When some were still there after kReapAllMs (the kernel kills them as pid 1 exits).
+inline constexpr int kInitLeftSome = 3;
+inline constexpr int kReapAllMs = 1000;
 
 }  // namespace pyjail

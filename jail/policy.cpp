@@ -95,14 +95,14 @@ std::uint64_t parse_size(const std::string& text, const std::string& origin) {
     return n * mult;
 }
 
-double parse_seconds(const std::string& text, const std::string& origin) {
+double parse_seconds(const std::string& text, const std::string& origin, const char* zero_means) {
     errno = 0;
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0' || errno != 0 || !std::isfinite(v) || v < 0 ||
         std::isspace(static_cast<unsigned char>(text[0])))
         throw UsageError(fmt::format("{}: '{}' is not a number of seconds", origin, text),
-                         "write e.g. 30 or 2.5; 0 means no limit");
+                         fmt::format("write e.g. 30 or 2.5; 0 means {}", zero_means));
     if (v > 365.0 * 24 * 3600)
         throw UsageError(fmt::format("{}: {} seconds is more than a year", origin, text));
     return v;
@@ -278,6 +278,10 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
     {
         const auto& w = item("wall-time");
         p.wall_time = parse_seconds(w.value, where(w, "wall-time"));
+    }
+    {
+        const auto& g = item("kill-grace");
+        p.kill_grace = parse_seconds(g.value, where(g, "kill-grace"), "kill at once");
     }
     {
         const auto& h = item("hostname");

@@ -44,6 +44,7 @@ struct Policy {
     NetMode net = NetMode::None;
     std::vector<std::pair<std::string, std::string>> env;  // added by profile and --env
     double wall_time = 0;                                   // seconds; 0 means no limit
+    double kill_grace = 5;  // seconds from a relayed SIGTERM/HUP/INT/QUIT to the kill; 0: at once
     std::string hostname;
     std::string seccomp;  // set name or file; "off" turns the filter off
     Limits limits;
@@ -95,7 +96,8 @@ void check_sensitive_binds(const Policy& policy, const std::vector<BindSpec>& bi
 
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);
-double parse_seconds(const std::string& text, const std::string& origin);
+double parse_seconds(const std::string& text, const std::string& origin,
+                     const char* zero_means = "no limit");
 // "/a//b/./c/" -> "/a/b/c"; keeps "..", which callers reject or accept.
 std::string normalize_path(const std::string& path);
 std::string absolute_path(const std::string& path, const std::string& cwd);

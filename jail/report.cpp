@@ -16,6 +16,7 @@ std::string run_status(const RunFacts& f) {
     bool failed = !(o.kind == Outcome::Kind::Exited && o.code == 0);
     if (f.setup_error) return "setup-error";
     if (o.kind == Outcome::Kind::WallTimeout) return "wall-timeout";
+    if (o.kind == Outcome::Kind::GraceTimeout) return "grace-timeout";
     // RLIMIT_CPU (the fallback) ends a process with SIGXCPU.
     if (f.cpu_timeout || (o.kind == Outcome::Kind::Signaled && o.signal == SIGXCPU))
         return "cpu-timeout";
@@ -27,6 +28,14 @@ std::string run_status(const RunFacts& f) {
     if (!f.denied.empty() && failed) return "seccomp-denied";
     if (o.kind == Outcome::Kind::Exited) return o.code == 0 ? "ok" : "exit";
     return "signal";
+}
+
+bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int pid1_code) {
+    if (from_cgroup) return false;
+    // A failed set-up ends before the program starts: pid 1 exits with the error's code and
+    // has nothing to wait for.
+    if (setup_error) return false;
+    return !(pid1_exited && pid1_code == 0);
 }
 
 std::string report_json(const RunFacts& f) {
@@ -41,15 +50,20 @@ std::string report_json(const RunFacts& f) {
     int signal = 0;
     if (o.kind == Outcome::Kind::Signaled || (o.kind == Outcome::Kind::JailDied && o.signal != 0))
         signal = o.signal;
+    if (o.kind == Outcome::Kind::GraceTimeout) signal = SIGKILL;  // what ended it
+    auto signal_name = [](int sig) {
+        return sig != 0 && sigabbrev_np(sig) != nullptr ? Json(std::string("SIG") + sigabbrev_np(sig))
+                                                        : Json(nullptr);
+    };
     j["signal"] = signal != 0 ? Json(signal) : Json(nullptr);
-    j["signal_name"] = signal != 0 && sigabbrev_np(signal) != nullptr
-                           ? Json(std::string("SIG") + sigabbrev_np(signal))
-                           : Json(nullptr);
+    j["signal_name"] = signal_name(signal);
+    j["relayed_signal"] = signal_name(f.relayed_signal);
     j["wall_time_s"] = f.wall_s;
     j["cpu_user_s"] = f.user_s ? Json(*f.user_s) : Json(nullptr);
     j["cpu_system_s"] = f.system_s ? Json(*f.system_s) : Json(nullptr);
     j["memory_peak_bytes"] = f.memory_peak ? Json(*f.memory_peak) : Json(nullptr);
     j["memory_peak_source"] = f.memory_peak ? Json(f.memory_peak_source) : Json(nullptr);
+    j["usage_partial"] = f.usage_partial;
     j["setup_time_ms"] = f.setup_ms;
     Json limits = Json::object();
     for (const auto& l : f.limits)
@@ -60,8 +74,9 @@ std::string report_json(const RunFacts& f) {
     j["oom_kills"] = f.oom_kills;
     j["pids_limit_hits"] = f.pids_limit_hits;
     Json denied = Json::array();
-    for (const auto& [what, n] : f.denied) denied.push_back({{"syscall", what}, {"count", n}});
+    for (const auto& [what, n] : f.denied.entries()) denied.push_back({{"syscall", what}, {"count", n}});
     j["denied_syscalls"] = denied;
+    j["denied_syscalls_throttled"] = f.denied_throttled;
     j["error"] = nullptr;
     if (f.setup_error) {
         const char* name = f.error_errno != 0 ? strerrorname_np(f.error_errno) : nullptr;

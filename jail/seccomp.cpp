@@ -5,6 +5,7 @@
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <fcntl.h>
+#include <sys/personality.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <asm/ioctls.h>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <memory>
 #include <set>
 
@@ -260,24 +262,44 @@ int seccomp_errno_for(const SeccompSet& set, int syscall_nr) {
     return ENOSYS;
 }
 
+namespace {
+
+// "A|B" of the names of the bits set in `value`, or "" when a bit outside `known` is set.
+template <std::size_t N>
+std::string flag_names(std::uint64_t value, const std::pair<std::uint64_t, const char*> (&known)[N]) {
+    std::string names;
+    for (const auto& [bit, n] : known) {
+        if ((value & bit) == 0) continue;
+        names += (names.empty() ? "" : "|") + std::string(n);
+        value &= ~bit;
+    }
+    return value == 0 ? names : std::string();
+}
+
+}  // namespace
+
 std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]) {
     char* raw = seccomp_syscall_resolve_num_arch(SCMP_ARCH_NATIVE, syscall_nr);
-    std::string name = raw != nullptr ? raw : fmt::format("syscall_{}", syscall_nr);
+    // Any number reaches the filter: a key per unknown number would let the jail choose
+    // how many entries the report gets.
+    if (raw == nullptr) return "unknown syscall";
+    std::string name = raw;
     std::free(raw);
-    if (name == "socket") {
+    if (name == "socket" || name == "socketpair") {
         static const std::map<std::uint64_t, const char*> families = {
-            {AF_INET, "AF_INET"},     {AF_INET6, "AF_INET6"},   {AF_NETLINK, "AF_NETLINK"},
-            {AF_PACKET, "AF_PACKET"}, {AF_VSOCK, "AF_VSOCK"},   {AF_ALG, "AF_ALG"},
-            {AF_BLUETOOTH, "AF_BLUETOOTH"}, {AF_KEY, "AF_KEY"}, {AF_XDP, "AF_XDP"}};
+            {AF_UNIX, "AF_UNIX"},     {AF_INET, "AF_INET"},     {AF_INET6, "AF_INET6"},
+            {AF_NETLINK, "AF_NETLINK"}, {AF_PACKET, "AF_PACKET"}, {AF_VSOCK, "AF_VSOCK"},
+            {AF_ALG, "AF_ALG"},       {AF_BLUETOOTH, "AF_BLUETOOTH"}, {AF_KEY, "AF_KEY"},
+            {AF_XDP, "AF_XDP"}};
         auto it = families.find(args[0]);
-        return fmt::format("socket({})", it != families.end() ? it->second
-                                                               : fmt::format("family {}", args[0]));
+        return fmt::format("{}({})", name, it != families.end() ? it->second : "other family");
     }
     if (name == "ioctl") {
+        // The kernel reads the request as 32 bits: junk in the high half still means TIOCSTI.
         std::uint64_t req = args[1] & 0xffffffffULL;
         if (req == TIOCSTI) return "ioctl(TIOCSTI)";
         if (req == TIOCLINUX) return "ioctl(TIOCLINUX)";
-        return fmt::format("ioctl({:#x})", req);
+        return "ioctl(other request)";
     }
     if (name == "clone") {
         static const std::pair<std::uint64_t, const char*> flags[] = {
@@ -285,18 +307,56 @@ std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]) {
             {CLONE_NEWPID, "CLONE_NEWPID"},   {CLONE_NEWNET, "CLONE_NEWNET"},
             {CLONE_NEWIPC, "CLONE_NEWIPC"},   {CLONE_NEWUTS, "CLONE_NEWUTS"},
             {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}};
-        std::string names;
-        for (const auto& [bit, n] : flags)
-            if (args[0] & bit) names += (names.empty() ? "" : "|") + std::string(n);
-        return fmt::format("clone({})", names.empty() ? fmt::format("{:#x}", args[0]) : names);
+        std::string names = flag_names(args[0] & kCloneNewFlags, flags);
+        return names.empty() ? "clone" : fmt::format("clone({})", names);
     }
-    if (name == "personality") return fmt::format("personality({:#x})", args[0]);
+    if (name == "personality") {
+        // A persona is PER_LINUX or PER_LINUX32 plus flags (<sys/personality.h>).
+        static const std::pair<std::uint64_t, const char*> flags[] = {
+            {PER_LINUX32, "PER_LINUX32"},
+            {UNAME26, "UNAME26"},
+            {ADDR_NO_RANDOMIZE, "ADDR_NO_RANDOMIZE"},
+            {FDPIC_FUNCPTRS, "FDPIC_FUNCPTRS"},
+            {MMAP_PAGE_ZERO, "MMAP_PAGE_ZERO"},
+            {ADDR_COMPAT_LAYOUT, "ADDR_COMPAT_LAYOUT"},
+            {READ_IMPLIES_EXEC, "READ_IMPLIES_EXEC"},
+            {ADDR_LIMIT_32BIT, "ADDR_LIMIT_32BIT"},
+            {SHORT_INODE, "SHORT_INODE"},
+            {WHOLE_SECONDS, "WHOLE_SECONDS"},
+            {STICKY_TIMEOUTS, "STICKY_TIMEOUTS"},
+            {ADDR_LIMIT_3GB, "ADDR_LIMIT_3GB"}};
+        std::string names = flag_names(args[0], flags);
+        return fmt::format("personality({})", names.empty() ? "other" : names);
+    }
     return name;
+}
+
+void DeniedCounts::add(const std::string& what, std::uint64_t n) {
+    auto saturating_add = [](std::uint64_t& count, std::uint64_t k) {
+        count = count > UINT64_MAX - k ? UINT64_MAX : count + k;
+    };
+    auto it = named_.find(what);
+    if (it != named_.end()) saturating_add(it->second, n);
+    else if (named_.size() < kMaxEntries) named_.emplace(what, n);
+    else saturating_add(other_, n);  // the table is full: no new key, whatever the jail does
+}
+
+std::uint64_t DeniedCounts::total() const {
+    std::uint64_t sum = other_;
+    for (const auto& [what, n] : named_) sum = sum > UINT64_MAX - n ? UINT64_MAX : sum + n;
+    return sum;
+}
+
+std::vector<std::pair<std::string, std::uint64_t>> DeniedCounts::entries() const {
+    std::vector<std::pair<std::string, std::uint64_t>> out(named_.begin(), named_.end());
+    if (other_ > 0) out.emplace_back(kOtherKey, other_);
+    return out;
 }
 
 std::string summarize_denied(const DeniedCounts& denied) {
     std::string out;
-    for (const auto& [what, n] : denied) out += fmt::format("{}{} x{}", out.empty() ? "" : ", ", what, n);
+    for (const auto& [what, n] : denied.entries())
+        out += fmt::format("{}{} x{}", out.empty() ? "" : ", ", what, n);
     return out;
 }
 

@@ -47,14 +47,35 @@ std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net);
 int seccomp_errno_for(const SeccompSet& set, int syscall_nr);
 
 // "socket(AF_INET)", "ioctl(TIOCSTI)", "clone(CLONE_NEWUSER)", "ptrace" -- for the report.
+// Only names and known constants, never a raw value the jail chose: each distinct key costs
+// the host a table entry, and the jail picks the arguments ("socket(other family)",
+// "personality(other)", "unknown syscall" for a number no table names).
 std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]);
 
 // The (mask, value) pairs of ioctl requests the filter allows: every 32-bit request but
 // TIOCSTI and TIOCLINUX, with the high half zero. Exposed for tests.
 std::vector<std::pair<std::uint64_t, std::uint64_t>> ioctl_allowed_blocks();
 
-// Denied syscalls by description, and the one-line summary of them.
-using DeniedCounts = std::map<std::string, unsigned>;
+// Denied syscalls by description: at most kMaxEntries named entries; what comes after they
+// are taken is counted in one more entry, kOtherKey. The jail decides how many distinct
+// calls it makes, so the table must not grow with them (a million distinct keys once cost
+// the supervisor 700 MB). Counts saturate at the largest std::uint64_t.
+class DeniedCounts {
+public:
+    static constexpr std::size_t kMaxEntries = 32;
+    static constexpr const char* kOtherKey = "(other syscalls)";
+
+    void add(const std::string& what, std::uint64_t n = 1);
+    bool empty() const { return named_.empty() && other_ == 0; }
+    std::uint64_t total() const;
+    // The named entries in key order, then kOtherKey if anything was folded into it.
+    std::vector<std::pair<std::string, std::uint64_t>> entries() const;
+
+private:
+    std::map<std::string, std::uint64_t> named_;
+    std::uint64_t other_ = 0;
+};
+
 std::string summarize_denied(const DeniedCounts& denied);
 
 }  // namespace pyjail

@@ -462,6 +462,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     sa.signal_fd = signals.fd();
     sa.started_ms = started;
     sa.wall_time = p.policy.wall_time;
+    sa.kill_grace = p.policy.kill_grace;
     sa.seccomp = p.seccomp ? &*p.seccomp : nullptr;
     if (leaf) {
         sa.cpu_time = p.policy.limits.cpu_time;
@@ -484,6 +485,8 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
 
     facts.outcome = s.outcome;
     facts.denied = s.denied;
+    facts.denied_throttled = s.denied_throttled;
+    facts.relayed_signal = s.relayed_signal;
     facts.setup_ms = s.setup_ms;
     facts.wall_s = s.wall_s;
     facts.cpu_timeout = s.cpu_timeout;
@@ -497,9 +500,11 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
         facts.oom_kills = st.oom_kills;
         facts.pids_limit_hits = st.pids_limit_hits;
     }
+    facts.usage_partial = usage_is_partial(leaf.has_value(), s.error.has_value(), s.pid1_exited,
+                                           s.pid1_code);
     if (!facts.user_s || !facts.memory_peak) {
         // Without a cgroup: what the kernel accounted to our reaped children -- the jail's
-        // pid 1 and, through it, every process of the jail.
+        // pid 1 and, through it, every process of the jail it waited for.
         rusage ru{};
         if (::getrusage(RUSAGE_CHILDREN, &ru) == 0) {
             auto secs = [](const timeval& tv) {
@@ -539,7 +544,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     else if (status == "oom")
         what = "out of memory: the jail reached its memory limit and was killed";
     else
-        what = describe(s.outcome, p.policy.wall_time);
+        what = describe(s.outcome, p.policy.wall_time, p.policy.kill_grace);
     if (!what.empty() && !p.policy.quiet &&
         (verbose || status != "signal" || s.outcome.signal == SIGKILL))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());

@@ -1,5 +1,12 @@
 // The supervisor's wait: for the jail's messages, the relayed signals, the syscalls the
-// filter refused, and the wall-time deadline, until the jail's pid 1 is gone.
+// filter refused, and the deadlines (--wall-time, --cpu-time, --kill-grace), until the jail's
+// pid 1 is gone.
+//
+// What the jail makes the supervisor do is bounded: refused syscalls go into a fixed-size
+// table (DeniedCounts) and are answered at most kDeniedAnswersPerSecond a second. Past that
+// the supervisor stops polling the filter's listener until the bucket refills: the jail's
+// calling thread sleeps in the kernel, costing nobody CPU, and only the jail is slowed down.
+// The loop keeps its timeouts, so no deadline waits for the jail.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +27,12 @@ struct Supervised {
     double setup_ms = 0;               // clone to "ready"
     double wall_s = 0;                 // clone to the end of pid 1
     DeniedCounts denied;               // syscalls the filter refused
+    std::uint64_t denied_throttled = 0;  // times their answers were paused (rate limit)
+    int relayed_signal = 0;            // the first terminating signal relayed (0: none)
+    // How pid 1 ended: exited on its own with `pid1_code` (kInitReapedAll: after waiting for
+    // every process of the jail), or not (killed).
+    bool pid1_exited = false;
+    int pid1_code = 0;
     bool cpu_timeout = false;
     bool output_limit = false;
 };
@@ -30,6 +43,9 @@ struct SuperviseArgs {
     int signal_fd = -1;  // a signalfd of the signals to relay
     double started_ms = 0;
     double wall_time = 0;                 // seconds; 0: none
+    // After relaying SIGTERM, SIGHUP, SIGINT or SIGQUIT: seconds until the jail is killed if
+    // it is still there (0: at once).
+    double kill_grace = 5;
     const SeccompSet* seccomp = nullptr;  // decides the error for refused syscalls
     // --cpu-time over the whole jail (cgroup v2): the jail's CPU seconds so far.
     double cpu_time = 0;
@@ -37,8 +53,15 @@ struct SuperviseArgs {
     // The relay of the program's standard streams, if any go through it (relay.hpp): polled
     // in the loop, so a stalled reader never holds up a deadline; --output-limit counts there.
     StdioRelay* relay = nullptr;
-    std::function<void()> kill_all;  // besides SIGKILL to pid 1 (cgroup.kill)
+    // cgroup.kill, when there is a cgroup: a kill is then SIGKILL to pid 1 and this. Without
+    // one, a kill asks pid 1 to kill and wait for every process of the jail (so that their
+    // usage is accounted) and SIGKILLs pid 1 if it is still there kReapAllMs later.
+    std::function<void()> kill_all;
 };
+
+// Refused syscalls answered a second, on average, and at once.
+inline constexpr double kDeniedAnswersPerSecond = 2000;
+inline constexpr double kDeniedAnswersBurst = 200;
 
 // Reaps pid 1 before returning.
 Supervised supervise_from_parent(const SuperviseArgs& args);

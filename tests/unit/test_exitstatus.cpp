@@ -20,6 +20,15 @@ TEST_CASE("wait status to exit status") {
     CHECK(exit_code_for(d) == 137);
     d.signal = 0;
     CHECK(exit_code_for(d) == 125);
+    Outcome g;
+    g.kind = Outcome::Kind::GraceTimeout;
+    g.signal = SIGTERM;  // the one it ignored; it was killed with SIGKILL
+    CHECK(exit_code_for(g) == 137);
+}
+
+TEST_CASE("the signals that start --kill-grace") {
+    for (int s : {SIGTERM, SIGHUP, SIGINT, SIGQUIT}) CHECK(is_terminating_signal(s));
+    for (int s : {SIGUSR1, SIGUSR2, SIGCHLD, SIGWINCH, 0}) CHECK_FALSE(is_terminating_signal(s));
 }
 
 TEST_CASE("descriptions") {
@@ -30,4 +39,9 @@ TEST_CASE("descriptions") {
     t.kind = Outcome::Kind::WallTimeout;
     CHECK(describe(t, 2) ==
           "wall time limit of 2s reached; the jail and every process in it were killed");
+    Outcome g;
+    g.kind = Outcome::Kind::GraceTimeout;
+    g.signal = SIGTERM;
+    CHECK(describe(g, 0, 1.5) == "the jail was still running 1.5s after SIGTERM (--kill-grace); "
+                                 "it and every process in it were killed");
 }

@@ -87,7 +87,7 @@ TEST_CASE("status of a run") {
     f.outcome = outcome_from_wait_status(0);
     CHECK(run_status(f) == "ok");  // it hit the pids limit and coped
     f.pids_limit_hits = 0;
-    f.denied["socket(AF_INET)"] = 1;
+    f.denied.add("socket(AF_INET)");
     CHECK(run_status(f) == "ok");  // refused, and coped
     f.outcome.code = 1;
     CHECK(run_status(f) == "seccomp-denied");
@@ -95,6 +95,8 @@ TEST_CASE("status of a run") {
     CHECK(run_status(f) == "output-limit");
     f.cpu_timeout = true;
     CHECK(run_status(f) == "cpu-timeout");
+    f.outcome.kind = Outcome::Kind::GraceTimeout;
+    CHECK(run_status(f) == "grace-timeout");
     f.outcome.kind = Outcome::Kind::WallTimeout;
     CHECK(run_status(f) == "wall-timeout");
     f.setup_error = true;
@@ -111,7 +113,10 @@ TEST_CASE("the report is JSON with stable fields") {
     f.memory_peak = 1024;
     f.memory_peak_source = "memory.peak";
     f.limits = {{"memory", "1024", Mechanism::CgroupV2, "memory.max"}};
-    f.denied = {{"ptrace", 2}};
+    f.denied.add("ptrace", 2);
+    f.denied_throttled = 3;
+    f.relayed_signal = SIGTERM;
+    f.usage_partial = true;
     f.command = {"python3", "-c", "print(\"x\")\n"};
     f.profile = "strict";
     auto j = nlohmann::ordered_json::parse(report_json(f));
@@ -127,6 +132,9 @@ TEST_CASE("the report is JSON with stable fields") {
     CHECK(j["limits"]["memory"] == nlohmann::ordered_json{{"value", "1024"}, {"mechanism", "cgroup-v2"},
                                                   {"detail", "memory.max"}});
     CHECK(j["denied_syscalls"] == nlohmann::ordered_json::parse(R"([{"syscall": "ptrace", "count": 2}])"));
+    CHECK(j["denied_syscalls_throttled"] == 3);
+    CHECK(j["relayed_signal"] == "SIGTERM");
+    CHECK(j["usage_partial"] == true);
     CHECK(j["command"] == nlohmann::json{"python3", "-c", "print(\"x\")\n"});
     CHECK(j["error"].is_null());
     // The documented fields, in the documented order.
@@ -134,10 +142,31 @@ TEST_CASE("the report is JSON with stable fields") {
     for (const auto& item : j.items()) keys.push_back(item.key());
     CHECK(keys == std::vector<std::string>{
                       "pyjail_version", "status", "exit_code", "program_exit_code", "signal",
-                      "signal_name", "wall_time_s", "cpu_user_s", "cpu_system_s",
-                      "memory_peak_bytes", "memory_peak_source", "setup_time_ms", "limits",
-                      "cgroup", "oom_kills", "pids_limit_hits", "denied_syscalls", "error",
+                      "signal_name", "relayed_signal", "wall_time_s", "cpu_user_s",
+                      "cpu_system_s", "memory_peak_bytes", "memory_peak_source",
+                      "usage_partial", "setup_time_ms", "limits", "cgroup", "oom_kills",
+                      "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "error",
                       "profile", "command"});
+}
+
+TEST_CASE("a grace timeout: killed with SIGKILL after the relayed signal") {
+    RunFacts f;
+    f.outcome.kind = Outcome::Kind::GraceTimeout;
+    f.outcome.signal = SIGHUP;
+    f.relayed_signal = SIGHUP;
+    auto j = nlohmann::ordered_json::parse(report_json(f));
+    CHECK(j["status"] == "grace-timeout");
+    CHECK(j["signal_name"] == "SIGKILL");
+    CHECK(j["relayed_signal"] == "SIGHUP");
+    CHECK(j["program_exit_code"].is_null());
+}
+
+TEST_CASE("usage is partial only when pid 1 did not wait for the whole jail") {
+    CHECK_FALSE(usage_is_partial(true, false, false, 0));   // a cgroup counts everything
+    CHECK_FALSE(usage_is_partial(false, false, true, 0));   // pid 1 reaped all, exited 0
+    CHECK(usage_is_partial(false, false, false, 0));        // pid 1 killed
+    CHECK(usage_is_partial(false, false, true, 3));         // pid 1 gave up on some
+    CHECK_FALSE(usage_is_partial(false, true, true, 125));  // a set-up error: nothing ran
 }
 
 TEST_CASE("setup errors carry step, errno and message; bad UTF-8 does not break the report") {

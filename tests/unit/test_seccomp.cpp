@@ -99,7 +99,56 @@ TEST_CASE("answers and descriptions of refused syscalls") {
     std::uint64_t c[6] = {0x10000000 | 17, 0, 0, 0, 0, 0};
     CHECK(describe_syscall(SYS_clone, c) == "clone(CLONE_NEWUSER)");
     CHECK(describe_syscall(SYS_ptrace, a) == "ptrace");
-    CHECK(summarize_denied({{"ptrace", 1}, {"socket(AF_INET)", 3}}) == "ptrace x1, socket(AF_INET) x3");
+    DeniedCounts d;
+    d.add("socket(AF_INET)", 2);
+    d.add("ptrace");
+    d.add("socket(AF_INET)");
+    CHECK(summarize_denied(d) == "ptrace x1, socket(AF_INET) x3");
+}
+
+TEST_CASE("keys of refused syscalls never carry a value the jail chose") {
+    auto key = [](long nr, std::uint64_t a0, std::uint64_t a1 = 0) {
+        std::uint64_t args[6] = {a0, a1, 0, 0, 0, 0};
+        return describe_syscall(static_cast<int>(nr), args);
+    };
+    CHECK(key(SYS_socket, 10) == "socket(AF_INET6)");
+    CHECK(key(SYS_socket, 16) == "socket(AF_NETLINK)");
+    CHECK(key(SYS_socket, 12345) == "socket(other family)");
+    CHECK(key(SYS_socket, 0xffffffff00000002ULL) == "socket(other family)");
+    CHECK(key(SYS_socketpair, 2) == "socketpair(AF_INET)");
+    CHECK(key(SYS_socketpair, 999) == "socketpair(other family)");
+    CHECK(key(SYS_ioctl, 0, 0x541C) == "ioctl(TIOCLINUX)");
+    CHECK(key(SYS_ioctl, 0, 0x1deadbeefULL) == "ioctl(other request)");
+    CHECK(key(SYS_personality, 0x10000000 + 77) == "personality(other)");
+    CHECK(key(SYS_personality, 0x0040000) == "personality(ADDR_NO_RANDOMIZE)");
+    CHECK(key(SYS_personality, 0x0400008) == "personality(PER_LINUX32|READ_IMPLIES_EXEC)");
+    CHECK(key(SYS_personality, 0x0400009) == "personality(other)");  // PER_SVR4 base: not named
+    CHECK(key(SYS_clone, 0x20000 | 0x40000000 | 17) == "clone(CLONE_NEWNS|CLONE_NEWNET)");
+    CHECK(key(SYS_clone, 0x11) == "clone");
+    CHECK(key(1000, 0) == "unknown syscall");
+    CHECK(key(123456789, 0) == "unknown syscall");
+    CHECK(key(-1, 0) == "unknown syscall");
+}
+
+TEST_CASE("the table of refused syscalls is bounded and its counts saturate") {
+    DeniedCounts d;
+    CHECK(d.empty());
+    for (std::size_t i = 0; i < DeniedCounts::kMaxEntries + 100; ++i) d.add("call" + std::to_string(i));
+    d.add("call0", 4);  // an entry that made it keeps counting
+    auto e = d.entries();
+    REQUIRE(e.size() == DeniedCounts::kMaxEntries + 1);
+    CHECK(e.back() == std::pair<std::string, std::uint64_t>(DeniedCounts::kOtherKey, 100));
+    CHECK(e.front() == std::pair<std::string, std::uint64_t>("call0", 5));
+    CHECK(d.total() == DeniedCounts::kMaxEntries + 104);
+    d.add("call0", UINT64_MAX);
+    d.add("call0");
+    d.add("never seen", UINT64_MAX);
+    d.add("never seen again", 7);
+    e = d.entries();
+    CHECK(e.front().second == UINT64_MAX);
+    CHECK(e.back().second == UINT64_MAX);
+    CHECK(d.total() == UINT64_MAX);
+    CHECK(e.size() == DeniedCounts::kMaxEntries + 1);
 }
 
 TEST_CASE("ioctl: every 32-bit request but TIOCSTI and TIOCLINUX, never with high bits") {
