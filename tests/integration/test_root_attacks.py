@@ -15,6 +15,7 @@ import os
 import shutil
 import stat
 import subprocess
+import sys
 import uuid
 from pathlib import Path
 
@@ -25,6 +26,7 @@ import pytest
 _spec = importlib.util.spec_from_file_location("integration_conftest",
                                                Path(__file__).with_name("conftest.py"))
 _conftest = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = _conftest  # dataclasses look their module up there
 _spec.loader.exec_module(_conftest)
 UNPRIVILEGED_ID, describe = _conftest.UNPRIVILEGED_ID, _conftest.describe
 
