@@ -16,7 +16,7 @@ say() { printf '==> %s\n' "$*"; }
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
-      python3-venv python3-pip man-db)
+      python3-venv python3-pip man-db bubblewrap)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 say "building ($build)"

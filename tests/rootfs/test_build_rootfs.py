@@ -114,8 +114,19 @@ def jail(root, code, *python_args, env=None):
                           timeout=60)
 
 
-needs_bwrap = pytest.mark.skipif(bwrap_works() is not None,
-                                 reason=str(bwrap_works()))
+@pytest.fixture(scope="module")
+def _bwrap():
+    """Skips a test that needs bwrap where it cannot run; under PYJAIL_MUST_WORK=1 (CI,
+    where tests/run.sh installs bubblewrap) that is a failure instead."""
+    problem = bwrap_works()
+    if problem is None:
+        return
+    if os.environ.get("PYJAIL_MUST_WORK") == "1":
+        pytest.fail("PYJAIL_MUST_WORK=1, but " + problem, pytrace=False)
+    pytest.skip(problem)
+
+
+needs_bwrap = pytest.mark.usefixtures("_bwrap")
 
 
 # --------------------------------------------------------------------------
