@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 
 #include "error.hpp"
@@ -18,7 +19,7 @@ namespace {
 constexpr const char* kUsage =
     "Usage: pyjail rootfs build (--out DIR | --name NAME) [--requirements FILE] [--pip SPEC...]\n"
     "                           [--find-links DIR] [--no-index] [--from-venv DIR]\n"
-    "                           [--python PATH] [--with PKG] [--quiet]\n"
+    "                           [--python PATH] [--with PKG] [--shell-tools] [--quiet]\n"
     "       pyjail rootfs info ROOTFS [--json]\n"
     "       pyjail rootfs list\n"
     "Builds, shows and lists the root filesystems jails run in. ROOTFS is a name (see\n"
@@ -61,7 +62,12 @@ int run_rootfs_command(const std::vector<std::string>& args) {
     std::vector<std::string> rest(args.begin() + 2, args.end());
     if (sub == "build") {
         std::string dir = rootfs_build_dir(::geteuid(), dirs.rootfs_user, dirs.rootfs_installed);
-        rest.insert(rest.begin(), {"build", "--named-dir", dir});
+        // The builder runs matplotlib's first import (its font cache) in a jail of this binary.
+        char self[PATH_MAX];
+        ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+        if (n <= 0) throw JailError("rootfs", "cannot find pyjail's own path", errno);
+        rest.insert(rest.begin(), {"build", "--named-dir", dir, "--pyjail-binary",
+                                   std::string(self, static_cast<std::size_t>(n))});
         exec_builder(dirs, rest);
     }
     if (sub == "info") {

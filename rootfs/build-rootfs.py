@@ -20,7 +20,7 @@ in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
 
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
-                  [--no-index] [--from-venv DIR] [--with PKG ...]
+                  [--no-index] [--from-venv DIR] [--with PKG ...] [--shell-tools]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py info ROOTFS
   build-rootfs.py list --dir WHERE=DIR ...
@@ -102,6 +102,36 @@ ZONEINFO_EXCLUDE = ("right", "localtime")
 # ctypes.util.find_library() runs `/sbin/ldconfig -p` and reads the library names from its
 # output (its other ways need gcc or ld). Debian's ldconfig is a static binary of 1 MB.
 LDCONFIG = ("/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+
+# --shell-tools: Debian's static busybox (package busybox-static), with a link for each tool
+# code run by agents calls through subprocess or os.system. Tools the rootfs already has
+# (/bin/sh is dash) keep their own binary.
+BUSYBOX = ("/bin/busybox", "/usr/bin/busybox")
+SHELL_TOOLS = (
+    "sh", "ls", "cat", "grep", "egrep", "fgrep", "head", "tail", "wc", "sort", "uniq", "sed",
+    "awk", "find", "xargs", "cut", "tr", "env", "echo", "printf", "pwd", "mkdir", "rmdir",
+    "rm", "cp", "mv", "ln", "touch", "chmod", "stat", "du", "df", "basename", "dirname",
+    "realpath", "readlink", "date", "sleep", "tee", "diff", "cmp", "comm", "paste", "split",
+    "tac", "rev", "nl", "fold", "od", "hexdump", "xxd", "md5sum", "sha1sum", "sha256sum",
+    "sha512sum", "base64", "seq", "expr", "test", "[", "true", "false", "yes", "which",
+    "id", "whoami", "uname", "hostname", "nproc", "ps", "kill", "timeout", "tar", "gzip",
+    "gunzip", "zcat", "bzip2", "bunzip2", "xz", "unxz", "unzip", "bc", "dc", "less", "more",
+    "file", "strings", "truncate", "mktemp", "install", "sync", "usleep", "free", "uptime",
+)
+
+# A rootfs with matplotlib gets its font cache, built at build time in a jail on the new tree,
+# and a start-up hook that points matplotlib at it (pyjail_matplotlib.py says why).
+MATPLOTLIB_DIR = "/usr/lib/pyjail/matplotlib"
+MATPLOTLIB_HOOK = "_pyjail_matplotlib"
+MATPLOTLIB_FONTLIST = r"""
+import json, os, sys
+import matplotlib, matplotlib.font_manager as fm
+path = os.path.join(matplotlib.get_cachedir(), "fontlist-v%s.json" % fm.FontManager.__version__)
+with open(path, encoding="utf-8") as f:
+    text = f.read()
+json.loads(text)
+sys.stdout.write(json.dumps({"name": os.path.basename(path), "text": text}))
+"""
 
 # A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/rootfs_name.cpp).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -370,6 +400,24 @@ class Builder:
         self.warn("no dash on this host: the jail will have no /bin/sh (os.system and "
                   "shell=True will fail); apt-get install dash")
 
+    def copy_shell_tools(self):
+        """--shell-tools: busybox, static (it needs no library), and a link per tool."""
+        if not self.args.shell_tools:
+            return
+        src = next((p for p in BUSYBOX if os.path.isfile(p) and is_elf(p)), None)
+        if src is None:
+            raise BuildError("--shell-tools", "no busybox on this host",
+                             "install Debian's static one (apt-get install busybox-static), "
+                             "or leave --shell-tools out")
+        proc = self.run([src, "--list"], "%s --list" % src,
+                        "install Debian's busybox-static")
+        applets = set(proc.stdout.split())
+        self.copy_file(os.path.realpath(src), "/usr/bin/busybox")
+        tools = [t for t in SHELL_TOOLS if t in applets]
+        for tool in tools:
+            self.symlink("/usr/bin/" + tool, "busybox")  # keeps what is there (dash's sh)
+        self.say("shell tools: busybox with %d of them" % len(tools))
+
     def copy_stdlib(self):
         stdlib = self.info["stdlib"]
         dynload = os.path.realpath(self.info["dynload"])
@@ -584,6 +632,46 @@ class Builder:
             self.copying_packages = False
         if self.site_dir() not in self.package_compile:
             self.package_compile.append(self.site_dir())
+
+    def add_matplotlib_cache(self):
+        """matplotlib's font cache and rc file, and the hook that makes it read them: the cache
+        is built by matplotlib itself, in a jail on the new tree (its code runs nowhere else),
+        so it lists the fonts as the jail sees them."""
+        site = self.site_dir()
+        if not os.path.isfile(self.dest(site + "/matplotlib/__init__.py")):
+            return
+        pyjail = self.args.pyjail_binary
+        if not pyjail:
+            self.warn("matplotlib's font cache is not built (only `pyjail rootfs build` runs "
+                      "it in a jail): every run that imports it builds it again")
+            return
+        self.say("building matplotlib's font cache in a jail on the new tree")
+        os.chmod(self.root, 0o755)   # the jail's host user reads it (nobody, for root)
+        # PYTHONHASHSEED: the font list comes from a set, in hash order; fixed, it is
+        # reproducible. MPLCONFIGDIR: a private, writable /tmp for matplotlib to write into.
+        cmd = [pyjail, "--profile", "strict", "--quiet", "--rootfs", self.root,
+               "--env", "PYTHONHASHSEED=0", "--env", "MPLCONFIGDIR=/tmp/matplotlib",
+               "--", "python", "-c", MATPLOTLIB_FONTLIST]
+        fix = ("check that this host can run jails (pyjail doctor), and, as root, that the "
+               "jail's host user (nobody) can read the output directory %s"
+               % os.path.dirname(self.out))
+        proc = self.run(cmd, "build matplotlib's font cache in a jail", fix)
+        try:
+            out = json.loads(proc.stdout)
+            name = out["name"]
+            if not re.match(r"^fontlist-v[0-9A-Za-z.]+\.json$", name) or \
+                    "_version" not in json.loads(out["text"]):
+                raise ValueError(name)
+        except (ValueError, KeyError, TypeError):
+            raise BuildError("build matplotlib's font cache in a jail",
+                             "unexpected output %r" % one_line(proc.stdout, 80), fix)
+        self.write_text(MATPLOTLIB_DIR + "/" + name, out["text"])
+        self.write_text(MATPLOTLIB_DIR + "/matplotlibrc", "backend: Agg\n")
+        here = os.path.dirname(os.path.realpath(__file__))
+        self.copy_file(os.path.join(here, "pyjail_matplotlib.py"),
+                       "%s/%s.py" % (site, MATPLOTLIB_HOOK))
+        self.write_text("%s/%s.pth" % (site, MATPLOTLIB_HOOK), "import %s\n" % MATPLOTLIB_HOOK)
+        self.compile(["%s/%s.py" % (site, MATPLOTLIB_HOOK)], strict=True)
 
     def resolve_package_libraries(self):
         """The libraries the packages' ELF files need, from their DT_NEEDED entries:
@@ -962,6 +1050,7 @@ class Builder:
         self.say("interpreter %s (Python %s)" % (self.binary, self.info["version"]))
         self.copy_interpreter()
         self.copy_shell()
+        self.copy_shell_tools()
         self.copy_stdlib()
         self.copy_packages()
         self.install_wheels()
@@ -977,6 +1066,7 @@ class Builder:
         self.say("byte-compiling")
         self.compile(self.compile_dirs, strict=True)
         self.compile(self.package_compile, strict=False)
+        self.add_matplotlib_cache()
         self.finalize()
         self.install()
         self.made_parent = None
@@ -1067,6 +1157,11 @@ def parse_build_args(argv, prog):
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
                    help="also copy this importable package of the host interpreter "
                         "(repeatable, dependencies not followed)")
+    p.add_argument("--shell-tools", action="store_true",
+                   help="add busybox (static) with ls, cat, grep, sed, awk, find, ... for "
+                        "subprocess and os.system")
+    # Given by pyjail: its own binary, to run matplotlib in a jail for its font cache.
+    p.add_argument("--pyjail-binary", help=argparse.SUPPRESS)
     p.add_argument("--jail-uid", type=int, default=1000, metavar="UID",
                    help="uid of the 'jail' user in etc/passwd (default: %(default)s)")
     p.add_argument("--jail-gid", type=int, default=1000, metavar="GID",
