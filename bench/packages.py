@@ -4,7 +4,8 @@ in a virtualenv with the same package versions.
 
 Each round runs every command once, in a fresh random order (the machine is noisy), and each
 jailed command is compared with the same import by the venv's interpreter in the same rounds:
-paired median difference and ratio with bootstrap 95% CIs, as bench/startup.py does.
+paired median difference and ratio with bootstrap 95% CIs, as bench/startup.py does, of the
+wall time and of the CPU time (which a loaded machine moves less).
 
 - `pyjail --profile strict --rootfs data -- python -c 'import numpy, pandas'` against
   `VENV/bin/python -c 'import numpy, pandas'`, and the same for `import matplotlib.pyplot`.
@@ -13,6 +14,7 @@ paired median difference and ratio with bootstrap 95% CIs, as bench/startup.py d
   build directory (offline); pip byte-compiles it at install, and a warm-up run leaves the
   venv's matplotlib font cache in place, so neither side compiles or builds anything while it
   is timed.
+- Every command starts in a session of its own (the jail makes one anyway; see time_once).
 - Before timing, one jailed run checks that the imports print nothing and write nothing (no
   file appears under /tmp or /work, the jail's only writable places).
 
@@ -26,11 +28,12 @@ import datetime
 import json
 import os
 import platform
+import random
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
+import time
 
 import startup
 from startup import REPO, Case, shown
@@ -83,6 +86,47 @@ def check_jail(jail: list[str]) -> None:
                  f"exit {r.returncode}, stdout {r.stdout.strip()!r}, stderr {r.stderr.strip()!r}")
 
 
+def time_once(case: Case) -> tuple[float, float]:
+    """Wall time and CPU time (user + system, the command's and its waited-for descendants':
+    for pyjail, the jail's too) of one run, in ms; a failed run ends the benchmark. CPU time
+    is what a loaded machine moves least."""
+    with tempfile.TemporaryFile() as err:
+        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                   (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                   (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
+        start = time.perf_counter_ns()
+        # A session of its own, for both sides: the jail calls setsid(), and with the kernel's
+        # autogroup scheduling a new session is a new group with its own fair share of the
+        # CPUs; on a loaded machine that alone made the jailed import's wall time a third of
+        # the bare one's in the same rounds.
+        pid = os.posix_spawnp(case.argv[0], case.argv, os.environ, file_actions=actions,
+                              setsid=True)
+        _, status, usage = os.wait4(pid, 0)
+        wall = (time.perf_counter_ns() - start) / 1e6
+        code = os.waitstatus_to_exitcode(status)
+        if code != 0:
+            err.seek(0)
+            sys.exit(f"bench: `{case.name}` failed ({code}): {err.read().decode().strip()}")
+    return wall, (usage.ru_utime + usage.ru_stime) * 1e3
+
+
+def interleave(cases: list[Case], rounds: int) -> tuple[dict, dict]:
+    """Each round runs every case once, in a fresh random order: (wall, cpu) samples."""
+    for case in cases:  # warm caches, and fail early
+        time_once(case)
+    wall: dict[str, list[float]] = {c.name: [] for c in cases}
+    cpu: dict[str, list[float]] = {c.name: [] for c in cases}
+    rng = random.Random()
+    for _ in range(rounds):
+        order = list(cases)
+        rng.shuffle(order)
+        for case in order:
+            w, c = time_once(case)
+            wall[case.name].append(w)
+            cpu[case.name].append(c)
+    return wall, cpu
+
+
 def cases(jail: list[str], venv_python: str) -> list[Case]:
     out = []
     for name, code in IMPORTS.items():
@@ -92,7 +136,7 @@ def cases(jail: list[str], venv_python: str) -> list[Case]:
     return out
 
 
-def report(args, jail, venv_python, found, all_cases, samples) -> list[str]:
+def report(args, venv_python, found, all_cases, wall, cpu) -> list[str]:
     lines = [
         f"Produced by `{' '.join(['bench/packages.py'] + sys.argv[1:])}` on "
         f"{datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %z} (kernel {platform.release()}, "
@@ -101,14 +145,17 @@ def report(args, jail, venv_python, found, all_cases, samples) -> list[str]:
         "",
         "| target | goal | measured | met |", "|---|---|---|---|",
     ]
-    for c in all_cases:
-        if c.baseline is None:
-            continue
-        p = startup.paired(samples, c.name, c.baseline)
-        lines.append(f"| `{c.name}` / `{c.baseline}` | <= 1.0 | {p.ratio:.3f} "
-                     f"[{p.ratio_ci[0]:.3f}, {p.ratio_ci[1]:.3f}] | "
-                     f"{'yes' if p.ratio <= 1.0 else '**no**'} |")
-    lines += ["", *startup.startup_table(all_cases, samples), "",
+    for what, samples in (("wall time", wall), ("CPU time", cpu)):
+        for c in all_cases:
+            if c.baseline is None:
+                continue
+            p = startup.paired(samples, c.name, c.baseline)
+            lines.append(f"| {what}: `{c.name}` / `{c.baseline}` | <= 1.0 | {p.ratio:.3f} "
+                         f"[{p.ratio_ci[0]:.3f}, {p.ratio_ci[1]:.3f}] | "
+                         f"{'yes' if p.ratio <= 1.0 else '**no**'} |")
+    lines += ["", "Wall time:", "", *startup.startup_table(all_cases, wall), "",
+              "CPU time (user + system, pyjail's and the jail's processes included):", "",
+              *startup.startup_table(all_cases, cpu), "",
               "| name | command |", "|---|---|"]
     lines += [f"| `{c.name}` | `{shown(c.argv)}` |" for c in all_cases]
     lines += ["", f"`VENV` is `{shown([args.python])} -m venv` with `pip install --no-index "
@@ -143,8 +190,8 @@ def main() -> int:
         all_cases = cases(jail, venv_python)
         print(f"packages: {len(all_cases)} commands, {args.rounds} interleaved rounds",
               file=sys.stderr)
-        samples = startup.interleave(all_cases, args.rounds)
-        text = "\n".join(report(args, jail, venv_python, found, all_cases, samples)) + "\n"
+        wall, cpu = interleave(all_cases, args.rounds)
+        text = "\n".join(report(args, venv_python, found, all_cases, wall, cpu)) + "\n"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(text)
