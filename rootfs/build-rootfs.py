@@ -680,24 +680,33 @@ class Builder:
         if not self.package_elfs:
             return
         resolver = rootfs_elf.Resolver()
-        pending, seen, missing = sorted(self.package_elfs), set(), []
+        # (file, DT_RPATH directories of the files that load it): a library in the tree is
+        # looked at once per chain of loaders, whose DT_RPATH the loader searches too.
+        pending = [(p, ()) for p in sorted(self.package_elfs)]
+        seen, missing, found_once = set(), [], set()
         while pending:
-            path = pending.pop()
-            if path in seen:
+            path, loaders_rpath = pending.pop()
+            if (path, loaders_rpath) in seen:
                 continue
-            seen.add(path)
+            seen.add((path, loaders_rpath))
             info = resolver.info(path)
             if info is None:
                 continue
             for name in info.needed:
-                found = resolver.resolve(path, name, info)
+                found = resolver.resolve(path, name, info, loaders_rpath)
                 if found is None:
                     missing.append((path, name))
                 elif inside(os.path.realpath(found), self.root):
-                    pending.append(os.path.realpath(found))
+                    chain = tuple(resolver.rpath_dirs(path, info)) + loaders_rpath
+                    # Each directory once: a loop of libraries with $ORIGIN paths must end.
+                    chain = tuple(dict.fromkeys(os.path.normpath(d) for d in chain))
+                    pending.append((os.path.realpath(found), chain))
+                    found_once.add((path, name))
                 else:
                     self.package_libs.add(found)
-        for path, name in missing:
+                    found_once.add((path, name))
+        # Missing only if no chain of loaders finds it.
+        for path, name in sorted(set(missing) - found_once):
             self.warn("%s needs %s, which this host does not have: importing it fails in the "
                       "jail as it does on the host (install the library, then rebuild)"
                       % ("/" + os.path.relpath(path, self.root), name))
