@@ -41,8 +41,12 @@ struct RunFacts {
     std::vector<std::string> command;
 };
 
-// ok, exit, signal, wall-timeout, grace-timeout, cpu-timeout, oom, pids-limit, output-limit,
-// seccomp-denied, setup-error.
+// How the run ended: the one place that decides it. A set-up error wins; then what the
+// supervisor did (a time limit's kill); then what the limits saw (RLIMIT_CPU ends a process
+// with SIGXCPU); then, for a program that failed, what was refused on the way.
+RunStatus classify_run(const RunFacts& facts);
+
+// The report's `status` field: status_name(classify_run(facts)).
 std::string run_status(const RunFacts& facts);
 
 // Whether the CPU and memory figures miss processes of the jail. With a cgroup they cover

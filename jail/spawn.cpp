@@ -534,22 +534,13 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.setup_ms);
     if (verbose && !s.denied.empty())
         std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.denied).c_str());
-    std::string status = run_status(facts);
-    std::string what;
-    if (status == "cpu-timeout")
-        what = fmt::format("CPU time limit of {}s reached; the jail was killed", p.policy.limits.cpu_time);
-    else if (status == "output-limit")
-        what = fmt::format("output limit of {} bytes reached; the jail was killed",
-                           *p.policy.limits.output);
-    else if (status == "oom")
-        what = "out of memory: the jail reached its memory limit and was killed";
-    else
-        what = describe(s.outcome, p.policy.wall_time, p.policy.kill_grace);
-    if (!what.empty() && !p.policy.quiet &&
-        (verbose || status != "signal" || s.outcome.signal == SIGKILL))
+    RunStatus status = classify_run(facts);
+    const Limits& l = p.policy.limits;
+    std::string what = status_message(status, s.outcome,
+                                      {p.policy.wall_time, p.policy.kill_grace, l.cpu_time, l.output});
+    if (!what.empty() && !p.policy.quiet && status_message_wanted(status, s.outcome, verbose))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());
-    // Both time limits end like timeout(1).
-    facts.exit_code = status == "cpu-timeout" ? kExitWallTimeout : exit_code_for(s.outcome);
+    facts.exit_code = exit_code_for(status, s.outcome);
     return facts.exit_code;
 }
 
