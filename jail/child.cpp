@@ -43,12 +43,12 @@ int g_sync_fd = -1;
 
 // Reports a failed step to the supervisor and exits. Async-signal-safe enough for a child
 // of a single-threaded parent: no allocation, no locks.
-[[noreturn]] void fail(const char* step, int err, int exit_code, const char* fmt, ...) {
+[[noreturn]] void fail(ChildStep step, int err, int exit_code, const char* fmt, ...) {
     JailMessage m{};
     m.kind = MsgKind::Error;
     m.err = err;
     m.exit_code = exit_code;
-    std::snprintf(m.step, sizeof m.step, "%s", step);
+    m.step = step;
     va_list ap;
     va_start(ap, fmt);
     std::vsnprintf(m.text, sizeof m.text, fmt, ap);
@@ -62,7 +62,7 @@ int g_sync_fd = -1;
 // it is set again after them; the POLLHUP check closes the race with a parent that died
 // before the prctl.
 void die_with_parent() {
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("pdeathsig", errno, kExitJailError, "prctl");
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(ChildStep::Pdeathsig, errno, kExitJailError, "prctl");
     pollfd p{g_sync_fd, 0, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
 }
@@ -74,7 +74,7 @@ void step_wait_for_parent(const ChildPlan& p) {
     if (!p.own_uid_map.empty()) {
         const char* failed = "";
         if (int e = write_id_maps("/proc/self/", p.own_uid_map, p.own_gid_map, failed); e != 0)
-            fail("id maps", e, kExitJailError, "cannot write %s", failed);
+            fail(ChildStep::IdMaps, e, kExitJailError, "cannot write %s", failed);
         return;
     }
     // Root maps another user, which only the parent (with CAP_SETUID on the host) may write;
@@ -98,13 +98,13 @@ void step_become_jail_user(const ChildPlan& p) {
     // From here on the jail acts on files as the mapped jail user (the invoking user, or
     // nobody for root). The capabilities we hold are those of the new user namespace only.
     if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
-        fail("set ids", errno, kExitJailError, "setresgid(%u)", p.jail_gid);
+        fail(ChildStep::SetIds, errno, kExitJailError, "setresgid(%u)", p.jail_gid);
     if (::setresuid(p.jail_uid, p.jail_uid, p.jail_uid) != 0)
-        fail("set ids", errno, kExitJailError, "setresuid(%u)", p.jail_uid);
+        fail(ChildStep::SetIds, errno, kExitJailError, "setresuid(%u)", p.jail_uid);
     die_with_parent();
     // Not dumpable: the program (same uid) can neither ptrace pid 1 nor read its /proc files,
     // which hold a copy of the supervisor's memory.
-    if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail("dumpable", errno, kExitJailError, "prctl");
+    if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(ChildStep::Dumpable, errno, kExitJailError, "prctl");
 }
 
 void step_userns_limits(const ChildPlan& p) {
@@ -119,22 +119,22 @@ void step_userns_limits(const ChildPlan& p) {
         std::snprintf(path, sizeof path, "/proc/sys/user/%s", l.name);
         int fd = ::open(path, O_WRONLY | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !l.required) continue;
-        if (fd < 0) fail("user namespace limits", errno, kExitJailError, "cannot open %s", path);
+        if (fd < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open %s", path);
         int n = std::snprintf(value, sizeof value, "%llu\n", static_cast<unsigned long long>(l.value));
         if (::write(fd, value, static_cast<std::size_t>(n)) != n)
-            fail("user namespace limits", errno, kExitJailError, "cannot set %s to %llu", path,
+            fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot set %s to %llu", path,
                  static_cast<unsigned long long>(l.value));
         ::close(fd);
     }
 }
 
-void do_mount(const char* step, const char* src, const char* target, const char* type,
+void do_mount(ChildStep step, const char* src, const char* target, const char* type,
               unsigned long flags, const char* data) {
     if (::mount(src, target, type, flags, data) != 0)
         fail(step, errno, kExitJailError, "%s on /%s", type != nullptr ? type : (src ? src : "-"), target);
 }
 
-void mkdirs(const char* step, const std::string& path, unsigned mode) {
+void mkdirs(ChildStep step, const std::string& path, unsigned mode) {
     // Usually the parent exists: one call. Otherwise parents first; an existing directory is
     // fine.
     if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
@@ -148,14 +148,14 @@ void mkdirs(const char* step, const std::string& path, unsigned mode) {
 
 void copy_in(const MountOp& op, int src_fd) {
     int out = ::open(op.target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (out < 0) fail("copy script", errno, kExitJailError, "cannot create /%s", op.target.c_str());
+    if (out < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "cannot create /%s", op.target.c_str());
     while (true) {
         ssize_t n = ::sendfile(out, src_fd, nullptr, 1 << 20);
         if (n == 0) break;
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) fail("copy script", errno, kExitJailError, "copying into /%s", op.target.c_str());
+        if (n < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "copying into /%s", op.target.c_str());
     }
-    if (::fchmod(out, op.mode) != 0) fail("copy script", errno, kExitJailError, "chmod /%s", op.target.c_str());
+    if (::fchmod(out, op.mode) != 0) fail(ChildStep::CopyScript, errno, kExitJailError, "chmod /%s", op.target.c_str());
     ::close(out);
 }
 
@@ -173,7 +173,7 @@ std::vector<std::string> open_sources(const ChildPlan& p) {
         }
         int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
         if (fd < 0)
-            fail(slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError, "cannot open %s",
+            fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",
                  src.host_path.c_str());
         paths.push_back("/proc/self/fd/" + std::to_string(fd));
     }
@@ -182,7 +182,7 @@ std::vector<std::string> open_sources(const ChildPlan& p) {
 
 void step_mounts(const ChildPlan& p) {
     // Nothing we mount may propagate back to the host's mount namespace.
-    do_mount("mount private", nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
     std::vector<std::string> source_paths = open_sources(p);
 
     for (const MountOp& op : p.mounts.ops) {
@@ -196,34 +196,34 @@ void step_mounts(const ChildPlan& p) {
         if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) continue;
         switch (op.kind) {
             case OpKind::Tmpfs:
-                do_mount(root ? "mount root" : "mount tmpfs", "tmpfs", where, "tmpfs", op.flags,
+                do_mount(root ? ChildStep::MountRoot : ChildStep::MountTmpfs, "tmpfs", where, "tmpfs", op.flags,
                          op.data.c_str());
                 break;
-            case OpKind::Proc: do_mount("mount /proc", "proc", t, "proc", op.flags, nullptr); break;
+            case OpKind::Proc: do_mount(ChildStep::MountProc, "proc", t, "proc", op.flags, nullptr); break;
             case OpKind::Devpts:
-                do_mount("mount devpts", "devpts", t, "devpts", op.flags, op.data.c_str());
+                do_mount(ChildStep::MountDevpts, "devpts", t, "devpts", op.flags, op.data.c_str());
                 break;
             case OpKind::Mkdir:
-                mkdirs("mkdir", op.target, op.mode);
+                mkdirs(ChildStep::Mkdir, op.target, op.mode);
                 // mkdir applies the invoker's umask: the sticky, world-writable scratch
                 // directories get their mode exactly.
                 if ((op.mode & ~0755u) != 0 && ::chmod(t, op.mode) != 0)
-                    fail("mkdir", errno, kExitJailError, "chmod /%s", t);
+                    fail(ChildStep::Mkdir, errno, kExitJailError, "chmod /%s", t);
                 break;
             case OpKind::MkFile: {
                 int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 if (fd < 0 && errno == ENOENT) {  // its directory first
                     auto slash = op.target.rfind('/');
-                    if (slash != std::string::npos) mkdirs("mkdir", op.target.substr(0, slash), 0755);
+                    if (slash != std::string::npos) mkdirs(ChildStep::Mkdir, op.target.substr(0, slash), 0755);
                     fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 }
-                if (fd < 0) fail("mkfile", errno, kExitJailError, "cannot create mount point /%s", t);
+                if (fd < 0) fail(ChildStep::Mkfile, errno, kExitJailError, "cannot create mount point /%s", t);
                 ::close(fd);
                 break;
             }
             case OpKind::Symlink:
                 if (::symlink(op.source_path.c_str(), t) != 0)
-                    fail("symlink", errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
+                    fail(ChildStep::Symlink, errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
                 break;
             case OpKind::Bind: {
                 std::string src = op.source_path;
@@ -232,7 +232,7 @@ void step_mounts(const ChildPlan& p) {
                     if (!op.source_path.empty()) src += "/" + op.source_path;
                 }
                 if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0)
-                    fail(op.source_slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError,
+                    fail(op.source_slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError,
                          "bind %s on /%s",
                          op.source_slot >= 0
                              ? p.mounts.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
@@ -241,32 +241,32 @@ void step_mounts(const ChildPlan& p) {
                 break;
             }
             case OpKind::Remount:
-                do_mount("remount", nullptr, t, nullptr, op.flags, nullptr);
+                do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr);
                 break;
             case OpKind::Copy: {
                 copy_in(op, p.content_fds[static_cast<std::size_t>(op.source_slot)]);
                 break;
             }
         }
-        if (root && ::chdir(where) != 0) fail("mount root", errno, kExitJailError, "chdir %s", where);
+        if (root && ::chdir(where) != 0) fail(ChildStep::MountRoot, errno, kExitJailError, "chdir %s", where);
     }
 
     // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one; the
     // lazy unmount then detaches the whole host tree, so no path leads back to it.
-    if (sys_pivot_root(".", ".") != 0) fail("pivot_root", errno, kExitJailError, "pivot_root");
-    if (::umount2(".", MNT_DETACH) != 0) fail("pivot_root", errno, kExitJailError, "detach old root");
-    if (::chdir("/") != 0) fail("pivot_root", errno, kExitJailError, "chdir /");
+    if (sys_pivot_root(".", ".") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "pivot_root");
+    if (::umount2(".", MNT_DETACH) != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "detach old root");
+    if (::chdir("/") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "chdir /");
     // The root (the rootfs, or a tmpfs of mount points and symlinks): read-only, nothing can
     // be added.
-    do_mount("remount root", nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
+    do_mount(ChildStep::RemountRoot, nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
     if (::chdir(p.mounts.cwd.c_str()) != 0)
-        fail("chdir", errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
+        fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
 }
 
 void step_hostname(const ChildPlan& p) {
     if (::sethostname(p.hostname.data(), p.hostname.size()) != 0)
-        fail("hostname", errno, kExitJailError, "sethostname");
-    if (::setdomainname("", 0) != 0) fail("hostname", errno, kExitJailError, "setdomainname");
+        fail(ChildStep::Hostname, errno, kExitJailError, "sethostname");
+    if (::setdomainname("", 0) != 0) fail(ChildStep::Hostname, errno, kExitJailError, "setdomainname");
 }
 
 void step_network(const ChildPlan& p) {
@@ -274,12 +274,12 @@ void step_network(const ChildPlan& p) {
     // reach anything. --net loopback brings it up: a private 127.0.0.1, not the host's.
     if (!p.loopback_up) return;
     int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) fail("network", errno, kExitJailError, "socket");
+    if (s < 0) fail(ChildStep::Network, errno, kExitJailError, "socket");
     ifreq ifr{};
     std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "get lo flags");
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "get lo flags");
     ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
-    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "bring lo up");
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "bring lo up");
     ::close(s);
 }
 
@@ -289,7 +289,7 @@ void step_rlimits(const ChildPlan& p) {
     for (const auto& r : p.rlimits) {
         rlimit v{r.value, r.hard != 0 ? r.hard : r.value};
         if (::setrlimit(static_cast<__rlimit_resource>(r.resource), &v) != 0)
-            fail("rlimits", errno, kExitJailError, "%s=%llu", r.name,
+            fail(ChildStep::Rlimits, errno, kExitJailError, "%s=%llu", r.name,
                  static_cast<unsigned long long>(r.value));
     }
 }
@@ -300,13 +300,13 @@ void step_stdio(const ChildPlan& p) {
     // The pipes' ends are all above 2 (relay.cpp), so no dup2 here overwrites another.
     for (int fd = 0; fd < 3; ++fd)
         if (p.stdio_fds[fd] >= 0 && ::dup2(p.stdio_fds[fd], fd) < 0)
-            fail("stdio", errno, kExitJailError, "dup2 onto fd %d", fd);
+            fail(ChildStep::Stdio, errno, kExitJailError, "dup2 onto fd %d", fd);
 }
 
 void step_new_session() {
     // A new session has no controlling terminal: TIOCSTI cannot push keystrokes into the
     // invoking user's shell.
-    if (::setsid() < 0) fail("setsid", errno, kExitJailError, "setsid");
+    if (::setsid() < 0) fail(ChildStep::Setsid, errno, kExitJailError, "setsid");
 }
 
 void step_close_fds() {
@@ -314,10 +314,10 @@ void step_close_fds() {
     // be a way out of every other protection. The sync socket moves to fd 3 and is close-on-
     // exec, so the program never holds it.
     if (g_sync_fd != 3) {
-        if (::dup3(g_sync_fd, 3, O_CLOEXEC) < 0) fail("close fds", errno, kExitJailError, "dup3");
+        if (::dup3(g_sync_fd, 3, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
         g_sync_fd = 3;
     }
-    if (sys_close_range(4, ~0U, 0) != 0) fail("close fds", errno, kExitJailError, "close_range");
+    if (sys_close_range(4, ~0U, 0) != 0) fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
 }
 
 void step_drop_capabilities() {
@@ -325,24 +325,24 @@ void step_drop_capabilities() {
     // drop them all, from every set, and lock it so none can come back on exec.
     for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
         if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-            fail("capabilities", errno, kExitJailError, "drop cap %d from the bounding set", cap);
+            fail(ChildStep::Capabilities, errno, kExitJailError, "drop cap %d from the bounding set", cap);
     if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-        fail("capabilities", errno, kExitJailError, "clear ambient capabilities");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear ambient capabilities");
     if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                                        SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
                                        SECBIT_NO_CAP_AMBIENT_RAISE |
                                        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
-        fail("capabilities", errno, kExitJailError, "securebits");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "securebits");
     cap_t none = ::cap_init();
     if (none == nullptr || ::cap_set_proc(none) != 0)
-        fail("capabilities", errno, kExitJailError, "clear capability sets");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear capability sets");
     ::cap_free(none);
 }
 
 void step_no_new_privs() {
     // No exec may ever gain privileges again (setuid files, file capabilities).
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        fail("no_new_privs", errno, kExitJailError, "prctl");
+        fail(ChildStep::NoNewPrivs, errno, kExitJailError, "prctl");
 }
 
 void step_new_keyring() {
@@ -350,7 +350,7 @@ void step_new_keyring() {
     // invoking user's session keys are not even named by it (the key syscalls are also
     // refused by the filter). ENOSYS: a kernel without keys has nothing to hide.
     if (::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
-        fail("keyring", errno, kExitJailError, "cannot join a new session keyring");
+        fail(ChildStep::Keyring, errno, kExitJailError, "cannot join a new session keyring");
 }
 
 // Returns the filter's listener (or -1 without a filter), which goes to the supervisor with
@@ -366,7 +366,7 @@ int step_seccomp(const ChildPlan& p) {
                     const_cast<sock_filter*>(p.seccomp_filter.data())};
     long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                               SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
-    if (listener < 0) fail("seccomp", errno, kExitJailError, "cannot install the syscall filter");
+    if (listener < 0) fail(ChildStep::Seccomp, errno, kExitJailError, "cannot install the syscall filter");
     return static_cast<int>(listener);
 }
 
@@ -402,7 +402,7 @@ void install_init_signals() {
     ::execve(p.exec_path.c_str(), p.argv.data(), p.envp.data());
     int e = errno;
     int code = (e == ENOENT || e == ENOTDIR) ? kExitNotFound : kExitCannotExecute;
-    fail("exec", e, code, "cannot execute %s", p.exec_path.c_str());
+    fail(ChildStep::Exec, e, code, "cannot execute %s", p.exec_path.c_str());
 }
 
 }  // namespace
@@ -431,7 +431,7 @@ void run_child(const ChildPlan& p) noexcept {
     JailMessage ready{};
     ready.kind = MsgKind::Ready;
     if (int e = send_with_fd(g_sync_fd, &ready, sizeof ready, listener); e != 0)
-        fail("seccomp", e, kExitJailError, "cannot hand the filter's listener to pyjail");
+        fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
     if (listener >= 0) ::close(listener);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,
     // and pid 1 waits the few microseconds until the exec. It runs on a stack of its own, so
@@ -441,7 +441,7 @@ void run_child(const ChildPlan& p) noexcept {
         [](void* plan) -> int { exec_program(*static_cast<const ChildPlan*>(plan)); },
         program_stack + sizeof program_stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
         const_cast<ChildPlan*>(&p));
-    if (program < 0) fail("fork", errno, kExitJailError, "cannot start the program");
+    if (program < 0) fail(ChildStep::Fork, errno, kExitJailError, "cannot start the program");
     run_init_in_child(program, g_sync_fd);
 }
 

@@ -78,7 +78,7 @@ Check check_user_namespaces() {
         int e = errno;
         return {"user namespaces", Check::Verdict::Fail,
                 fmt::format("cannot create one as uid {}: {}", ::geteuid(), std::strerror(e)),
-                namespace_hint(e)};
+                namespace_hint(e, ::geteuid() == 0)};
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -93,7 +93,7 @@ Check check_seccomp() {
     if (int e = seccomp_user_notif_errno(); e != 0) {
         return {"seccomp", Check::Verdict::Fail,
                 fmt::format("no syscall filters with user notification: {}", std::strerror(e)),
-                child_step_hint("seccomp", EINVAL)};
+                child_step_hint(ChildStep::Seccomp, EINVAL)};
     }
     return {"seccomp", Check::Verdict::Ok, "filters with user notification", ""};
 }

@@ -192,7 +192,7 @@ void warn_unwritable_binds(const std::vector<BindSpec>& binds, const IdMaps& ids
 void probe_seccomp_from_parent() {
     if (int e = seccomp_user_notif_errno(); e != 0) {
         throw JailError("seccomp", "this kernel cannot filter syscalls with user notification", e,
-                        child_step_hint("seccomp", e == EOPNOTSUPP ? EINVAL : e));
+                        child_step_hint(ChildStep::Seccomp, e == EOPNOTSUPP ? EINVAL : e));
     }
 }
 
@@ -436,7 +436,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
     pid_t pid = sys_clone3(args);
     if (pid < 0) {
         int e = errno;
-        throw JailError("namespaces", "cannot create the jail's namespaces", e, namespace_hint(e));
+        throw JailError("namespaces", "cannot create the jail's namespaces", e, namespace_hint(e, ::geteuid() == 0));
     }
     if (pid == 0) run_child(plan);
 
@@ -523,7 +523,7 @@ int spawn_and_supervise_from_parent(Prepared& p, char** host_argv, RunFacts& fac
 
     if (s.error) {
         const JailMessage& m = *s.error;
-        throw JailError(m.step, m.text, m.err, child_step_hint(m.step, m.err),
+        throw JailError(std::string(child_step_name(m.step)), m.text, m.err, child_step_hint(m.step, m.err),
                         m.exit_code != 0 ? m.exit_code : kExitJailError);
     }
     if (verbose && p.seccomp)

@@ -54,7 +54,6 @@ public:
             if (n < 0 && errno == EINTR) continue;
             if (n == 0) return false;
             if (n != static_cast<ssize_t>(sizeof m)) return true;
-            m.step[sizeof m.step - 1] = '\0';
             m.text[sizeof m.text - 1] = '\0';
             switch (m.kind) {
                 case MsgKind::Error:
