@@ -57,6 +57,12 @@ int g_sync_fd = -1;
     ::_exit(exit_code);
 }
 
+}  // namespace
+
+namespace pid1 {
+
+namespace {
+
 // The parent-death signal: if the supervisor dies (even by SIGKILL), so does the jail -- pid 1
 // dying takes every process of the pid namespace with it. Credential changes clear it, so
 // it is set again after them; the POLLHUP check closes the race with a parent that died
@@ -67,7 +73,7 @@ void die_with_parent() {
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
 }
 
-void step_wait_for_parent(const ChildPlan& p) {
+void wait_for_parent(const ChildPlan& p) {
     // Until the id maps are written we are nobody here. An unprivileged invoker's maps name
     // only its own ids, which the kernel lets the new namespace's first process write itself:
     // no round trip to the parent.
@@ -86,7 +92,7 @@ void step_wait_for_parent(const ChildPlan& p) {
     if (n != 1) ::_exit(kExitJailError);  // the supervisor is gone: nothing to report to
 }
 
-void step_scrub_host_memory(const ChildPlan& p) {
+void scrub_host_memory(const ChildPlan& p) {
     // This process is a copy of the supervisor. Its environment strings are the host's, and
     // its command line may hold --env values: wipe both, so nothing of them is left in pid 1's
     // memory or in /proc/1/cmdline, which the program can read.
@@ -94,7 +100,7 @@ void step_scrub_host_memory(const ChildPlan& p) {
     for (char** a = p.host_argv; a != nullptr && *a != nullptr; ++a) ::explicit_bzero(*a, std::strlen(*a));
 }
 
-void step_become_jail_user(const ChildPlan& p) {
+void become_jail_user(const ChildPlan& p) {
     // From here on the jail acts on files as the mapped jail user (the invoking user, or
     // nobody for root). The capabilities we hold are those of the new user namespace only.
     if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
@@ -107,7 +113,7 @@ void step_become_jail_user(const ChildPlan& p) {
     if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(ChildStep::Dumpable, errno, kExitJailError, "prctl");
 }
 
-void step_userns_limits(const ChildPlan& p) {
+void set_userns_limits(const ChildPlan& p) {
     // Counts of the jail's own user namespace (inotify instances and watches, namespaces):
     // writable by whoever holds CAP_SYS_RESOURCE in it, which we do until the capabilities
     // are dropped; the program never can. /proc/sys/user shows the writer's own user
@@ -180,7 +186,7 @@ std::vector<std::string> open_sources(const ChildPlan& p) {
     return paths;
 }
 
-void step_mounts(const ChildPlan& p) {
+void build_root(const ChildPlan& p) {
     // Nothing we mount may propagate back to the host's mount namespace.
     do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
     std::vector<std::string> source_paths = open_sources(p);
@@ -244,7 +250,7 @@ void step_mounts(const ChildPlan& p) {
                 do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr);
                 break;
             case OpKind::Copy: {
-                copy_in(op, p.content_fds[static_cast<std::size_t>(op.source_slot)]);
+                copy_in(op, p.script_fd);
                 break;
             }
         }
@@ -263,13 +269,13 @@ void step_mounts(const ChildPlan& p) {
         fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
 }
 
-void step_hostname(const ChildPlan& p) {
+void set_hostname(const ChildPlan& p) {
     if (::sethostname(p.hostname.data(), p.hostname.size()) != 0)
         fail(ChildStep::Hostname, errno, kExitJailError, "sethostname");
     if (::setdomainname("", 0) != 0) fail(ChildStep::Hostname, errno, kExitJailError, "setdomainname");
 }
 
-void step_network(const ChildPlan& p) {
+void set_up_network(const ChildPlan& p) {
     // A new network namespace has only `lo`, down. --net none leaves it so: no socket can
     // reach anything. --net loopback brings it up: a private 127.0.0.1, not the host's.
     if (!p.loopback_up) return;
@@ -283,7 +289,7 @@ void step_network(const ChildPlan& p) {
     ::close(s);
 }
 
-void step_rlimits(const ChildPlan& p) {
+void set_rlimits(const ChildPlan& p) {
     // Soft and hard alike, so the program cannot raise them. Among them RLIMIT_CORE=0: a core
     // file would hold the program's memory outside its control.
     for (const auto& r : p.rlimits) {
@@ -294,7 +300,7 @@ void step_rlimits(const ChildPlan& p) {
     }
 }
 
-void step_stdio(const ChildPlan& p) {
+void take_relayed_stdio(const ChildPlan& p) {
     // A relayed stream's pipe replaces the host's descriptor, which the jail then never holds
     // (a host file it held could be reopened for writing through /proc/self/fd or truncated).
     // The pipes' ends are all above 2 (relay.cpp), so no dup2 here overwrites another.
@@ -303,13 +309,13 @@ void step_stdio(const ChildPlan& p) {
             fail(ChildStep::Stdio, errno, kExitJailError, "dup2 onto fd %d", fd);
 }
 
-void step_new_session() {
+void new_session() {
     // A new session has no controlling terminal: TIOCSTI cannot push keystrokes into the
     // invoking user's shell.
     if (::setsid() < 0) fail(ChildStep::Setsid, errno, kExitJailError, "setsid");
 }
 
-void step_close_fds() {
+void close_inherited_fds() {
     // Every inherited descriptor but 0, 1, 2 goes: a leaked fd to a host file or socket would
     // be a way out of every other protection. The sync socket moves to fd 3 and is close-on-
     // exec, so the program never holds it.
@@ -320,7 +326,7 @@ void step_close_fds() {
     if (sys_close_range(4, ~0U, 0) != 0) fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
 }
 
-void step_drop_capabilities() {
+void drop_capabilities() {
     // Capabilities of the jail's user namespace still let us mount, change uid inside, etc.:
     // drop them all, from every set, and lock it so none can come back on exec.
     for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
@@ -339,13 +345,13 @@ void step_drop_capabilities() {
     ::cap_free(none);
 }
 
-void step_no_new_privs() {
+void set_no_new_privs() {
     // No exec may ever gain privileges again (setuid files, file capabilities).
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
         fail(ChildStep::NoNewPrivs, errno, kExitJailError, "prctl");
 }
 
-void step_new_keyring() {
+void join_new_keyring() {
     // Keyrings are not namespaced: start the program in a new, empty session keyring, so the
     // invoking user's session keys are not even named by it (the key syscalls are also
     // refused by the filter). ENOSYS: a kernel without keys has nothing to hide.
@@ -355,7 +361,7 @@ void step_new_keyring() {
 
 // Returns the filter's listener (or -1 without a filter), which goes to the supervisor with
 // the "ready" message: one wake-up of the supervisor instead of two.
-int step_seccomp(const ChildPlan& p) {
+int install_seccomp(const ChildPlan& p) {
     // Last before the program, so the set-up above is not limited by it. The filter notifies
     // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
     // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
@@ -390,7 +396,16 @@ void install_init_signals() {
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-[[noreturn]] void exec_program(const ChildPlan& p) {
+}  // namespace
+
+}  // namespace pid1
+
+// pid 2, between clone and execve: it shares pid 1's memory (CLONE_VM) until the exec.
+namespace program {
+
+namespace {
+
+[[noreturn]] void exec(const ChildPlan& p) {
     // Start the program with default signal dispositions and nothing blocked.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
@@ -407,25 +422,29 @@ void install_init_signals() {
 
 }  // namespace
 
-void run_child(const ChildPlan& p) noexcept {
+}  // namespace program
+
+namespace pid1 {
+
+void run(const ChildPlan& p) noexcept {
     g_sync_fd = p.sync_fd;
     ::close(p.parent_end_fd);
 
-    step_wait_for_parent(p);
-    step_scrub_host_memory(p);
-    step_become_jail_user(p);
-    step_userns_limits(p);
-    step_mounts(p);
-    step_hostname(p);
-    step_network(p);
-    step_rlimits(p);
-    step_stdio(p);
-    step_new_session();
-    step_close_fds();
-    step_drop_capabilities();
-    step_no_new_privs();
-    step_new_keyring();
-    int listener = step_seccomp(p);
+    wait_for_parent(p);
+    scrub_host_memory(p);
+    become_jail_user(p);
+    set_userns_limits(p);
+    build_root(p);
+    set_hostname(p);
+    set_up_network(p);
+    set_rlimits(p);
+    take_relayed_stdio(p);
+    new_session();
+    close_inherited_fds();
+    drop_capabilities();
+    set_no_new_privs();
+    join_new_keyring();
+    int listener = install_seccomp(p);
     install_init_signals();
 
     JailMessage ready{};
@@ -437,12 +456,14 @@ void run_child(const ChildPlan& p) noexcept {
     // and pid 1 waits the few microseconds until the exec. It runs on a stack of its own, so
     // nothing it does can disturb this frame.
     static char program_stack[64 * 1024] alignas(16);
-    pid_t program = ::clone(
-        [](void* plan) -> int { exec_program(*static_cast<const ChildPlan*>(plan)); },
+    pid_t program_pid = ::clone(
+        [](void* plan) -> int { program::exec(*static_cast<const ChildPlan*>(plan)); },
         program_stack + sizeof program_stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
         const_cast<ChildPlan*>(&p));
-    if (program < 0) fail(ChildStep::Fork, errno, kExitJailError, "cannot start the program");
-    run_init_in_child(program, g_sync_fd);
+    if (program_pid < 0) fail(ChildStep::Fork, errno, kExitJailError, "cannot start the program");
+    run_reaper(program_pid, g_sync_fd);
 }
+
+}  // namespace pid1
 
 }  // namespace pyjail

@@ -100,7 +100,7 @@ Check check_seccomp() {
 
 std::vector<Check> check_cgroup() {
     std::vector<Check> out;
-    CgroupSite site = find_cgroup_site_from_parent({"memory", "pids", "cpu"}, "");
+    CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
     if (!site.ok) {
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
@@ -111,7 +111,7 @@ std::vector<Check> check_cgroup() {
     }
     try {
         // The controllers a jail would enable, so their files exist in the leaf.
-        CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
+        supervisor::CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
         // A child born into the leaf, as a jail is (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
         CloneArgs args;
         args.flags = kCloneIntoCgroup;
