@@ -78,7 +78,7 @@ Check check_user_namespaces() {
         int e = errno;
         return {"user namespaces", Check::Verdict::Fail,
                 fmt::format("cannot create one as uid {}: {}", ::geteuid(), std::strerror(e)),
-                namespace_hint(e)};
+                namespace_hint(e, ::geteuid() == 0)};
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -93,14 +93,14 @@ Check check_seccomp() {
     if (int e = seccomp_user_notif_errno(); e != 0) {
         return {"seccomp", Check::Verdict::Fail,
                 fmt::format("no syscall filters with user notification: {}", std::strerror(e)),
-                child_step_hint("seccomp", EINVAL)};
+                child_step_hint(ChildStep::Seccomp, EINVAL)};
     }
     return {"seccomp", Check::Verdict::Ok, "filters with user notification", ""};
 }
 
 std::vector<Check> check_cgroup() {
     std::vector<Check> out;
-    CgroupSite site = find_cgroup_site_from_parent({"memory", "pids", "cpu"}, "");
+    CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
     if (!site.ok) {
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
@@ -111,7 +111,7 @@ std::vector<Check> check_cgroup() {
     }
     try {
         // The controllers a jail would enable, so their files exist in the leaf.
-        CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
+        supervisor::CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
         // A child born into the leaf, as a jail is (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
         CloneArgs args;
         args.flags = kCloneIntoCgroup;
