@@ -13,7 +13,7 @@ build=${PYJAIL_BUILD_DIR:-$root/build}
 
 say() { printf '==> %s\n' "$*"; }
 
-debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
+debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
       python3-venv python3-pip man-db bubblewrap)
