@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from conftest import run_python
+from pyjail_testing.package import run_python
 
 from pyjail import _channel, _server
 

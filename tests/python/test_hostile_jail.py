@@ -21,7 +21,7 @@ import time
 import pytest
 
 import pyjail
-from conftest import REPO, need, run_python
+from pyjail_testing.package import REPO, need, run_python
 
 from pyjail import _channel, _common, _run, _server
 

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from conftest import import_or_skip
+from pyjail_testing.package import import_or_skip
 
 import_or_skip("langchain_core")
 import_or_skip("langchain_experimental")

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import zipfile
 
-from conftest import REPO, need
+from pyjail_testing.package import REPO, need
 
 
 def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):

@@ -10,7 +10,7 @@ import time
 import pytest
 
 import pyjail
-from conftest import host_processes, pyjail_children, wait_until
+from pyjail_testing.package import host_processes, pyjail_children, wait_until
 
 
 def test_state_value_and_output(session):
@@ -449,7 +449,7 @@ def test_garbage_collected_session_is_cleaned_up():
 def test_server_from_the_rootfs_and_from_the_driver(monkeypatch):
     from pyjail import _channel
     with pyjail.Session() as s:
-        from conftest import MUST_WORK
+        from pyjail_testing import MUST_WORK
         if s.server_info.get("server") != "rootfs":
             msg = ("the rootfs's pyjail_server.py differs from python/pyjail/_server.py: "
                    "rebuild the rootfs (the driver fell back to sending its own)")

@@ -3,7 +3,7 @@
 
 import pytest
 
-from conftest import import_or_skip
+from pyjail_testing.package import import_or_skip
 
 import_or_skip("smolagents")
 
