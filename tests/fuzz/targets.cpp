@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "environment.hpp"
 #include "error.hpp"
 #include "options.hpp"
 #include "policy.hpp"
