@@ -23,7 +23,7 @@ import pytest
 import pyjail
 from conftest import REPO, need, run_python
 
-from pyjail import _channel, _common, _run, _server
+from pyjail import _channel, _common, _run, _wire
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
@@ -198,27 +198,27 @@ def test_colliding_keys_are_refused_in_linear_time():
     evil = {"$s": [{"$i": str(k * (2 ** 61 - 1))} for k in range(1, 100_001)]}
     cpu = time.process_time()
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value(evil, from_jail=True)
+        _wire.decode_value(evil, from_jail=True)
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value({"$d": [[k, 0] for k in evil["$s"][:50_000]]}, from_jail=True)
+        _wire.decode_value({"$d": [[k, 0] for k in evil["$s"][:50_000]]}, from_jail=True)
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value({"$fs": [{"$t": [k]} for k in evil["$s"][:50]]}, from_jail=True)
+        _wire.decode_value({"$fs": [{"$t": [k]} for k in evil["$s"][:50]]}, from_jail=True)
     print("CPU to refuse sets and dicts of colliding keys: %.2f s" % (time.process_time() - cpu))
     # Plain data still comes back as it was (-1 and -2 share a hash: a few may).
     for value in ({1: "a", 2: "b"}, {-1, -2, 3}, {"a": {(1, 2): frozenset({3})}}, [1.5, None]):
-        assert _server.decode_value(_server.encode_value(value), from_jail=True) == value
+        assert _wire.decode_value(_wire.encode_value(value), from_jail=True) == value
 
 
 @pytest.mark.no_binary
 def test_values_from_the_jail_are_bounded():
     with pytest.raises(ValueError, match="values"):
-        _server.decode_value(list(range(_server.ITEMS_FROM_JAIL + 1)), from_jail=True)
+        _wire.decode_value(list(range(_wire.ITEMS_FROM_JAIL + 1)), from_jail=True)
     with pytest.raises(ValueError, match="digits"):
-        _server.decode_value({"$i": "9" * 100_000}, from_jail=True)
+        _wire.decode_value({"$i": "9" * 100_000}, from_jail=True)
     with pytest.raises(ValueError, match="deeply"):
-        _server.decode_value(json.loads("[" * 200 + "]" * 200), from_jail=True)
+        _wire.decode_value(json.loads("[" * 200 + "]" * 200), from_jail=True)
     with pytest.raises(ValueError, match="pickled"):
-        _server.decode_value({"$p": "gARLAS4=", "$r": "1"}, from_jail=True)
+        _wire.decode_value({"$p": "gARLAS4=", "$r": "1"}, from_jail=True)
 
 
 @pytest.mark.no_binary
@@ -230,7 +230,7 @@ def test_values_from_the_jail_are_bounded():
 ])
 def test_headers_from_the_jail_are_bounded(head, why):
     with pytest.raises(ValueError, match=why):
-        _server.decode_header_from_jail(head)
+        _wire.decode_header_from_jail(head)
 
 
 @pytest.mark.no_binary
@@ -240,7 +240,7 @@ def test_a_big_header_is_refused_before_it_is_read():
     to_jail_r, to_jail_w = os.pipe()
     try:
         chan = _channel.Channel(to_jail_w, to_driver_r, MiB)
-        os.write(to_driver_w, _server.FRAME.pack(_server.MAGIC, 16 * MiB - 1, 0) + b"[")
+        os.write(to_driver_w, _wire.FRAME.pack(_wire.MAGIC, 16 * MiB - 1, 0) + b"[")
         with pytest.raises(_channel.ProtocolError, match="header of"):
             chan.recv(time.monotonic() + 5)
         assert len(chan.buf) < 64 << 10
@@ -256,7 +256,7 @@ def test_a_server_that_cannot_become_non_dumpable_refuses_to_serve():
                    "from pyjail import _server\n_server.main()")
     assert r.returncode == 125, r.stderr
     buf = bytearray(r.stdout)
-    head, _ = _server.parse_frame(buf)
+    head, _ = _wire.parse_frame(buf)
     header = json.loads(head)
     assert header["op"] == "refused" and "non-dumpable" in header["error"], header
     assert not buf, "it sent more than its refusal"
@@ -326,7 +326,7 @@ def test_the_costliest_header_the_driver_accepts_stays_bounded(hostile):
     out = drive("s = pyjail.Session()\nout['cell'] = s.run('1').error.type\ns.close()",
                 env=hostile("max-header"))
     print("driver peak RSS after a 1 MiB header of empty objects: %.0f MiB" % (out["rss"] / MiB))
-    assert out["rss"] < rss_bound(_server.HEADER_FROM_JAIL), out
+    assert out["rss"] < rss_bound(_wire.HEADER_FROM_JAIL), out
     assert out.get("cell") == "ProtocolError", out
 
 

@@ -29,7 +29,8 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
     wheels = list((tmp_path / "dist").glob("pyjail-*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
-    for f in ("__init__.py", "_server.py", "_session.py", "_run.py", "langchain.py",
+    for f in ("__init__.py", "_server.py", "_spawn.py", "_wire.py", "_session.py", "_run.py",
+              "_launch.py", "langchain.py",
               "smolagents.py", "py.typed"):
         assert "pyjail/" + f in names, f
     target = tmp_path / "site"
