@@ -335,6 +335,35 @@ HUGE_HEADER = 3 * (5 << 20) + 1
 
 
 @pytest.mark.no_binary
+def test_the_driver_never_unpickles_what_the_jail_sends(hostile, tmp_path):
+    # A pickle in a cell's value and in a host function's arguments: were either loaded,
+    # its __reduce__ would create the marker file on the host.
+    marker = tmp_path / "unpickled"
+    out = drive("""
+        s = pyjail.Session()
+        r = s.run("x", want_data=True)
+        out["data"] = [type(r.data).__name__, repr(r.data)]
+        s.close()
+    """, env=hostile("pickle-result", HOSTILE_MARKER=marker))
+    assert out.get("data") == ["JailObject", "'x'"], out
+    assert not marker.exists()
+    out = drive("""
+        s = pyjail.Session()
+        calls = []
+        s.expose({"record": lambda *a: calls.append(a)})
+        r = s.run("record(x)")
+        out["reply"] = json.loads(r.value)
+        out["calls"] = len(calls)
+        s.close()
+    """, env=hostile("pickle-call", HOSTILE_MARKER=marker))
+    assert "raised" not in out, out
+    assert out["calls"] == 0, out
+    assert out["reply"]["type"] == "ValueError", out
+    assert "pickled value is not accepted" in out["reply"]["error"], out
+    assert not marker.exists()
+
+
+@pytest.mark.no_binary
 def test_a_colliding_set_is_not_decoded(hostile):
     out = drive("""
         s = pyjail.Session()
