@@ -27,9 +27,9 @@ import os
 import select
 import sys
 import time
-from typing import List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-if __package__:     # imported from the host's pyjail package (its tests)
+if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
     from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,

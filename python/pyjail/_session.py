@@ -10,7 +10,8 @@ import threading
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
+                    Union)
 
 from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
@@ -577,7 +578,7 @@ class Session:
         killed), within a bound. Returns how many were killed."""
         if self._proc is None:
             return 0
-        killed: set = set()
+        killed: Set[int] = set()
         parents = _hostprocs.process_parents()
         # pid 1 and the interpreter stay the same processes for the whole call: found once.
         init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
@@ -751,7 +752,7 @@ class Session:
             if mode is not None:
                 header["mode"] = mode
             reply, _ = self._request(header, bytes(data), check=check)
-        return reply["size"]
+        return int(reply["size"])
 
     def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
                     name: Optional[str] = None) -> int:

@@ -14,8 +14,9 @@ library only.
 
 import os
 import sys
+from typing import TYPE_CHECKING
 
-if __package__:     # imported from the host's pyjail package (its tests)
+if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
     from ._wire import HEADER_FROM_JAIL, SKIPPED_LIMIT, WORKDIR, _encode_json, list_files
 else:               # in the jail, as pyjail_spawn (see _wire.JAIL_MODULES)
     from pyjail_wire import HEADER_FROM_JAIL, SKIPPED_LIMIT, WORKDIR, _encode_json, list_files

@@ -43,7 +43,7 @@ import os
 import select
 import struct
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 PROTOCOL = 1
 MAGIC = b"PJF1"
@@ -312,12 +312,12 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
     a pickle, and the driver never loads one)."""
     budget = [limit]
 
-    def charge(n):
+    def charge(n: int) -> None:
         budget[0] -= n
         if budget[0] < 0:
             raise PlainDataError("value larger than %d bytes" % limit)
 
-    def enc(v, depth):
+    def enc(v: Any, depth: int) -> Any:
         if depth > 100:
             raise PlainDataError("value nested too deeply")
         if v is None or isinstance(v, bool):
@@ -405,13 +405,13 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
     collide (see _refuse_colliding_keys); anything else raises ValueError."""
     budget = [ITEMS_FROM_JAIL if from_jail else -1]
 
-    def keyed(items):
+    def keyed(items: Iterable[Any]) -> List[Any]:
         items = list(items)
         if from_jail:
             _refuse_colliding_keys(items)
         return items
 
-    def dec(v, depth):
+    def dec(v: Any, depth: int) -> Any:
         if depth > 110:
             raise ValueError("value nested too deeply")
         if from_jail:

@@ -9,8 +9,8 @@ seconds each). For a longer search, e.g. before a release:
 
     PYJAIL_FUZZ_EXAMPLES=20000 python -m pytest tests/python/test_frame_fuzz.py
 
-Anything a search finds is fixed and kept below as an @example, so that every run
-tries it again.
+Whatever a search finds is fixed and added as an @example, so that every run tries it
+again; the @examples below are hand-picked edge cases of the same kind.
 """
 
 import json
