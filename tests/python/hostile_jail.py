@@ -1,7 +1,7 @@
 """A stand-in for the pyjail binary that plays a jail taken over by its program:
 it speaks the driver's protocol on stdin and stdout like the in-jail server, but
 answers with forged frames. The driver runs it as it would run pyjail
-(`hostile_jail.py --quiet --report FILE ... -- python -I -c BOOT SHA256`); the
+(`hostile_jail.py --quiet --report-fd N ... -- python -I -c BOOT SHA256`); the
 attack is named by $HOSTILE_ATTACK. This feeds the driver exactly the frames a
 program that reached the channel could send (see test_hostile_jail.py), now
 that the real server no longer lets it reach the channel.
