@@ -49,3 +49,15 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
                        universal_newlines=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "42\n1\n"
+
+
+def test_every_exported_error_is_one_the_host_can_catch():
+    # An exception class the package exports is one its host-side code raises: a
+    # PyjailError. (A host function's failure reaches the host as a cell's error.type.)
+    import pyjail
+    errors = [name for name in pyjail.__all__ if isinstance(getattr(pyjail, name), type) and
+              issubclass(getattr(pyjail, name), BaseException)]
+    assert "ProtocolError" in errors and "SessionDiedError" in errors
+    for name in errors:
+        assert issubclass(getattr(pyjail, name), pyjail.PyjailError), name
+    assert not hasattr(pyjail, "HostFunctionError")

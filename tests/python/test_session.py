@@ -567,3 +567,19 @@ def test_a_session_closed_from_another_thread_or_killed_leaves_nothing_behind(tm
         pyjail.run("print(1)", binary=str(bad), files={"a": "b"})
     assert _session_temp_files(tmp) == []
     assert not pyjail_children()
+
+
+def test_a_host_function_error_without_a_builtin_is_the_cells_host_function_error(session):
+    class QuotaExceeded(Exception):
+        pass
+
+    def spend():
+        raise QuotaExceeded("over quota")
+
+    session.expose({"spend": spend})
+    r = session.run("spend()")
+    # The host catches nothing: the cell's error says what happened.
+    assert r.error.type == "HostFunctionError"
+    assert r.error.message == "QuotaExceeded: over quota"
+    r = session.run("try:\n    spend()\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    assert r.stdout == "HostFunctionError QuotaExceeded: over quota\n"
