@@ -15,6 +15,7 @@ again; the @examples below are hand-picked edge cases of the same kind.
 
 import json
 import os
+import tempfile
 
 import pytest
 
@@ -22,6 +23,7 @@ from conftest import import_or_skip
 
 hypothesis = import_or_skip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
+from hypothesis.configuration import set_hypothesis_home_dir  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from pyjail import _channel, _wire  # noqa: E402
@@ -29,6 +31,9 @@ from pyjail import _channel, _wire  # noqa: E402
 pytestmark = pytest.mark.no_binary
 
 EXAMPLES = int(os.environ.get("PYJAIL_FUZZ_EXAMPLES", "200"))
+# Hypothesis's caches (no example database: the regressions are the @examples here) go
+# to the temporary directory, not into the checkout.
+set_hypothesis_home_dir(os.path.join(tempfile.gettempdir(), "pyjail-hypothesis-%d" % os.getuid()))
 fuzz = settings(max_examples=EXAMPLES, deadline=None, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
