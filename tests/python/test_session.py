@@ -551,6 +551,7 @@ def test_a_session_closed_from_another_thread_or_killed_leaves_nothing_behind(tm
     assert _session_temp_files(tmp) == []
     with pyjail.Session() as s:
         os.kill(s.pid, signal.SIGKILL)
+        assert wait_until(lambda: s._proc.poll() is not None)
         r = s.run("1")
         assert r.restarted and r.error.type == "InterpreterDied"
         assert s.run("2").value == "2"
