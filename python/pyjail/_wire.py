@@ -80,7 +80,7 @@ NULL = "null"
 
 class Op:
     """One operation: who sends it, and its header's fields: {name: kinds},
-    kinds separated by '|', a name ending in '?' for an optional field."""
+    kinds separated by '|', a name ending in '_' for an optional field."""
 
     __slots__ = ("name", "sender", "required", "fields")
 
