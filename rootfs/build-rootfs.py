@@ -918,17 +918,18 @@ class Builder:
 
     def copy_session_server(self):
         """The in-jail half of the Python package's Session, importable as
-        pyjail_server from /usr/lib/pyjail (the driver sends its own copy when
-        this one is missing or differs). Found in the source tree, or next to the
-        installed builder."""
+        pyjail_server (with pyjail_spawn and pyjail_wire) from /usr/lib/pyjail
+        (the driver sends its own copies when these are missing or differ).
+        Found in the source tree, or next to the installed builder."""
         here = os.path.dirname(os.path.realpath(__file__))
-        src = os.path.join(here, os.pardir, "python", "pyjail", "_server.py")
-        if not os.path.isfile(src):
-            src = os.path.join(here, "pyjail_server.py")
-        if not os.path.isfile(src):
-            self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
-            return
-        self.copy_file(src, "/usr/lib/pyjail/pyjail_server.py")
+        for module in ("wire", "spawn", "server"):
+            src = os.path.join(here, os.pardir, "python", "pyjail", "_%s.py" % module)
+            if not os.path.isfile(src):
+                src = os.path.join(here, "pyjail_%s.py" % module)
+            if not os.path.isfile(src):
+                self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
+                return
+            self.copy_file(src, "/usr/lib/pyjail/pyjail_%s.py" % module)
         self.compile_dirs.append("/usr/lib/pyjail")
 
     def build(self):
