@@ -598,6 +598,11 @@ class Builder:
         report = rootfs_packages.run_pip(
             self.binary, self.python_desc, target, os.path.join(self.stage, "report.json"),
             requirements, specs, find_links, no_index, extra)
+        if pins:
+            old_site = os.path.join(self.out, self.site_dir().lstrip("/"))
+            rootfs_packages.unmark_requested(target, {
+                e for e in (os.listdir(old_site) if os.path.isdir(old_site) else [])
+                if os.path.exists(os.path.join(old_site, e, "REQUESTED"))})
         # Console scripts name the host's interpreter path, and a jail runs `python -m`.
         shutil.rmtree(os.path.join(target, "bin"), ignore_errors=True)
         self.copy_packages_from(target, lambda rel, is_dir: os.path.basename(rel) == "__pycache__")

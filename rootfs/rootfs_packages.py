@@ -77,7 +77,7 @@ def explain_pip_failure(log, python_desc):
         project = canonical(re.split(r"[<>=!~;\[ ]", req)[0])
         # A dependency, not what was asked for: say whose.
         parent = re.search(r"^ERROR: Could not find a version that satisfies the requirement "
-                           r"%s \(from ([^,)]+)" % re.escape(req), log, re.M)
+                           r"%s \(from (?!versions:)([^,)]+)" % re.escape(req), log, re.M)
         what = "requirement %s" % req + (" (needed by %s)" % parent.group(1) if parent else "")
         skipped = []
         for l in lines:
@@ -197,6 +197,23 @@ def run_pip(python, python_desc, target, report, requirements, specs, find_links
     except (OSError, ValueError) as e:
         raise BuildError("pip", "no installation report (%s)" % e,
                          "use pip 22.2 or newer for the rootfs's interpreter")
+
+
+def unmark_requested(site, requested):
+    """pip marks every distribution it was asked for with a REQUESTED file (listed in its
+    RECORD). A rebuild asks for each locked distribution by name; this takes the mark off those
+    not in `requested` (the dist-info directories that had it before), so the rebuilt tree is
+    the tree built first."""
+    for entry, _, _ in dist_infos(site):
+        mark = os.path.join(site, entry, "REQUESTED")
+        if entry in requested or not os.path.exists(mark):
+            continue
+        os.unlink(mark)
+        record = os.path.join(site, entry, "RECORD")
+        with open(record, "rb") as f:       # bytes: its line ends stay as pip wrote them
+            rows = [r for r in f if r.split(b",")[0] != os.fsencode(entry + "/REQUESTED")]
+        with open(record, "wb") as f:
+            f.writelines(rows)
 
 
 def wheel_hashes(report):
