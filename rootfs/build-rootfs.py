@@ -20,10 +20,15 @@ in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
 
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
-                  [--no-index] [--from-venv DIR] [--with PKG ...]
+                  [--no-index] [--from-venv DIR] [--allow-build] [--with PKG ...]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
+  build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
   build-rootfs.py info ROOTFS
   build-rootfs.py list --dir WHERE=DIR ...
+  build-rootfs.py sources ROOTFS
+
+Each build records where its host files came from (rootfs_sources.py) and how to build it
+again; `rebuild` does that after a host upgrade (rootfs_rebuild.py).
 
 Only the standard library of any python3 >= 3.9 is used.
 """

@@ -156,8 +156,10 @@ def build_wheels(python, python_desc, wheel_dir, requirements, specs, find_links
     into `wheel_dir`, building those that have only a source distribution -- which runs their
     build code on this host, as the invoking user, in pip's temporary directory, never in the
     rootfs. Returns the canonical names of the distributions it built. Raises BuildError."""
+    # --no-cache-dir: every sdist is built by this build, never a wheel an earlier one cached
+    # (so "Created wheel for" names every distribution built, for the lock).
     cmd = [python, "-I", "-m", "pip", "wheel", "-vv", "--disable-pip-version-check",
-           "--no-input", "--wheel-dir", wheel_dir]
+           "--no-input", "--no-cache-dir", "--wheel-dir", wheel_dir]
     if no_index:
         cmd.append("--no-index")
     for d in find_links:

@@ -16,6 +16,7 @@ What a rebuild repeats is recorded by the build (inputs()) in the sources record
 Only the standard library of any python3 >= 3.9 is used.
 """
 
+import errno
 import os
 import re
 import shutil
@@ -108,6 +109,8 @@ def user(path):
         except (FileNotFoundError, ProcessLookupError):
             continue        # it has exited
         except OSError as e:
+            if e.errno == errno.EINVAL:
+                continue    # a zombie, or exiting: it has no mount namespace any more
             return "cannot tell (/proc/%s/mountinfo: %s)" % (pid, e.strerror)
         for mdev, root, _, _ in rows:
             if mdev == dev and (root == rel or root.startswith(rel.rstrip("/") + "/")):

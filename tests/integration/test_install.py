@@ -63,7 +63,7 @@ def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
     checkout's), with the session server it puts into every rootfs."""
     libdir = prefix / "lib/pyjail"
     for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
-                 "pyjail_server.py"):
+                 "rootfs_sources.py", "rootfs_rebuild.py", "pyjail_server.py"):
         assert (libdir / name).is_file(), name
     run = lambda *args: subprocess.run([*as_user.prefix, str(pyjail_bin), *args],
                                        capture_output=True, text=True, timeout=60, cwd="/")

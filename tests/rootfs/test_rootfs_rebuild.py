@@ -387,3 +387,48 @@ def test_rebuild_bad_input(binary, users):
         assert sorted(p.name for p in top.iterdir()) == ["old"]
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ the upgrade hook
+
+
+def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
+    """The shipped apt hook's command, run after a (simulated) upgrade, rebuilds the default
+    rootfs installed with the binary; run again, it finds nothing to do."""
+    user = current(users)
+    hook = binary.parent.parent / "share/pyjail/upgrade-hooks/apt-pyjail-rootfs"
+    if not hook.is_file():
+        skip_or_fail("no %s: PYJAIL_BIN is not an installed pyjail" % hook)
+    text = hook.read_text()
+    if shutil.which("apt-config"):
+        r = subprocess.run(["apt-config", "-c", str(hook), "dump"], stdout=subprocess.PIPE,
+                           universal_newlines=True, check=True)
+        assert "rootfs rebuild --if-stale --all" in r.stdout
+    command = re.search(r'^DPkg::Post-Invoke \{ "(.*)"; \};$', text, re.M).group(1)
+    installed = re.search(r"-x (\S+) \]", command).group(1)
+    command = command.replace(installed, str(binary))
+    r = run(binary, user, "rootfs", "info", "--json", "default")
+    default = Path(json.loads(r.stdout)["rootfs"])
+    if default.stat().st_uid != os.geteuid():
+        skip_or_fail("the installed default rootfs is not this user's to rebuild")
+    top = world_dir()
+    try:
+        dpkg = FakeDpkg(top)    # to it, the default rootfs's packages are all gone
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(user.home)}
+        for fake in (True, False):   # the upgrade; then back to this host's own database
+            e = dict(env, **dpkg.env) if fake else env
+            r = subprocess.run(["sh", "-c", command], env=e, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+            assert r.returncode == 0 and r.stderr == "", describe(r)
+            assert re.search(r"^rootfs: %s: \d+ files, " % re.escape(str(default)), r.stdout,
+                             re.M), describe(r)
+            r = run(binary, user, "rootfs", "info", "--json", "default", env=e)
+            assert json.loads(r.stdout)["sources"]["state"] == "fresh"
+            r = subprocess.run(["sh", "-c", command], env=e, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, universal_newlines=True, timeout=600)
+            assert "rootfs: %s: its sources are as built, nothing to do\n" % default \
+                in r.stdout, describe(r)
+        r = run(binary, user, "--profile", "strict", "--", "python3", "-c", "print('ok')")
+        assert r.returncode == 0 and r.stdout == "ok\n", describe(r)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
