@@ -432,3 +432,38 @@ def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
         assert r.returncode == 0 and r.stdout == "ok\n", describe(r)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_changed_virtualenv_is_reported_and_rebuilt(binary, users, links):
+    user = current(users)
+    top = world_dir()
+    try:
+        venv = top / "venv"
+        subprocess.run([TARGET_PYTHON, "-m", "venv", "--without-pip", str(venv)], check=True)
+
+        def venv_install(spec):
+            r = subprocess.run([TARGET_PYTHON, "-m", "pip", "--python", str(venv / "bin/python"),
+                                "install", "-q", "--disable-pip-version-check", "--no-index",
+                                "--find-links", str(links), spec], stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, universal_newlines=True)
+            assert r.returncode == 0, r.stdout
+
+        venv_install("tinydep==1.0")
+        root = top / "r"
+        r = run(binary, user, "rootfs", "build", "--out", root, "--from-venv", venv, "--quiet")
+        assert r.returncode == 0, describe(r)
+        r = run(binary, user, "rootfs", "info", "--json", root)
+        assert json.loads(r.stdout)["sources"]["state"] == "fresh"
+        venv_install("tinydep==0.5")
+        r = run(binary, user, "rootfs", "info", "--json", root)
+        assert json.loads(r.stdout)["sources"]["changes"] == [
+            "virtualenv packages changed or removed: tinydep-1.0"]
+        r = run(binary, user, "rootfs", "rebuild", "--if-stale", "--quiet", root)
+        assert r.returncode == 0, describe(r)
+        lock = json.loads((root / "etc/pyjail-rootfs.lock.json").read_text())
+        assert [(p["name"], p["version"], p["source"]) for p in lock["packages"]] == [
+            ("tinydep", "0.5", "venv")]
+        r = run(binary, user, "rootfs", "info", "--json", root)
+        assert json.loads(r.stdout)["sources"]["state"] == "fresh"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
