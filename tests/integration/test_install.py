@@ -100,4 +100,4 @@ t {prefix}/bin/pyjail rootfs ''
 '''
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
     assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs",
-                   "build info list"]
+                   "build rebuild info list"]
