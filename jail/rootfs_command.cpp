@@ -22,7 +22,7 @@ constexpr const char* kUsage =
     "       pyjail rootfs rebuild [--if-stale] [--quiet] (ROOTFS... | --all)\n"
     "       pyjail rootfs info ROOTFS [--json]\n"
     "       pyjail rootfs list\n"
-    "Builds, shows and lists the root filesystems jails run in. ROOTFS is a name (see\n"
+    "Builds, rebuilds, shows and lists the root filesystems jails run in. ROOTFS is a name (see\n"
     "`pyjail rootfs list`; 'default' is the one installed with pyjail) or a directory.\n"
     "`pyjail rootfs build --help` lists the build options; man pyjail-rootfs explains them.\n";
 

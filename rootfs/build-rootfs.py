@@ -1305,12 +1305,16 @@ def run_rebuild(argv, prog):
     roots = rootfs_rebuild.targets(named, args.all,
                                    args.default,
                                    [tuple(d.split("=", 1)) for d in args.dir if "=" in d])
-    status = 0
+    status, done = 0, 0
     for root in roots:
         if root not in named and os.lstat(root).st_uid != os.geteuid():
             continue    # another user's (root's installed ones, for a user): theirs to rebuild
+        done += 1
         status = run_guarded(lambda root=root: rebuild_builder(
             root, args.if_stale, args.quiet, prog) or NoBuild()) or status
+    if not done:
+        print("rootfs: no rootfs of yours to rebuild (pyjail rootfs list shows them all)",
+              flush=True)
     return status
 
 
