@@ -37,9 +37,9 @@ def inputs(args, epoch):
     for key, value in sorted(vars(args).items()):
         if key in NOT_INPUTS:
             continue
-        if key in ("find_links",):
+        if key == "find_links":
             value = [v if "://" in v else os.path.abspath(v) for v in value]
-        elif key == "from_venv" and value:
+        elif key in ("from_venv", "python") and value and "/" in value:
             value = os.path.abspath(value)
         out[key] = value
     out["source_date_epoch"] = epoch
@@ -98,6 +98,8 @@ def user(path):
     if key is None:
         return "cannot tell (no mount holds it)"
     dev, rel = key
+    # Other users' mount namespaces are read too (a jail of theirs may run in a tree of ours).
+    # A mount they make to look like ours can only make us keep a tree, never delete one in use.
     if os.geteuid() != 0 and any(p == "/proc" and "hidepid=" in opts and not re.search(
             r"hidepid=(0|off)\b", opts) for _, _, p, opts in mountinfo()):
         return "cannot tell (/proc hides other users' processes)"
