@@ -19,7 +19,7 @@ import tempfile
 
 import pytest
 
-from conftest import import_or_skip
+from pyjail_testing.package import import_or_skip
 
 hypothesis = import_or_skip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402

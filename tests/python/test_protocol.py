@@ -15,7 +15,7 @@ from collections import OrderedDict, namedtuple
 
 import pytest
 
-from conftest import REPO
+from pyjail_testing import REPO
 
 from pyjail import _launch, _server, _wire
 

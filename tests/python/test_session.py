@@ -527,7 +527,7 @@ def _session_temp_files(tmp):
 def test_a_session_names_no_file_even_when_its_driver_is_killed(tmp_path):
     # A driver killed with SIGKILL runs no clean-up: a session, and run() with files,
     # keep their report and pyjail's stderr in unnamed files, so nothing is left behind.
-    from conftest import REPO
+    from pyjail_testing import REPO
     tmp = tmp_path / "tmp"
     tmp.mkdir()
     code = ("import sys, threading, time, pyjail\n"
