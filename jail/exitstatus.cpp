@@ -95,7 +95,7 @@ bool status_message_wanted(RunStatus s, const Outcome& o, bool verbose) {
 }
 
 bool is_terminating_signal(int signal) {
-    return signal == SIGTERM || signal == SIGHUP || signal == SIGINT || signal == SIGQUIT;
+    return signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
 }
 
 }  // namespace pyjail

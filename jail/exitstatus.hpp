@@ -76,8 +76,11 @@ int exit_code_for(const Outcome& outcome);
 // "killed: wall time limit of 2s reached". Empty for plain exits.
 std::string describe(const Outcome& outcome, double wall_time_limit, double kill_grace = 0);
 
-// The signals that ask a program to end (SIGTERM, SIGHUP, SIGINT, SIGQUIT): relaying one
-// starts --kill-grace. SIGUSR1/2 are relayed without it (programs use them for other things).
+// The signals that ask a program to end (SIGTERM, SIGHUP, SIGQUIT): relaying one starts
+// --kill-grace. SIGINT is an interrupt, not a request to end: an interactive interpreter (a
+// Session's server, the REPL) catches KeyboardInterrupt and carries on, so it must not be
+// killed a grace later. SIGUSR1/2 are relayed without it too (programs use them for other
+// things).
 bool is_terminating_signal(int signal);
 
 }  // namespace pyjail

@@ -39,7 +39,7 @@ struct SuperviseArgs {
     int signal_fd = -1;  // a signalfd of the signals to relay
     double started_ms = 0;
     double wall_time = 0;                 // seconds; 0: none
-    // After relaying SIGTERM, SIGHUP, SIGINT or SIGQUIT: seconds until the jail is killed if
+    // After relaying SIGTERM, SIGHUP or SIGQUIT: seconds until the jail is killed if
     // it is still there (0: at once).
     double kill_grace = 5;
     const SeccompSet* seccomp = nullptr;  // decides the error for refused syscalls
