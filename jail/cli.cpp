@@ -49,7 +49,8 @@ struct Model {
     Model(const std::vector<const OptionSpec*>& specs, bool for_help)
         : app(for_help ? kSummary : "", "pyjail") {
         auto text = [for_help](std::string_view s) { return for_help ? std::string(s) : std::string(); };
-        app.set_help_flag("-h,--help", text("Print this help and exit"));
+        // CLI11's App comes with -h,--help; --help gives it pyjail's words.
+        if (for_help) app.set_help_flag("-h,--help", "Print this help and exit");
         version = app.add_flag("-V,--version")->description(text("Print the version and exit"));
         // The command starts at the first word that is not an option, or after `--`; CLI11
         // leaves it, and any unknown option before it, in remaining().

@@ -44,7 +44,8 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
 fi
 
 say "integration tests, and the cgroup v2 limits in a VM"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man "$@"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man \
+    tests/test_must_work.py "$@"
 
 # The Python package, against the real LangChain and smolagents from PyPI, in a venv.
 venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}
