@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "cli.hpp"
-#include "environment.hpp"
 #include "error.hpp"
 #include "options.hpp"
 #include "policy.hpp"
