@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <charconv>
 #include <cerrno>
 #include <csignal>
 #include <cstring>
@@ -88,10 +89,22 @@ std::string own_cgroup() {
     return {};
 }
 
-std::uint64_t keyed(const std::string& text, const std::string& key) {
+// A count the kernel wrote in the leaf's `file`. Not std::stoull: its exceptions would reach
+// main as an "internal error", after the program ran, without a report.
+std::uint64_t cgroup_number(std::string_view text, const std::string& file) {
+    std::uint64_t v = 0;
+    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+    if (ec != std::errc() || end == text.data())
+        throw JailError("cgroup", fmt::format("cannot read {}: '{}' is not a count", file, text), 0,
+                        "the kernel wrote a cgroup file pyjail does not understand");
+    return v;
+}
+
+// The value of `key` in a flat-keyed cgroup file ("usage_usec 1234\n..."), 0 when missing.
+std::uint64_t keyed(const std::string& text, const std::string& key, const std::string& file) {
     auto w = words(text);
     for (std::size_t i = 0; i + 1 < w.size(); i += 2)
-        if (w[i] == key) return std::stoull(w[i + 1]);
+        if (w[i] == key) return cgroup_number(w[i + 1], file);
     return 0;
 }
 
@@ -178,8 +191,10 @@ bool marked_delegated(const std::string& path) {
 
 }  // namespace
 
-CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
-                                        const std::string& parent) {
+namespace setup {
+
+CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::string& parent,
+                            uid_t invoker_uid) {
     CgroupSite site;
     std::string mount = cgroup2_mount();
     if (mount.empty()) {
@@ -230,7 +245,7 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
     // systemd manages (a .scope, .service or .slice) is ours only if it was delegated, which
     // systemd marks with a delegate xattr. (For other users, systemd makes a cgroup writable
     // only by delegating it.)
-    if (parent.empty() && ::geteuid() == 0 && is_systemd_unit(base) && !marked_delegated(base)) {
+    if (parent.empty() && invoker_uid == 0 && is_systemd_unit(base) && !marked_delegated(base)) {
         site.why_not = fmt::format("cgroup {} belongs to systemd and was not delegated; run "
                                    "pyjail with `systemd-run --scope -p Delegate=yes pyjail ...`, "
                                    "or name a delegated cgroup with --cgroup-parent",
@@ -240,7 +255,7 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
     if (::access(base.c_str(), W_OK) != 0 ||
         ::access((base + "/cgroup.procs").c_str(), W_OK) != 0 ||
         ::access((base + "/cgroup.subtree_control").c_str(), W_OK) != 0) {
-        site.why_not = fmt::format("cgroup {} is not delegated to uid {}; {}", base, ::geteuid(),
+        site.why_not = fmt::format("cgroup {} is not delegated to uid {}; {}", base, invoker_uid,
                                    kDelegateHint);
         return site;
     }
@@ -249,6 +264,10 @@ CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
     site.mount = mount;
     return site;
 }
+
+}  // namespace setup
+
+namespace supervisor {
 
 CgroupLeaf::CgroupLeaf(const CgroupSite& site,
                        const std::vector<std::pair<std::string, std::string>>& files) {
@@ -318,21 +337,26 @@ void CgroupLeaf::kill_all() noexcept {
 std::optional<double> CgroupLeaf::cpu_usage_s() const {
     std::string s;
     if (!try_read_file(path_ + "/cpu.stat", s)) return std::nullopt;
-    return static_cast<double>(keyed(s, "usage_usec")) / 1e6;
+    return static_cast<double>(keyed(s, "usage_usec", path_ + "/cpu.stat")) / 1e6;
 }
 
 CgroupStats CgroupLeaf::stats() const {
     CgroupStats st;
     std::string s;
-    if (try_read_file(path_ + "/memory.peak", s)) st.memory_peak = std::stoull(s);
+    if (try_read_file(path_ + "/memory.peak", s))
+        st.memory_peak = cgroup_number(s, path_ + "/memory.peak");
     if (try_read_file(path_ + "/cpu.stat", s)) {
-        st.usage_s = static_cast<double>(keyed(s, "usage_usec")) / 1e6;
-        st.user_s = static_cast<double>(keyed(s, "user_usec")) / 1e6;
-        st.system_s = static_cast<double>(keyed(s, "system_usec")) / 1e6;
+        st.usage_s = static_cast<double>(keyed(s, "usage_usec", path_ + "/cpu.stat")) / 1e6;
+        st.user_s = static_cast<double>(keyed(s, "user_usec", path_ + "/cpu.stat")) / 1e6;
+        st.system_s = static_cast<double>(keyed(s, "system_usec", path_ + "/cpu.stat")) / 1e6;
     }
-    if (try_read_file(path_ + "/memory.events", s)) st.oom_kills = keyed(s, "oom_kill");
-    if (try_read_file(path_ + "/pids.events", s)) st.pids_limit_hits = keyed(s, "max");
+    if (try_read_file(path_ + "/memory.events", s))
+        st.oom_kills = keyed(s, "oom_kill", path_ + "/memory.events");
+    if (try_read_file(path_ + "/pids.events", s))
+        st.pids_limit_hits = keyed(s, "max", path_ + "/pids.events");
     return st;
 }
+
+}  // namespace supervisor
 
 }  // namespace pyjail

@@ -26,9 +26,14 @@ struct CgroupSite {
     std::string why_not;  // one line: what is missing, and how to get it
 };
 
+namespace setup {
+
 // `wanted`: controllers the limits need ("memory", "pids", "cpu"). `parent`: --cgroup-parent.
-CgroupSite find_cgroup_site_from_parent(const std::vector<std::string>& wanted,
-                                        const std::string& parent);
+// `invoker_uid`: who runs pyjail (root is told how to delegate a systemd unit's cgroup).
+CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::string& parent,
+                            uid_t invoker_uid);
+
+}  // namespace setup
 
 struct CgroupStats {
     std::optional<std::uint64_t> memory_peak;
@@ -36,6 +41,8 @@ struct CgroupStats {
     std::uint64_t oom_kills = 0;
     std::uint64_t pids_limit_hits = 0;
 };
+
+namespace supervisor {
 
 // One run's leaf. Created with its limit files written; killed and removed when destroyed.
 class CgroupLeaf {
@@ -62,5 +69,7 @@ private:
     std::string mount_;
     UniqueFd dir_;
 };
+
+}  // namespace supervisor
 
 }  // namespace pyjail

@@ -43,12 +43,12 @@ int g_sync_fd = -1;
 
 // Reports a failed step to the supervisor and exits. Async-signal-safe enough for a child
 // of a single-threaded parent: no allocation, no locks.
-[[noreturn]] void fail(const char* step, int err, int exit_code, const char* fmt, ...) {
+[[noreturn]] void fail(ChildStep step, int err, int exit_code, const char* fmt, ...) {
     JailMessage m{};
     m.kind = MsgKind::Error;
     m.err = err;
     m.exit_code = exit_code;
-    std::snprintf(m.step, sizeof m.step, "%s", step);
+    m.step = step;
     va_list ap;
     va_start(ap, fmt);
     std::vsnprintf(m.text, sizeof m.text, fmt, ap);
@@ -57,24 +57,30 @@ int g_sync_fd = -1;
     ::_exit(exit_code);
 }
 
+}  // namespace
+
+namespace pid1 {
+
+namespace {
+
 // The parent-death signal: if the supervisor dies (even by SIGKILL), so does the jail -- pid 1
 // dying takes every process of the pid namespace with it. Credential changes clear it, so
 // it is set again after them; the POLLHUP check closes the race with a parent that died
 // before the prctl.
 void die_with_parent() {
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail("pdeathsig", errno, kExitJailError, "prctl");
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail(ChildStep::Pdeathsig, errno, kExitJailError, "prctl");
     pollfd p{g_sync_fd, 0, 0};
     if (::poll(&p, 1, 0) > 0 && (p.revents & (POLLHUP | POLLERR)) != 0) ::_exit(kExitJailError);
 }
 
-void step_wait_for_parent(const ChildPlan& p) {
+void wait_for_parent(const ChildPlan& p) {
     // Until the id maps are written we are nobody here. An unprivileged invoker's maps name
     // only its own ids, which the kernel lets the new namespace's first process write itself:
     // no round trip to the parent.
     if (!p.own_uid_map.empty()) {
         const char* failed = "";
         if (int e = write_id_maps("/proc/self/", p.own_uid_map, p.own_gid_map, failed); e != 0)
-            fail("id maps", e, kExitJailError, "cannot write %s", failed);
+            fail(ChildStep::IdMaps, e, kExitJailError, "cannot write %s", failed);
         return;
     }
     // Root maps another user, which only the parent (with CAP_SETUID on the host) may write;
@@ -86,7 +92,7 @@ void step_wait_for_parent(const ChildPlan& p) {
     if (n != 1) ::_exit(kExitJailError);  // the supervisor is gone: nothing to report to
 }
 
-void step_scrub_host_memory(const ChildPlan& p) {
+void scrub_host_memory(const ChildPlan& p) {
     // This process is a copy of the supervisor. Its environment strings are the host's, and
     // its command line may hold --env values: wipe both, so nothing of them is left in pid 1's
     // memory or in /proc/1/cmdline, which the program can read.
@@ -94,20 +100,20 @@ void step_scrub_host_memory(const ChildPlan& p) {
     for (char** a = p.host_argv; a != nullptr && *a != nullptr; ++a) ::explicit_bzero(*a, std::strlen(*a));
 }
 
-void step_become_jail_user(const ChildPlan& p) {
+void become_jail_user(const ChildPlan& p) {
     // From here on the jail acts on files as the mapped jail user (the invoking user, or
     // nobody for root). The capabilities we hold are those of the new user namespace only.
     if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
-        fail("set ids", errno, kExitJailError, "setresgid(%u)", p.jail_gid);
+        fail(ChildStep::SetIds, errno, kExitJailError, "setresgid(%u)", p.jail_gid);
     if (::setresuid(p.jail_uid, p.jail_uid, p.jail_uid) != 0)
-        fail("set ids", errno, kExitJailError, "setresuid(%u)", p.jail_uid);
+        fail(ChildStep::SetIds, errno, kExitJailError, "setresuid(%u)", p.jail_uid);
     die_with_parent();
     // Not dumpable: the program (same uid) can neither ptrace pid 1 nor read its /proc files,
     // which hold a copy of the supervisor's memory.
-    if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail("dumpable", errno, kExitJailError, "prctl");
+    if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(ChildStep::Dumpable, errno, kExitJailError, "prctl");
 }
 
-void step_userns_limits(const ChildPlan& p) {
+void set_userns_limits(const ChildPlan& p) {
     // Counts of the jail's own user namespace (inotify instances and watches, namespaces):
     // writable by whoever holds CAP_SYS_RESOURCE in it, which we do until the capabilities
     // are dropped; the program never can. /proc/sys/user shows the writer's own user
@@ -119,22 +125,22 @@ void step_userns_limits(const ChildPlan& p) {
         std::snprintf(path, sizeof path, "/proc/sys/user/%s", l.name);
         int fd = ::open(path, O_WRONLY | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !l.required) continue;
-        if (fd < 0) fail("user namespace limits", errno, kExitJailError, "cannot open %s", path);
+        if (fd < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open %s", path);
         int n = std::snprintf(value, sizeof value, "%llu\n", static_cast<unsigned long long>(l.value));
         if (::write(fd, value, static_cast<std::size_t>(n)) != n)
-            fail("user namespace limits", errno, kExitJailError, "cannot set %s to %llu", path,
+            fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot set %s to %llu", path,
                  static_cast<unsigned long long>(l.value));
         ::close(fd);
     }
 }
 
-void do_mount(const char* step, const char* src, const char* target, const char* type,
+void do_mount(ChildStep step, const char* src, const char* target, const char* type,
               unsigned long flags, const char* data) {
     if (::mount(src, target, type, flags, data) != 0)
         fail(step, errno, kExitJailError, "%s on /%s", type != nullptr ? type : (src ? src : "-"), target);
 }
 
-void mkdirs(const char* step, const std::string& path, unsigned mode) {
+void mkdirs(ChildStep step, const std::string& path, unsigned mode) {
     // Usually the parent exists: one call. Otherwise parents first; an existing directory is
     // fine.
     if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
@@ -148,14 +154,14 @@ void mkdirs(const char* step, const std::string& path, unsigned mode) {
 
 void copy_in(const MountOp& op, int src_fd) {
     int out = ::open(op.target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (out < 0) fail("copy script", errno, kExitJailError, "cannot create /%s", op.target.c_str());
+    if (out < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "cannot create /%s", op.target.c_str());
     while (true) {
         ssize_t n = ::sendfile(out, src_fd, nullptr, 1 << 20);
         if (n == 0) break;
         if (n < 0 && errno == EINTR) continue;
-        if (n < 0) fail("copy script", errno, kExitJailError, "copying into /%s", op.target.c_str());
+        if (n < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "copying into /%s", op.target.c_str());
     }
-    if (::fchmod(out, op.mode) != 0) fail("copy script", errno, kExitJailError, "chmod /%s", op.target.c_str());
+    if (::fchmod(out, op.mode) != 0) fail(ChildStep::CopyScript, errno, kExitJailError, "chmod /%s", op.target.c_str());
     ::close(out);
 }
 
@@ -173,16 +179,16 @@ std::vector<std::string> open_sources(const ChildPlan& p) {
         }
         int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
         if (fd < 0)
-            fail(slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError, "cannot open %s",
+            fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",
                  src.host_path.c_str());
         paths.push_back("/proc/self/fd/" + std::to_string(fd));
     }
     return paths;
 }
 
-void step_mounts(const ChildPlan& p) {
+void build_root(const ChildPlan& p) {
     // Nothing we mount may propagate back to the host's mount namespace.
-    do_mount("mount private", nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
     std::vector<std::string> source_paths = open_sources(p);
 
     for (const MountOp& op : p.mounts.ops) {
@@ -196,34 +202,34 @@ void step_mounts(const ChildPlan& p) {
         if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) continue;
         switch (op.kind) {
             case OpKind::Tmpfs:
-                do_mount(root ? "mount root" : "mount tmpfs", "tmpfs", where, "tmpfs", op.flags,
+                do_mount(root ? ChildStep::MountRoot : ChildStep::MountTmpfs, "tmpfs", where, "tmpfs", op.flags,
                          op.data.c_str());
                 break;
-            case OpKind::Proc: do_mount("mount /proc", "proc", t, "proc", op.flags, nullptr); break;
+            case OpKind::Proc: do_mount(ChildStep::MountProc, "proc", t, "proc", op.flags, nullptr); break;
             case OpKind::Devpts:
-                do_mount("mount devpts", "devpts", t, "devpts", op.flags, op.data.c_str());
+                do_mount(ChildStep::MountDevpts, "devpts", t, "devpts", op.flags, op.data.c_str());
                 break;
             case OpKind::Mkdir:
-                mkdirs("mkdir", op.target, op.mode);
+                mkdirs(ChildStep::Mkdir, op.target, op.mode);
                 // mkdir applies the invoker's umask: the sticky, world-writable scratch
                 // directories get their mode exactly.
                 if ((op.mode & ~0755u) != 0 && ::chmod(t, op.mode) != 0)
-                    fail("mkdir", errno, kExitJailError, "chmod /%s", t);
+                    fail(ChildStep::Mkdir, errno, kExitJailError, "chmod /%s", t);
                 break;
             case OpKind::MkFile: {
                 int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 if (fd < 0 && errno == ENOENT) {  // its directory first
                     auto slash = op.target.rfind('/');
-                    if (slash != std::string::npos) mkdirs("mkdir", op.target.substr(0, slash), 0755);
+                    if (slash != std::string::npos) mkdirs(ChildStep::Mkdir, op.target.substr(0, slash), 0755);
                     fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
                 }
-                if (fd < 0) fail("mkfile", errno, kExitJailError, "cannot create mount point /%s", t);
+                if (fd < 0) fail(ChildStep::Mkfile, errno, kExitJailError, "cannot create mount point /%s", t);
                 ::close(fd);
                 break;
             }
             case OpKind::Symlink:
                 if (::symlink(op.source_path.c_str(), t) != 0)
-                    fail("symlink", errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
+                    fail(ChildStep::Symlink, errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
                 break;
             case OpKind::Bind: {
                 std::string src = op.source_path;
@@ -232,7 +238,7 @@ void step_mounts(const ChildPlan& p) {
                     if (!op.source_path.empty()) src += "/" + op.source_path;
                 }
                 if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0)
-                    fail(op.source_slot == 0 ? "rootfs bind" : "bind", errno, kExitJailError,
+                    fail(op.source_slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError,
                          "bind %s on /%s",
                          op.source_slot >= 0
                              ? p.mounts.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
@@ -241,121 +247,121 @@ void step_mounts(const ChildPlan& p) {
                 break;
             }
             case OpKind::Remount:
-                do_mount("remount", nullptr, t, nullptr, op.flags, nullptr);
+                do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr);
                 break;
             case OpKind::Copy: {
-                copy_in(op, p.content_fds[static_cast<std::size_t>(op.source_slot)]);
+                copy_in(op, p.script_fd);
                 break;
             }
         }
-        if (root && ::chdir(where) != 0) fail("mount root", errno, kExitJailError, "chdir %s", where);
+        if (root && ::chdir(where) != 0) fail(ChildStep::MountRoot, errno, kExitJailError, "chdir %s", where);
     }
 
     // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one; the
     // lazy unmount then detaches the whole host tree, so no path leads back to it.
-    if (sys_pivot_root(".", ".") != 0) fail("pivot_root", errno, kExitJailError, "pivot_root");
-    if (::umount2(".", MNT_DETACH) != 0) fail("pivot_root", errno, kExitJailError, "detach old root");
-    if (::chdir("/") != 0) fail("pivot_root", errno, kExitJailError, "chdir /");
+    if (sys_pivot_root(".", ".") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "pivot_root");
+    if (::umount2(".", MNT_DETACH) != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "detach old root");
+    if (::chdir("/") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "chdir /");
     // The root (the rootfs, or a tmpfs of mount points and symlinks): read-only, nothing can
     // be added.
-    do_mount("remount root", nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
+    do_mount(ChildStep::RemountRoot, nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
     if (::chdir(p.mounts.cwd.c_str()) != 0)
-        fail("chdir", errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
+        fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
 }
 
-void step_hostname(const ChildPlan& p) {
+void set_hostname(const ChildPlan& p) {
     if (::sethostname(p.hostname.data(), p.hostname.size()) != 0)
-        fail("hostname", errno, kExitJailError, "sethostname");
-    if (::setdomainname("", 0) != 0) fail("hostname", errno, kExitJailError, "setdomainname");
+        fail(ChildStep::Hostname, errno, kExitJailError, "sethostname");
+    if (::setdomainname("", 0) != 0) fail(ChildStep::Hostname, errno, kExitJailError, "setdomainname");
 }
 
-void step_network(const ChildPlan& p) {
+void set_up_network(const ChildPlan& p) {
     // A new network namespace has only `lo`, down. --net none leaves it so: no socket can
     // reach anything. --net loopback brings it up: a private 127.0.0.1, not the host's.
     if (!p.loopback_up) return;
     int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s < 0) fail("network", errno, kExitJailError, "socket");
+    if (s < 0) fail(ChildStep::Network, errno, kExitJailError, "socket");
     ifreq ifr{};
     std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
-    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "get lo flags");
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "get lo flags");
     ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
-    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail("network", errno, kExitJailError, "bring lo up");
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "bring lo up");
     ::close(s);
 }
 
-void step_rlimits(const ChildPlan& p) {
+void set_rlimits(const ChildPlan& p) {
     // Soft and hard alike, so the program cannot raise them. Among them RLIMIT_CORE=0: a core
     // file would hold the program's memory outside its control.
     for (const auto& r : p.rlimits) {
         rlimit v{r.value, r.hard != 0 ? r.hard : r.value};
         if (::setrlimit(static_cast<__rlimit_resource>(r.resource), &v) != 0)
-            fail("rlimits", errno, kExitJailError, "%s=%llu", r.name,
+            fail(ChildStep::Rlimits, errno, kExitJailError, "%s=%llu", r.name,
                  static_cast<unsigned long long>(r.value));
     }
 }
 
-void step_stdio(const ChildPlan& p) {
+void take_relayed_stdio(const ChildPlan& p) {
     // A relayed stream's pipe replaces the host's descriptor, which the jail then never holds
     // (a host file it held could be reopened for writing through /proc/self/fd or truncated).
     // The pipes' ends are all above 2 (relay.cpp), so no dup2 here overwrites another.
     for (int fd = 0; fd < 3; ++fd)
         if (p.stdio_fds[fd] >= 0 && ::dup2(p.stdio_fds[fd], fd) < 0)
-            fail("stdio", errno, kExitJailError, "dup2 onto fd %d", fd);
+            fail(ChildStep::Stdio, errno, kExitJailError, "dup2 onto fd %d", fd);
 }
 
-void step_new_session() {
+void new_session() {
     // A new session has no controlling terminal: TIOCSTI cannot push keystrokes into the
     // invoking user's shell.
-    if (::setsid() < 0) fail("setsid", errno, kExitJailError, "setsid");
+    if (::setsid() < 0) fail(ChildStep::Setsid, errno, kExitJailError, "setsid");
 }
 
-void step_close_fds() {
+void close_inherited_fds() {
     // Every inherited descriptor but 0, 1, 2 goes: a leaked fd to a host file or socket would
     // be a way out of every other protection. The sync socket moves to fd 3 and is close-on-
     // exec, so the program never holds it.
     if (g_sync_fd != 3) {
-        if (::dup3(g_sync_fd, 3, O_CLOEXEC) < 0) fail("close fds", errno, kExitJailError, "dup3");
+        if (::dup3(g_sync_fd, 3, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
         g_sync_fd = 3;
     }
-    if (sys_close_range(4, ~0U, 0) != 0) fail("close fds", errno, kExitJailError, "close_range");
+    if (sys_close_range(4, ~0U, 0) != 0) fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
 }
 
-void step_drop_capabilities() {
+void drop_capabilities() {
     // Capabilities of the jail's user namespace still let us mount, change uid inside, etc.:
     // drop them all, from every set, and lock it so none can come back on exec.
     for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
         if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
-            fail("capabilities", errno, kExitJailError, "drop cap %d from the bounding set", cap);
+            fail(ChildStep::Capabilities, errno, kExitJailError, "drop cap %d from the bounding set", cap);
     if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
-        fail("capabilities", errno, kExitJailError, "clear ambient capabilities");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear ambient capabilities");
     if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
                                        SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
                                        SECBIT_NO_CAP_AMBIENT_RAISE |
                                        SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
-        fail("capabilities", errno, kExitJailError, "securebits");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "securebits");
     cap_t none = ::cap_init();
     if (none == nullptr || ::cap_set_proc(none) != 0)
-        fail("capabilities", errno, kExitJailError, "clear capability sets");
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear capability sets");
     ::cap_free(none);
 }
 
-void step_no_new_privs() {
+void set_no_new_privs() {
     // No exec may ever gain privileges again (setuid files, file capabilities).
     if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-        fail("no_new_privs", errno, kExitJailError, "prctl");
+        fail(ChildStep::NoNewPrivs, errno, kExitJailError, "prctl");
 }
 
-void step_new_keyring() {
+void join_new_keyring() {
     // Keyrings are not namespaced: start the program in a new, empty session keyring, so the
     // invoking user's session keys are not even named by it (the key syscalls are also
     // refused by the filter). ENOSYS: a kernel without keys has nothing to hide.
     if (::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
-        fail("keyring", errno, kExitJailError, "cannot join a new session keyring");
+        fail(ChildStep::Keyring, errno, kExitJailError, "cannot join a new session keyring");
 }
 
 // Returns the filter's listener (or -1 without a filter), which goes to the supervisor with
 // the "ready" message: one wake-up of the supervisor instead of two.
-int step_seccomp(const ChildPlan& p) {
+int install_seccomp(const ChildPlan& p) {
     // Last before the program, so the set-up above is not limited by it. The filter notifies
     // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
     // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
@@ -366,7 +372,7 @@ int step_seccomp(const ChildPlan& p) {
                     const_cast<sock_filter*>(p.seccomp_filter.data())};
     long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
                               SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
-    if (listener < 0) fail("seccomp", errno, kExitJailError, "cannot install the syscall filter");
+    if (listener < 0) fail(ChildStep::Seccomp, errno, kExitJailError, "cannot install the syscall filter");
     return static_cast<int>(listener);
 }
 
@@ -390,7 +396,16 @@ void install_init_signals() {
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-[[noreturn]] void exec_program(const ChildPlan& p) {
+}  // namespace
+
+}  // namespace pid1
+
+// pid 2, between clone and execve: it shares pid 1's memory (CLONE_VM) until the exec.
+namespace program {
+
+namespace {
+
+[[noreturn]] void exec(const ChildPlan& p) {
     // Start the program with default signal dispositions and nothing blocked.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
@@ -402,47 +417,53 @@ void install_init_signals() {
     ::execve(p.exec_path.c_str(), p.argv.data(), p.envp.data());
     int e = errno;
     int code = (e == ENOENT || e == ENOTDIR) ? kExitNotFound : kExitCannotExecute;
-    fail("exec", e, code, "cannot execute %s", p.exec_path.c_str());
+    fail(ChildStep::Exec, e, code, "cannot execute %s", p.exec_path.c_str());
 }
 
 }  // namespace
 
-void run_child(const ChildPlan& p) noexcept {
+}  // namespace program
+
+namespace pid1 {
+
+void run(const ChildPlan& p) noexcept {
     g_sync_fd = p.sync_fd;
     ::close(p.parent_end_fd);
 
-    step_wait_for_parent(p);
-    step_scrub_host_memory(p);
-    step_become_jail_user(p);
-    step_userns_limits(p);
-    step_mounts(p);
-    step_hostname(p);
-    step_network(p);
-    step_rlimits(p);
-    step_stdio(p);
-    step_new_session();
-    step_close_fds();
-    step_drop_capabilities();
-    step_no_new_privs();
-    step_new_keyring();
-    int listener = step_seccomp(p);
+    wait_for_parent(p);
+    scrub_host_memory(p);
+    become_jail_user(p);
+    set_userns_limits(p);
+    build_root(p);
+    set_hostname(p);
+    set_up_network(p);
+    set_rlimits(p);
+    take_relayed_stdio(p);
+    new_session();
+    close_inherited_fds();
+    drop_capabilities();
+    set_no_new_privs();
+    join_new_keyring();
+    int listener = install_seccomp(p);
     install_init_signals();
 
     JailMessage ready{};
     ready.kind = MsgKind::Ready;
     if (int e = send_with_fd(g_sync_fd, &ready, sizeof ready, listener); e != 0)
-        fail("seccomp", e, kExitJailError, "cannot hand the filter's listener to pyjail");
+        fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
     if (listener >= 0) ::close(listener);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,
     // and pid 1 waits the few microseconds until the exec. It runs on a stack of its own, so
     // nothing it does can disturb this frame.
     static char program_stack[64 * 1024] alignas(16);
-    pid_t program = ::clone(
-        [](void* plan) -> int { exec_program(*static_cast<const ChildPlan*>(plan)); },
+    pid_t program_pid = ::clone(
+        [](void* plan) -> int { program::exec(*static_cast<const ChildPlan*>(plan)); },
         program_stack + sizeof program_stack, CLONE_VM | CLONE_VFORK | SIGCHLD,
         const_cast<ChildPlan*>(&p));
-    if (program < 0) fail("fork", errno, kExitJailError, "cannot start the program");
-    run_init_in_child(program, g_sync_fd);
+    if (program_pid < 0) fail(ChildStep::Fork, errno, kExitJailError, "cannot start the program");
+    run_reaper(program_pid, g_sync_fd);
 }
+
+}  // namespace pid1
 
 }  // namespace pyjail

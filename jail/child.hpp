@@ -1,5 +1,11 @@
-// The jail's pid 1: what runs between clone3 and the program's execve. Everything it needs is
-// prepared by the parent beforehand (paths, argv, envp), so it only makes syscalls.
+// The jail's pid 1 (namespace pid1): what runs between clone3 and the program's execve, and
+// pid 2 (namespace program) from its clone to the execve. Everything they need is prepared
+// by the parent beforehand (paths, argv, envp), so most steps only make syscalls -- but not
+// all: the mount steps build paths in std::strings, for one. That is safe because pid 1 is a
+// copy of a single-threaded parent: no other thread can have held the allocator's (or
+// stdio's) lock at the clone, so no lock is left taken forever in the copy. The supervisor
+// checks this in debug builds (supervisor::start_jail asserts one thread before clone3);
+// pyjail must never start a thread before the jail is cloned.
 #pragma once
 
 #include <linux/filter.h>
@@ -24,9 +30,10 @@ struct ChildPlan {
     std::string own_uid_map, own_gid_map;
     std::string staging_dir;   // host directory the new root is assembled on
     MountPlan mounts;
-    // Per slot of `mounts.sources`: for content sources (copied in), the fd the parent
-    // opened; -1 for sources bound by path, which the child opens itself.
-    std::vector<int> content_fds;
+    // What the content sources of `mounts` (the script, copied in) are read from: the fd the
+    // parent opened with the jail's host user's rights, or -1 when there is none. Sources
+    // bound by path the child opens itself.
+    int script_fd = -1;
     std::string hostname;
     bool loopback_up = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
@@ -40,7 +47,11 @@ struct ChildPlan {
     std::vector<char*> envp;
 };
 
+namespace pid1 {
+
 // Never returns: ends in the program's execve (pid 2) or _exit (pid 1, or on failure).
-[[noreturn]] void run_child(const ChildPlan& plan) noexcept;
+[[noreturn]] void run(const ChildPlan& plan) noexcept;
+
+}  // namespace pid1
 
 }  // namespace pyjail

@@ -1,5 +1,6 @@
-// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed from the option
-// table. It only collects text; checking values is policy.cpp's job, the same as for
+// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed by CLI11 from a model
+// built from the option table (the subcommands, `doctor` and `rootfs`, are dispatched by
+// main.cpp before this). It only collects text; checking values is policy.cpp's job, the same as for
 // profiles, so both report bad values the same way.
 #pragma once
 

@@ -5,6 +5,7 @@
 
 #include <cctype>
 
+#include "environment.hpp"
 #include "error.hpp"
 
 namespace pyjail {

@@ -12,8 +12,6 @@
 
 namespace pyjail {
 
-inline constexpr std::string_view kJailPath = "/usr/local/bin:/usr/bin:/bin";
-
 bool is_python_name(std::string_view name);
 
 // Index of the script in a python command line (argv[0] is the interpreter), or nullopt for

@@ -19,6 +19,7 @@
 #include "error.hpp"
 #include "hints.hpp"
 #include "paths.hpp"
+#include "rootfs_command.hpp"
 #include "sys.hpp"
 
 namespace pyjail {
@@ -78,7 +79,7 @@ Check check_user_namespaces() {
         int e = errno;
         return {"user namespaces", Check::Verdict::Fail,
                 fmt::format("cannot create one as uid {}: {}", ::geteuid(), std::strerror(e)),
-                namespace_hint(e)};
+                namespace_hint(e, ::geteuid() == 0)};
     }
     int status = 0;
     ::waitpid(pid, &status, 0);
@@ -93,14 +94,14 @@ Check check_seccomp() {
     if (int e = seccomp_user_notif_errno(); e != 0) {
         return {"seccomp", Check::Verdict::Fail,
                 fmt::format("no syscall filters with user notification: {}", std::strerror(e)),
-                child_step_hint("seccomp", EINVAL)};
+                child_step_hint(ChildStep::Seccomp, EINVAL)};
     }
     return {"seccomp", Check::Verdict::Ok, "filters with user notification", ""};
 }
 
 std::vector<Check> check_cgroup() {
     std::vector<Check> out;
-    CgroupSite site = find_cgroup_site_from_parent({"memory", "pids", "cpu"}, "");
+    CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
     if (!site.ok) {
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
@@ -111,7 +112,7 @@ std::vector<Check> check_cgroup() {
     }
     try {
         // The controllers a jail would enable, so their files exist in the leaf.
-        CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
+        supervisor::CgroupLeaf leaf(site, {{"memory.max", "max"}, {"pids.max", "max"}, {"cpu.max", "max"}});
         // A child born into the leaf, as a jail is (clone3 with CLONE_INTO_CGROUP, Linux 5.7).
         CloneArgs args;
         args.flags = kCloneIntoCgroup;
@@ -143,8 +144,31 @@ std::vector<Check> check_cgroup() {
     return out;
 }
 
-// The rootfs at `path` matches its manifest (`label`: "rootfs", or "rootfs NAME").
-Check check_rootfs(const std::string& path, const std::string& label) {
+// Whether the host files the rootfs at `path` was built from changed since (a security update
+// the jail would not get): the builder compares what its build recorded with the host now and
+// prints one line of JSON. Returns "" when nothing changed or nothing can be said, else why.
+std::string rootfs_sources_changed(const DataDirs& dirs, const std::string& path) {
+    std::string command;
+    try {
+        for (const auto& a : rootfs_builder_argv(dirs, {"sources", path}))
+            command += (command.empty() ? "" : " ") + quote(a);
+    } catch (const JailError&) {
+        return "";  // no builder: the manifest check still stands
+    }
+    std::string out;
+    if (run_capture(command, out) != 0) return "";
+    while (!out.empty() && out.back() == '\n') out.pop_back();
+    auto nl = out.rfind('\n');  // its last line: the JSON (warnings could come before)
+    auto verdict = nlohmann::json::parse(nl == std::string::npos ? out : out.substr(nl + 1),
+                                         nullptr, false);
+    if (!verdict.is_object() || verdict.value("state", "") != "stale") return "";
+    return verdict.value("summary", "its sources changed");
+}
+
+// The rootfs at `path` matches its manifest, and its sources on the host are still those it
+// was built from (`label`: "rootfs", or "rootfs NAME"; `value`: how to name it).
+Check check_rootfs(const DataDirs& dirs, const std::string& path, const std::string& label,
+                   const std::string& value) {
     std::string info;
     if (!try_read_file(path + "/etc/pyjail-rootfs", info))
         return {label, Check::Verdict::Fail, fmt::format("no rootfs at {}", path),
@@ -172,6 +196,13 @@ Check check_rootfs(const std::string& path, const std::string& label) {
     std::string manifest;
     try_read_file(path + "/etc/pyjail-manifest.sha256", manifest);
     auto files = std::count(manifest.begin(), manifest.end(), '\n');
+    std::string changed = rootfs_sources_changed(dirs, path);
+    if (!changed.empty())
+        return {label, Check::Verdict::Warn,
+                fmt::format("{}: Python {}, {} files match the manifest, but its sources {}",
+                            path, version, files, changed),
+                fmt::format("pyjail rootfs rebuild {} (as the user who built it; see man "
+                            "pyjail-rootfs for doing it after every upgrade)", value)};
     return {label, Check::Verdict::Ok,
             fmt::format("{}: Python {}, {} files match the manifest", path, version, files),
             ""};
@@ -245,11 +276,11 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
         checks.push_back({"data", Check::Verdict::Fail, e.message(), e.hint()});
         return checks;
     }
-    checks.push_back(check_rootfs(dirs.rootfs, "rootfs"));
+    checks.push_back(check_rootfs(dirs, dirs.rootfs, "rootfs", "default"));
     for (const auto& value : rootfses) {
         std::string label = "rootfs " + value;
         try {
-            checks.push_back(check_rootfs(resolve_rootfs(value, dirs), label));
+            checks.push_back(check_rootfs(dirs, resolve_rootfs(value, dirs), label, value));
         } catch (const JailError& e) {  // no such name, or one others could change
             checks.push_back({label, Check::Verdict::Fail, e.message(), e.hint()});
         }

@@ -52,8 +52,50 @@ std::string describe(const Outcome& o, double wall_time_limit, double kill_grace
     return {};
 }
 
+std::string_view status_name(RunStatus s) {
+    switch (s) {
+        case RunStatus::Ok: return "ok";
+        case RunStatus::Exit: return "exit";
+        case RunStatus::Signal: return "signal";
+        case RunStatus::WallTimeout: return "wall-timeout";
+        case RunStatus::GraceTimeout: return "grace-timeout";
+        case RunStatus::CpuTimeout: return "cpu-timeout";
+        case RunStatus::Oom: return "oom";
+        case RunStatus::PidsLimit: return "pids-limit";
+        case RunStatus::OutputLimit: return "output-limit";
+        case RunStatus::SeccompDenied: return "seccomp-denied";
+        case RunStatus::SetupError: return "setup-error";
+    }
+    return "setup-error";
+}
+
+int exit_code_for(RunStatus s, const Outcome& o) {
+    switch (s) {
+        case RunStatus::CpuTimeout: return kExitWallTimeout;
+        case RunStatus::SetupError: return kExitJailError;
+        default: return exit_code_for(o);
+    }
+}
+
+std::string status_message(RunStatus s, const Outcome& o, const EndLimits& l) {
+    switch (s) {
+        case RunStatus::CpuTimeout:
+            return fmt::format("CPU time limit of {}s reached; the jail was killed", l.cpu_time);
+        case RunStatus::OutputLimit:
+            return fmt::format("output limit of {} bytes reached; the jail was killed",
+                               l.output.value_or(0));
+        case RunStatus::Oom:
+            return "out of memory: the jail reached its memory limit and was killed";
+        default: return describe(o, l.wall_time, l.kill_grace);
+    }
+}
+
+bool status_message_wanted(RunStatus s, const Outcome& o, bool verbose) {
+    return verbose || s != RunStatus::Signal || o.signal == SIGKILL;
+}
+
 bool is_terminating_signal(int signal) {
-    return signal == SIGTERM || signal == SIGHUP || signal == SIGINT || signal == SIGQUIT;
+    return signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
 }
 
 }  // namespace pyjail

@@ -1,7 +1,10 @@
 // How a run ends, and the exit status pyjail returns for it.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace pyjail {
 
@@ -24,6 +27,46 @@ struct Outcome {
     int signal = 0;
 };
 
+// How a run ended: the one decision (classify_run, report.hpp) the report's `status`, pyjail's
+// exit code and the line pyjail prints all follow from.
+enum class RunStatus {
+    Ok,             // the program exited 0
+    Exit,           // the program exited non-zero
+    Signal,         // the program died of a signal
+    WallTimeout,    // --wall-time expired
+    GraceTimeout,   // the jail outlived --kill-grace after a relayed SIGTERM/SIGHUP/...
+    CpuTimeout,     // --cpu-time: the cgroup's count, or RLIMIT_CPU's SIGXCPU
+    Oom,            // the cgroup's memory limit killed a process
+    PidsLimit,      // the program failed after the cgroup refused a fork
+    OutputLimit,    // --output-limit reached
+    SeccompDenied,  // the program failed after the filter refused a syscall
+    SetupError,     // the jail could not be set up; the program never ran
+};
+
+// The report's `status` value: "ok", "exit", "signal", "wall-timeout", "grace-timeout",
+// "cpu-timeout", "oom", "pids-limit", "output-limit", "seccomp-denied", "setup-error".
+std::string_view status_name(RunStatus status);
+
+// pyjail's exit status for a run that ended with `status` and the program's `outcome`. Both
+// time limits end like timeout(1). (A set-up error exits with its error's own code.)
+int exit_code_for(RunStatus status, const Outcome& outcome);
+
+// The limits the message names.
+struct EndLimits {
+    double wall_time = 0;
+    double kill_grace = 0;
+    double cpu_time = 0;
+    std::optional<std::uint64_t> output;
+};
+
+// The one line pyjail prints about how the run ended, or "" for a plain exit.
+std::string status_message(RunStatus status, const Outcome& outcome, const EndLimits& limits);
+
+// Whether that line is printed (not under --quiet): a program that died of a signal it may
+// have meant (SIGTERM, SIGINT, ...) says so itself, or its shell does; SIGKILL and every
+// limit are ours to explain.
+bool status_message_wanted(RunStatus status, const Outcome& outcome, bool verbose);
+
 // From the raw wait status of the program (as reported by the jail's init).
 Outcome outcome_from_wait_status(int status);
 
@@ -33,8 +76,11 @@ int exit_code_for(const Outcome& outcome);
 // "killed: wall time limit of 2s reached". Empty for plain exits.
 std::string describe(const Outcome& outcome, double wall_time_limit, double kill_grace = 0);
 
-// The signals that ask a program to end (SIGTERM, SIGHUP, SIGINT, SIGQUIT): relaying one
-// starts --kill-grace. SIGUSR1/2 are relayed without it (programs use them for other things).
+// The signals that ask a program to end (SIGTERM, SIGHUP, SIGQUIT): relaying one starts
+// --kill-grace. SIGINT is an interrupt, not a request to end: an interactive interpreter (a
+// Session's server, the REPL) catches KeyboardInterrupt and carries on, so it must not be
+// killed a grace later. SIGUSR1/2 are relayed without it too (programs use them for other
+// things).
 bool is_terminating_signal(int signal);
 
 }  // namespace pyjail

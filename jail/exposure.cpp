@@ -10,7 +10,7 @@
 
 #include "policy.hpp"
 
-namespace pyjail {
+namespace pyjail::setup {
 
 namespace {
 void add_home(std::vector<std::string>& out, const char* path) {
@@ -23,7 +23,7 @@ void add_home(std::vector<std::string>& out, const char* path) {
 }
 }  // namespace
 
-std::vector<std::string> home_dirs_from_parent() {
+std::vector<std::string> home_dirs() {
     std::vector<std::string> homes;
     // $HOME is what cron and shells set; the passwd entry covers a caller that changed it.
     add_home(homes, std::getenv("HOME"));
@@ -31,7 +31,7 @@ std::vector<std::string> home_dirs_from_parent() {
     return homes;
 }
 
-std::vector<std::string> credentials_in_from_parent(int dir_fd) {
+std::vector<std::string> credentials_in(int dir_fd) {
     std::vector<std::string> found;
     struct stat st {};
     for (const char* const* n = kCredentialNames; *n != nullptr; ++n)
@@ -39,4 +39,4 @@ std::vector<std::string> credentials_in_from_parent(int dir_fd) {
     return found;
 }
 
-}  // namespace pyjail
+}  // namespace pyjail::setup

@@ -5,13 +5,13 @@
 #include <string>
 #include <vector>
 
-namespace pyjail {
+namespace pyjail::setup {
 
 // Realpaths of $HOME and of the invoking user's home in the passwd database (either may be
 // missing; a path that does not resolve is kept as written).
-std::vector<std::string> home_dirs_from_parent();
+std::vector<std::string> home_dirs();
 
 // Which of kCredentialNames exist directly in the directory `dir_fd` (an O_PATH fd).
-std::vector<std::string> credentials_in_from_parent(int dir_fd);
+std::vector<std::string> credentials_in(int dir_fd);
 
-}  // namespace pyjail
+}  // namespace pyjail::setup

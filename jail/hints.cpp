@@ -1,14 +1,12 @@
 #include "hints.hpp"
 
-#include <unistd.h>
-
 #include <cerrno>
 
 #include "sys.hpp"
 
 namespace pyjail {
 
-std::string namespace_hint(int err) {
+std::string namespace_hint(int err, bool invoker_is_root) {
     if (err == ENOSYS) return "this kernel has no clone3; pyjail needs Linux 5.7 or newer";
     if (err == ENOSPC || err == EUSERS) {
         if (read_trimmed("/proc/sys/user/max_user_namespaces") == "0")
@@ -16,7 +14,7 @@ std::string namespace_hint(int err) {
         return "too many namespaces: raise the user.max_*_namespaces sysctls";
     }
     if (err == EPERM || err == EACCES) {
-        if (read_trimmed("/proc/sys/kernel/unprivileged_userns_clone") == "0" && ::geteuid() != 0)
+        if (read_trimmed("/proc/sys/kernel/unprivileged_userns_clone") == "0" && !invoker_is_root)
             return "unprivileged user namespaces are disabled: "
                    "sysctl -w kernel.unprivileged_userns_clone=1";
         if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
@@ -32,18 +30,18 @@ std::string namespace_hint(int err) {
     return {};
 }
 
-std::string child_step_hint(const std::string& step, int err) {
-    if (step == "mount /proc" && (err == EPERM || err == EACCES))
+std::string child_step_hint(ChildStep step, int err) {
+    if (step == ChildStep::MountProc && (err == EPERM || err == EACCES))
         return "the host's /proc is partly covered (as in many containers); run pyjail where "
                "/proc is fully visible, e.g. a privileged or --security-opt "
                "systempaths=unconfined container";
-    if (step == "rootfs bind" && err == EACCES)
+    if (step == ChildStep::RootfsBind && err == EACCES)
         return "the rootfs must be readable and searchable by the jail's host user";
-    if (step == "seccomp" && (err == EINVAL || err == ENOSYS))
+    if (step == ChildStep::Seccomp && (err == EINVAL || err == ENOSYS))
         return "this kernel lacks seccomp filters with user notification (Linux 5.0+, "
                "CONFIG_SECCOMP_FILTER); pyjail will not run without its filter unless you pass "
                "--seccomp off";
-    if (step.rfind("bind", 0) == 0 && err == EACCES)
+    if (step == ChildStep::Bind && err == EACCES)
         return "when pyjail runs as root, the jail acts on host files as --host-user (nobody)";
     return {};
 }

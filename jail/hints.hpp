@@ -4,13 +4,15 @@
 
 #include <string>
 
+#include "child_step.hpp"
+
 namespace pyjail {
 
+// For a failure to create the jail's namespaces (clone3). `invoker_is_root`: pyjail runs as
+// root (whose user namespaces no sysctl for unprivileged ones restricts).
+std::string namespace_hint(int err, bool invoker_is_root);
 
-// For a failure to create the jail's namespaces (clone3).
-std::string namespace_hint(int err);
-
-// For a failure in the child, by step name and errno.
-std::string child_step_hint(const std::string& step, int err);
+// For a failure in the jail's set-up, by step and errno.
+std::string child_step_hint(ChildStep step, int err);
 
 }  // namespace pyjail

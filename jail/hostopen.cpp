@@ -245,8 +245,10 @@ UniqueFd open_roots_own_script(const std::string& path) {
 
 }  // namespace
 
-UniqueFd open_script_from_parent(const std::string& path, const std::string& shown,
-                                 const std::optional<HostUserIds>& host_user) {
+namespace setup {
+
+UniqueFd open_script(const std::string& path, const std::string& shown,
+                     const std::optional<HostUserIds>& host_user) {
     if (!host_user) {
         // The invoking user is the jail's host user: its own rights are the jail's.
         UniqueFd fd(::open(path.c_str(), kScriptFlags));
@@ -286,7 +288,7 @@ UniqueFd open_script_from_parent(const std::string& path, const std::string& sho
     return fd;
 }
 
-UniqueFd open_report_from_parent(const std::string& path) {
+UniqueFd open_report(const std::string& path) {
     const uid_t euid = ::geteuid();
     auto refuse = [&](const std::string& why, int err, const std::string& hint) {
         return JailError("report", fmt::format("refusing to write {}: {}", path, why), err, hint);
@@ -336,6 +338,8 @@ UniqueFd open_report_from_parent(const std::string& path) {
         throw refuse(r.why, 0, fix);
     }
 }
+
+}  // namespace setup
 
 std::string trusted_data_path(const std::string& path) {
     const TrustedUids trusted{0, ::geteuid()};

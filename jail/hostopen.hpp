@@ -27,16 +27,20 @@ struct HostUserIds {
     gid_t gid = 0;
 };
 
+namespace setup {
+
 // The script the jail runs, open for reading (O_NONBLOCK: a FIFO cannot hang us), a regular
 // file. `host_user`: pyjail runs as root and the jail as this user. `shown`: the name the user
 // gave. Throws JailError (step "script").
-UniqueFd open_script_from_parent(const std::string& path, const std::string& shown,
-                                 const std::optional<HostUserIds>& host_user);
+UniqueFd open_script(const std::string& path, const std::string& shown,
+                     const std::optional<HostUserIds>& host_user);
 
 // The report file (absolute path), open for writing: created 0644 when missing, truncated
 // only after the checks, nothing created or truncated when refused. Throws JailError
 // (step "report").
-UniqueFd open_report_from_parent(const std::string& path);
+UniqueFd open_report(const std::string& path);
+
+}  // namespace setup
 
 // The physical path of a directory of pyjail's own data, after checking that only root and
 // the invoking user can change it or anything on the way to it. A missing one is returned as

@@ -10,14 +10,14 @@
 
 #include "protocol.hpp"
 
-namespace pyjail {
+namespace pyjail::pid1 {
 
 namespace {
 
 // Kills every other process of the pid namespace and waits for each, so that the kernel adds
 // their usage to ours. Again and again: a process may fork while kill(-1) runs. Gives up
 // after kReapAllMs (a process stuck in the kernel), when the kernel's own kill takes over.
-bool reap_all_in_child() {
+bool reap_all() {
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -37,13 +37,13 @@ bool reap_all_in_child() {
     return false;
 }
 
-[[noreturn]] void reap_all_and_exit_in_child() {
-    ::_exit(reap_all_in_child() ? kInitReapedAll : kInitLeftSome);
+[[noreturn]] void reap_all_and_exit() {
+    ::_exit(reap_all() ? kInitReapedAll : kInitLeftSome);
 }
 
 }  // namespace
 
-void run_init_in_child(pid_t program, int report_fd) noexcept {
+void run_reaper(pid_t program, int report_fd) noexcept {
     // Let go of the program's stdin/stdout/stderr: a reader of the program's output must see
     // EOF when the program's processes close it, not when pid 1 does.
     int devnull = ::open("/dev/null", O_RDWR | O_CLOEXEC);
@@ -71,7 +71,7 @@ void run_init_in_child(pid_t program, int report_fd) noexcept {
             // SI_USER with si_pid 0. The program's kill(1, ...) carries its pid, and it cannot
             // forge SI_USER for another process (rt_sigqueueinfo refuses si_code >= 0): it
             // cannot make pid 1 exit without reporting the program's status.
-            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit_in_child();
+            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit();
             continue;
         }
         if (sig != SIGCHLD) {
@@ -90,9 +90,9 @@ void run_init_in_child(pid_t program, int report_fd) noexcept {
             m.wait_status = status;
             (void)::send(report_fd, &m, sizeof m, MSG_NOSIGNAL);
             // What the program left ends with it.
-            reap_all_and_exit_in_child();
+            reap_all_and_exit();
         }
     }
 }
 
-}  // namespace pyjail
+}  // namespace pyjail::pid1

@@ -13,7 +13,13 @@
 
 namespace pyjail {
 
-[[noreturn]] void run_init_in_child(pid_t program, int report_fd) noexcept;
+namespace pid1 {
+
+// pid 1 once the program runs (as `program`): relays signals, reaps, reports the program's
+// wait status on `report_fd`, and exits.
+[[noreturn]] void run_reaper(pid_t program, int report_fd) noexcept;
+
+}  // namespace pid1
 
 // The signals the supervisor relays to the program.
 inline constexpr int kForwardedSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM};

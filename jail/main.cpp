@@ -19,7 +19,9 @@
 #include "explain.hpp"
 #include "paths.hpp"
 #include "policy.hpp"
+#include "prepare.hpp"
 #include "profile.hpp"
+#include "report.hpp"
 #include "rootfs_command.hpp"
 #include "spawn.hpp"
 #include "sys.hpp"
@@ -73,6 +75,16 @@ int cli_report_fd(const CliArgs& cli) {
     return static_cast<int>(*fd);
 }
 
+void write_error_report(const ReportTarget& report, RunFacts& facts, const JailError& e) {
+    facts.setup_error = true;
+    facts.exit_code = e.exit_code();
+    facts.error_step = e.step();
+    facts.error_message = e.message();
+    facts.error_errno = e.err();
+    facts.error_hint = e.hint();
+    report.write(facts);
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "doctor") return run_doctor(args);
@@ -89,7 +101,7 @@ int run(int argc, char** argv) {
 
     // A report asked for on the command line is opened first, so that even a bad profile or
     // option value is reported to whoever reads it.
-    ReportTarget report = ReportTarget::open_from_parent(cli_report_path(cli, cwd), cli_report_fd(cli));
+    ReportTarget report = ReportTarget::open(cli_report_path(cli, cwd), cli_report_fd(cli));
     RunFacts facts;
     facts.command = cli.command;
     try {
@@ -103,31 +115,30 @@ int run(int argc, char** argv) {
         apply_profile(settings, parse_profile(profile.text, profile.path));
         apply_cli(settings, cli);
         Policy policy = make_policy(settings, cli.command, cwd);
-        if (!report.wanted()) report = ReportTarget::open_from_parent(policy.report_path, -1);
-        Prepared prepared = prepare_from_parent(std::move(policy), dirs);
-        if (prepared.policy.explain) {
-            std::fputs(explain_text({prepared.policy, prepared.rootfs, prepared.mounts,
-                                     prepared.ids, prepared.command.exec_path, prepared.argv,
-                                     prepared.env, prepared.seccomp ? &*prepared.seccomp : nullptr,
-                                     prepared.limits.entries, prepared.cgroup.ok
-                                         ? prepared.cgroup.base
-                                         : "none: " + prepared.cgroup.why_not})
+        if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
+        const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
+        const RunPlan& plan = prepared.plan;
+        if (plan.policy.explain) {
+            std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids,
+                                     plan.command.exec_path, plan.argv, plan.env,
+                                     plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
+                                     plan.cgroup.ok ? plan.cgroup.base
+                                                    : "none: " + plan.cgroup.why_not})
                            .c_str(),
                        stdout);
             return 0;
         }
-        int code = spawn_and_supervise_from_parent(prepared, argv, facts);
+        int code = supervisor::run_jail(prepared, argv, facts);
         report.write(facts);
         return code;
     } catch (const JailError& e) {
         // The report says what failed too: a cron job or an agent reads it, not stderr.
-        facts.setup_error = true;
-        facts.exit_code = e.exit_code();
-        facts.error_step = e.step();
-        facts.error_message = e.message();
-        facts.error_errno = e.err();
-        facts.error_hint = e.hint();
-        report.write(facts);
+        write_error_report(report, facts, e);
+        throw;
+    } catch (const std::exception& e) {
+        // Not one of ours (out of memory, say), perhaps after the program ran: the report
+        // still says the run failed.
+        write_error_report(report, facts, JailError("internal", e.what()));
         throw;
     }
 }

@@ -34,7 +34,7 @@ const std::vector<OptionSpec>& option_table() {
         {"wall-time", OptKind::Text, "0", "SECONDS",
          "Kill the whole jail after this many seconds of real time (0: no limit)", true},
         {"kill-grace", OptKind::Text, "5", "SECONDS",
-         "After relaying SIGTERM, SIGHUP, SIGINT or SIGQUIT, kill the whole jail if it is still "
+         "After relaying SIGTERM, SIGHUP or SIGQUIT, kill the whole jail if it is still "
          "running this many seconds later (0: at once)", true},
         {"cpu-time", OptKind::Text, "0", "SECONDS",
          "Kill the whole jail after this much CPU time, all its processes together (0: no limit)",

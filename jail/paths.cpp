@@ -146,12 +146,16 @@ std::vector<std::string> list_profiles(const DataDirs& dirs) {
     return names;
 }
 
+namespace {
+
 // "strict" names a shipped file; "./mine.toml" or "x.toml" is a path.
 bool names_a_file(const std::string& name_or_path) {
     return name_or_path.find('/') != std::string::npos ||
            (name_or_path.size() > 5 &&
             name_or_path.compare(name_or_path.size() - 5, 5, ".toml") == 0);
 }
+
+}  // namespace
 
 // Each file is opened where it is found and read from that descriptor: one open, and nothing
 // can change between the check and the read. What a file that cannot be opened means depends

@@ -105,9 +105,3 @@ BindSpec parse_bind(const std::string& text, bool writable, const std::string& o
                     const std::string& cwd);
 
 }  // namespace pyjail
-
-namespace pyjail {
-// The program's environment, built from scratch: fixed defaults, then the profile's and the
-// command line's --env. Never anything of the host's.
-std::vector<std::string> jail_environment(const Policy& policy);
-}  // namespace pyjail

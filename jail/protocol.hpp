@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "child_step.hpp"
+
 namespace pyjail {
 
 enum class MsgKind : std::uint32_t {
@@ -19,7 +21,7 @@ struct JailMessage {
     std::int32_t err;
     std::int32_t wait_status;
     std::int32_t exit_code;
-    char step[48];
+    ChildStep step;  // for Error: the step that failed
     char text[400];
 };
 

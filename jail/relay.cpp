@@ -18,7 +18,7 @@
 #include "error.hpp"
 #include "sys.hpp"
 
-namespace pyjail {
+namespace pyjail::supervisor {
 
 namespace {
 
@@ -78,7 +78,7 @@ StdioKind classify_host_fd(int fd) {
     }
 }
 
-void drop_own_stderr_if_stalled_from_parent(int wait_ms) {
+void drop_own_stderr_if_stalled(int wait_ms) {
     pollfd p{2, POLLOUT, 0};
     int n;
     do n = ::poll(&p, 1, wait_ms);
@@ -320,4 +320,4 @@ std::uint64_t StdioRelay::finish(double budget_ms) {
     return dropped;
 }
 
-}  // namespace pyjail
+}  // namespace pyjail::supervisor

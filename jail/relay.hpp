@@ -20,7 +20,7 @@
 
 #include "stdio.hpp"
 
-namespace pyjail {
+namespace pyjail::supervisor {
 
 // What the supervisor's descriptor `fd` is.
 StdioKind classify_host_fd(int fd);
@@ -32,7 +32,7 @@ bool same_host_object(int a, int b);
 // program's output filled, a stopped terminal) would make such a write wait forever: if fd 2
 // takes nothing within `wait_ms`, pyjail's fd 2 becomes /dev/null and they are dropped. Only
 // pyjail's own descriptor table changes; the caller's description stays as it was.
-void drop_own_stderr_if_stalled_from_parent(int wait_ms);
+void drop_own_stderr_if_stalled(int wait_ms);
 
 class StdioRelay {
 public:
@@ -82,4 +82,4 @@ private:
     struct sigaction old_alarm_ {};
 };
 
-}  // namespace pyjail
+}  // namespace pyjail::supervisor

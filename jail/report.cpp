@@ -11,24 +11,26 @@ namespace pyjail {
 
 std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
 
-std::string run_status(const RunFacts& f) {
+RunStatus classify_run(const RunFacts& f) {
     const Outcome& o = f.outcome;
     bool failed = !(o.kind == Outcome::Kind::Exited && o.code == 0);
-    if (f.setup_error) return "setup-error";
-    if (o.kind == Outcome::Kind::WallTimeout) return "wall-timeout";
-    if (o.kind == Outcome::Kind::GraceTimeout) return "grace-timeout";
+    if (f.setup_error) return RunStatus::SetupError;
+    if (o.kind == Outcome::Kind::WallTimeout) return RunStatus::WallTimeout;
+    if (o.kind == Outcome::Kind::GraceTimeout) return RunStatus::GraceTimeout;
     // RLIMIT_CPU (the fallback) ends a process with SIGXCPU.
     if (f.cpu_timeout || (o.kind == Outcome::Kind::Signaled && o.signal == SIGXCPU))
-        return "cpu-timeout";
-    if (f.output_limit) return "output-limit";
-    if (f.oom_kills > 0) return "oom";
-    if (f.pids_limit_hits > 0 && failed) return "pids-limit";
+        return RunStatus::CpuTimeout;
+    if (f.output_limit) return RunStatus::OutputLimit;
+    if (f.oom_kills > 0) return RunStatus::Oom;
+    if (f.pids_limit_hits > 0 && failed) return RunStatus::PidsLimit;
     // A refused syscall ended the program: it was killed for a foreign ABI (SIGSYS), or it
     // failed after something was refused.
-    if (!f.denied.empty() && failed) return "seccomp-denied";
-    if (o.kind == Outcome::Kind::Exited) return o.code == 0 ? "ok" : "exit";
-    return "signal";
+    if (!f.denied.empty() && failed) return RunStatus::SeccompDenied;
+    if (o.kind == Outcome::Kind::Exited) return o.code == 0 ? RunStatus::Ok : RunStatus::Exit;
+    return RunStatus::Signal;
 }
+
+std::string run_status(const RunFacts& f) { return std::string(status_name(classify_run(f))); }
 
 bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int pid1_code) {
     if (from_cgroup) return false;

@@ -11,26 +11,38 @@
 #include "exitstatus.hpp"
 #include "limits.hpp"
 #include "seccomp.hpp"
+#include "sys.hpp"
 
 namespace pyjail {
 
-struct RunFacts {
+// How the jail ended, as the supervisor saw it (supervise.hpp).
+struct JailEnd {
     Outcome outcome;
-    int exit_code = 0;                       // pyjail's own exit status
-    bool cpu_timeout = false;
-    bool output_limit = false;
-    std::uint64_t oom_kills = 0;             // memory.events oom_kill (cgroup only)
-    std::uint64_t pids_limit_hits = 0;       // pids.events max (cgroup only)
-    DeniedCounts denied;
+    bool cpu_timeout = false;                // the supervisor killed it for --cpu-time
+    bool output_limit = false;               // ... for --output-limit
+    DeniedCounts denied;                     // syscalls the filter refused
     std::uint64_t denied_throttled = 0;      // times answering refused syscalls was paused
     int relayed_signal = 0;                  // the first SIGTERM/SIGHUP/SIGINT/SIGQUIT relayed
-    double wall_s = 0;
+    double setup_ms = 0;                     // clone to "ready"
+    double wall_s = 0;                       // clone to the end of pid 1
+};
+
+// What the jail used, read after it ended: from its cgroup, or what the kernel accounted to
+// pyjail's reaped children.
+struct Usage {
     std::optional<double> user_s, system_s;
     std::optional<std::uint64_t> memory_peak;
     std::string memory_peak_source;          // "memory.peak", "ru_maxrss (largest process)"
+    std::uint64_t oom_kills = 0;             // memory.events oom_kill (cgroup only)
+    std::uint64_t pids_limit_hits = 0;       // pids.events max (cgroup only)
     // CPU and memory figures that miss some of the jail's processes (see usage_is_partial).
     bool usage_partial = false;
-    double setup_ms = 0;
+};
+
+// Everything the report says: how the jail ended and what it used, as gathered (not copied
+// field by field), and what pyjail adds.
+struct RunFacts : JailEnd, Usage {
+    int exit_code = 0;                       // pyjail's own exit status
     std::vector<LimitEntry> limits;
     std::string cgroup;                      // the jail's cgroup path, or ""
     // Set-up errors.
@@ -41,8 +53,12 @@ struct RunFacts {
     std::vector<std::string> command;
 };
 
-// ok, exit, signal, wall-timeout, grace-timeout, cpu-timeout, oom, pids-limit, output-limit,
-// seccomp-denied, setup-error.
+// How the run ended: the one place that decides it. A set-up error wins; then what the
+// supervisor did (a time limit's kill); then what the limits saw (RLIMIT_CPU ends a process
+// with SIGXCPU); then, for a program that failed, what was refused on the way.
+RunStatus classify_run(const RunFacts& facts);
+
+// The report's `status` field: status_name(classify_run(facts)).
 std::string run_status(const RunFacts& facts);
 
 // Whether the CPU and memory figures miss processes of the jail. With a cgroup they cover
@@ -55,5 +71,20 @@ bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int 
 std::string report_json(const RunFacts& facts);
 
 std::string json_string(const std::string& s);
+
+// Where the report goes (--report FILE, --report-fd N), opened before anything runs so that
+// an unwritable report fails the run up front. Not pure: report_target.cpp, in the binary.
+class ReportTarget {
+public:
+    // `path` ("" for none) or `fd` (-1 for none). Throws JailError (step "report").
+    static ReportTarget open(const std::string& path, int fd);
+    bool wanted() const { return fd_ >= 0; }
+    void write(const RunFacts& facts) const;  // failures are reported on stderr
+
+private:
+    UniqueFd owned_;
+    int fd_ = -1;
+    std::string name_;
+};
 
 }  // namespace pyjail

@@ -16,7 +16,7 @@
 #include "command.hpp"
 #include "error.hpp"
 
-namespace pyjail {
+namespace pyjail::setup {
 
 namespace {
 
@@ -30,7 +30,7 @@ int open_in_rootfs(int rootfs_fd, const std::string& jail_path, std::uint64_t fl
 
 }  // namespace
 
-UniqueFd open_rootfs_from_parent(const std::string& path) {
+UniqueFd open_rootfs(const std::string& path) {
     std::string hint = "build it with `cmake --build build` (the default rootfs) or "
                        "`pyjail rootfs build --out DIR` (or --name NAME), or pass --rootfs DIR";
     UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
@@ -123,4 +123,4 @@ unsigned long locked_flags_of(int fd) {
     return locked_mount_flags(sv.f_flag);
 }
 
-}  // namespace pyjail
+}  // namespace pyjail::setup

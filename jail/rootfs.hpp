@@ -8,10 +8,10 @@
 #include "mountplan.hpp"
 #include "sys.hpp"
 
-namespace pyjail {
+namespace pyjail::setup {
 
 // Opens the rootfs directory (O_PATH). Throws JailError saying how to build one.
-UniqueFd open_rootfs_from_parent(const std::string& path);
+UniqueFd open_rootfs(const std::string& path);
 
 std::vector<RootfsEntry> list_rootfs_top(int rootfs_fd);
 
@@ -28,4 +28,4 @@ std::vector<std::string> pythons_in_rootfs(int rootfs_fd);
 // MS_* flags of the mount `fd` lives on that a user namespace cannot clear.
 unsigned long locked_flags_of(int fd);
 
-}  // namespace pyjail
+}  // namespace pyjail::setup

@@ -151,22 +151,29 @@ Ctx build(const SeccompSet& set, NetMode net) {
     return ctx;
 }
 
-std::string read_fd(int fd) {
-    std::string out;
-    if (::lseek(fd, 0, SEEK_SET) != 0) return out;
+// The filter libseccomp exported into a memfd, from its start, into `out`. Returns 0 or an
+// errno: an unreadable export must not pass for an empty filter.
+int memfd_text(int fd, std::string& out) {
+    if (::lseek(fd, 0, SEEK_SET) != 0) return errno;
     char buf[8192];
     ssize_t n;
-    while ((n = ::read(fd, buf, sizeof buf)) > 0) out.append(buf, static_cast<std::size_t>(n));
-    return out;
+    while ((n = ::read(fd, buf, sizeof buf)) != 0) {
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    return 0;
 }
 
 std::string export_with(const Ctx& ctx, int (*exporter)(const scmp_filter_ctx, int)) {
     int fd = ::memfd_create("pyjail-seccomp", MFD_CLOEXEC);
     if (fd < 0) throw JailError("seccomp", "memfd_create", errno);
     int rc = exporter(ctx.get(), fd);
-    std::string out = rc == 0 ? read_fd(fd) : std::string();
+    std::string out;
+    int read_err = rc == 0 ? memfd_text(fd, out) : 0;
     ::close(fd);
     if (rc < 0) throw JailError("seccomp", "cannot export the filter", -rc);
+    if (read_err != 0) throw JailError("seccomp", "cannot read the exported filter", read_err);
     return out;
 }
 

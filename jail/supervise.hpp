@@ -15,26 +15,22 @@
 
 #include "exitstatus.hpp"
 #include "protocol.hpp"
+#include "report.hpp"
 #include "seccomp.hpp"
 
 namespace pyjail {
 
+namespace supervisor {
 class StdioRelay;
+}
 
 struct Supervised {
-    Outcome outcome;
+    JailEnd end;
     std::optional<JailMessage> error;  // a set-up step failed
-    double setup_ms = 0;               // clone to "ready"
-    double wall_s = 0;                 // clone to the end of pid 1
-    DeniedCounts denied;               // syscalls the filter refused
-    std::uint64_t denied_throttled = 0;  // times their answers were paused (rate limit)
-    int relayed_signal = 0;            // the first terminating signal relayed (0: none)
     // How pid 1 ended: exited on its own with `pid1_code` (kInitReapedAll: after waiting for
     // every process of the jail), or not (killed).
     bool pid1_exited = false;
     int pid1_code = 0;
-    bool cpu_timeout = false;
-    bool output_limit = false;
 };
 
 struct SuperviseArgs {
@@ -43,7 +39,7 @@ struct SuperviseArgs {
     int signal_fd = -1;  // a signalfd of the signals to relay
     double started_ms = 0;
     double wall_time = 0;                 // seconds; 0: none
-    // After relaying SIGTERM, SIGHUP, SIGINT or SIGQUIT: seconds until the jail is killed if
+    // After relaying SIGTERM, SIGHUP or SIGQUIT: seconds until the jail is killed if
     // it is still there (0: at once).
     double kill_grace = 5;
     const SeccompSet* seccomp = nullptr;  // decides the error for refused syscalls
@@ -52,7 +48,7 @@ struct SuperviseArgs {
     std::function<std::optional<double>()> cpu_usage;
     // The relay of the program's standard streams, if any go through it (relay.hpp): polled
     // in the loop, so a stalled reader never holds up a deadline; --output-limit counts there.
-    StdioRelay* relay = nullptr;
+    supervisor::StdioRelay* relay = nullptr;
     // cgroup.kill, when there is a cgroup: a kill is then SIGKILL to pid 1 and this. Without
     // one, a kill asks pid 1 to kill and wait for every process of the jail (so that their
     // usage is accounted) and SIGKILLs pid 1 if it is still there kReapAllMs later.
@@ -63,8 +59,12 @@ struct SuperviseArgs {
 inline constexpr double kDeniedAnswersPerSecond = 2000;
 inline constexpr double kDeniedAnswersBurst = 200;
 
-// Reaps pid 1 before returning.
-Supervised supervise_from_parent(const SuperviseArgs& args);
+namespace supervisor {
+
+// Until the jail's pid 1 is gone; reaps it before returning.
+Supervised supervise(const SuperviseArgs& args);
+
+}  // namespace supervisor
 
 double monotonic_ms();
 

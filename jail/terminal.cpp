@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-namespace pyjail {
+namespace pyjail::supervisor {
 
 namespace {
 
@@ -54,4 +54,4 @@ void TerminalSettings::restore() noexcept {
     ::sigprocmask(SIG_SETMASK, &old, nullptr);
 }
 
-}  // namespace pyjail
+}  // namespace pyjail::supervisor

@@ -11,7 +11,7 @@
 
 #include <vector>
 
-namespace pyjail {
+namespace pyjail::supervisor {
 
 class TerminalSettings {
 public:
@@ -34,4 +34,4 @@ private:
     std::vector<Saved> saved_;
 };
 
-}  // namespace pyjail
+}  // namespace pyjail::supervisor

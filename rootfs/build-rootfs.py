@@ -20,10 +20,16 @@ in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
 
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
-                  [--no-index] [--from-venv DIR] [--with PKG ...] [--shell-tools]
+                  [--no-index] [--from-venv DIR] [--allow-build] [--with PKG ...]
+                  [--shell-tools]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
+  build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
   build-rootfs.py info ROOTFS
   build-rootfs.py list --dir WHERE=DIR ...
+  build-rootfs.py sources ROOTFS
+
+Each build records where its host files came from (rootfs_sources.py) and how to build it
+again; `rebuild` does that after a host upgrade (rootfs_rebuild.py).
 
 Only the standard library of any python3 >= 3.9 is used.
 """
@@ -48,9 +54,11 @@ from concurrent.futures import ThreadPoolExecutor
 sys.path.insert(0, os.path.dirname(os.path.realpath(__file__)))
 import rootfs_elf  # noqa: E402
 import rootfs_packages  # noqa: E402
+import rootfs_rebuild  # noqa: E402
+import rootfs_sources  # noqa: E402
 from rootfs_packages import BuildError, one_line  # noqa: E402
 
-BUILDER_VERSION = "1.1.0"
+BUILDER_VERSION = "1.2.0"
 
 # Bytecode optimisation level passed to compileall's -o. 0 gives plain .pyc
 # (asserts and docstrings kept); 1 or 2 would give .opt-N.pyc, which the
@@ -189,6 +197,13 @@ class Builder:
         self.dists = []             # dist-info/egg-info names copied via --with
         self.compile_dirs = []      # in-root directories/files to byte-compile
         self.package_compile = []   # same, for --with packages
+        self.host_files = {}        # in-tree path -> host file copied there (rootfs_sources)
+        self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
+        self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
+        self.built = set()          # distributions whose wheel --allow-build built here
+        # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
+        # (the same versions and wheels) and whose `requested` it keeps.
+        self.previous_lock = None
 
     # ---------------------------------------------------------------- output
 
@@ -225,6 +240,8 @@ class Builder:
             self.package_elfs.add(d)   # read, not run through ldd: not the host's own file
         elif elf:
             self.elf_sources.add(os.path.realpath(src))
+        if not self.copying_packages:
+            self.host_files[path] = os.path.realpath(src)
 
     def symlink(self, path, target):
         d = self.dest(path)
@@ -371,6 +388,13 @@ class Builder:
             raise BuildError("output %s" % out,
                              "exists, is not empty and is not a rootfs made by this script",
                              "remove it yourself or choose another --out or --name")
+        owner = os.lstat(out).st_uid
+        if owner != os.geteuid():
+            # Root rebuilding a user's tree would leave root-owned files there; a user cannot
+            # replace another's anyway, and should learn so before the build, not after it.
+            raise BuildError("output %s" % out, "belongs to uid %d, not to you (uid %d)"
+                             % (owner, os.geteuid()),
+                             "build it as its owner, or choose another --out or --name")
 
     def make_layout(self):
         for d in ("usr/bin", "usr/lib", "etc") + MOUNT_POINTS:
@@ -589,23 +613,58 @@ class Builder:
         (on its sys.path), e.g. /usr/local/lib/python3.11/dist-packages on Debian."""
         return usr_path(self.info["purelib"])
 
+    def locked_pins(self):
+        """A rebuild's requirements: the pip packages of the tree it replaces, each pinned to
+        its version and, when every wheel was downloaded rather than built here, to its
+        wheel's hash (pip's hash-checking mode): the same wheels as before."""
+        pip = [e for e in self.previous_lock["packages"] if e.get("source") == "pip"]
+        hashes = all((e.get("wheel") or {}).get("sha256") and not e.get("built") for e in pip)
+        return ["%s==%s%s\n" % (e["name"], e["version"], " --hash=sha256:%s"
+                                 % e["wheel"]["sha256"] if hashes else "") for e in pip]
+
     def install_wheels(self):
         a = self.args
-        if not (a.requirements or a.pip):
+        pins = self.locked_pins() if self.previous_lock is not None else None
+        if not (a.requirements or a.pip or pins):
             return
         self.say("installing wheels with pip for %s" % self.python_desc)
         self.stage = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
                                       dir=os.path.dirname(self.out))
         target = os.path.join(self.stage, "site")
+        requirements, specs, extra = [os.path.abspath(f) for f in a.requirements], a.pip, []
+        if pins:
+            requirements, specs, extra = [os.path.join(self.stage, "locked.txt")], [], \
+                ["--no-deps"]   # the lock lists every distribution: exactly those
+            with open(requirements[0], "w", encoding="utf-8") as f:
+                f.write("".join(pins))
+        find_links = [d if "://" in d else os.path.abspath(d) for d in a.find_links]
+        no_index = a.no_index
+        if a.allow_build:
+            # Every wheel the requirements need, sdists built into wheels by pip in its own
+            # temporary directory (their code runs here, as this user, never in the tree);
+            # then the install below takes wheels from that directory only.
+            self.say("building wheels with pip (--allow-build)")
+            wheel_dir = os.path.join(self.stage, "wheels")
+            self.built = rootfs_packages.build_wheels(
+                self.binary, self.python_desc, wheel_dir, requirements, specs, find_links,
+                no_index, extra)
+            find_links, no_index = [wheel_dir], True
         report = rootfs_packages.run_pip(
             self.binary, self.python_desc, target, os.path.join(self.stage, "report.json"),
-            [os.path.abspath(f) for f in a.requirements], a.pip,
-            [d if "://" in d else os.path.abspath(d) for d in a.find_links], a.no_index)
+            requirements, specs, find_links, no_index, extra)
+        if pins:
+            old_site = os.path.join(self.out, self.site_dir().lstrip("/"))
+            rootfs_packages.unmark_requested(target, {
+                e for e in (os.listdir(old_site) if os.path.isdir(old_site) else [])
+                if os.path.exists(os.path.join(old_site, e, "REQUESTED"))})
         # Console scripts name the host's interpreter path, and a jail runs `python -m`.
         shutil.rmtree(os.path.join(target, "bin"), ignore_errors=True)
         self.copy_packages_from(target, lambda rel, is_dir: os.path.basename(rel) == "__pycache__")
-        self.lock += rootfs_packages.lock_entries(target, "pip",
-                                                  rootfs_packages.wheel_hashes(report))
+        entries = rootfs_packages.lock_entries(target, "pip", rootfs_packages.wheel_hashes(report))
+        for e in entries:
+            if rootfs_packages.canonical(e["name"]) in self.built:
+                e["built"] = True   # its build code ran on this host (--allow-build)
+        self.lock += entries
 
     def install_venv(self):
         if not self.venv_site:
@@ -620,6 +679,12 @@ class Builder:
                                  "take each package from one place")
         before = {e["name"] for e in self.lock}
         self.copy_packages_from(self.venv_site, rootfs_packages.venv_skip)
+        # Host files too, but each distribution's RECORD lists the hashes of its files: its
+        # own hash tells whether the virtualenv changed (rootfs_sources.check).
+        for entry, name, _ in rootfs_packages.dist_infos(self.venv_site):
+            if name not in before and not rootfs_packages.venv_skip(entry, True):
+                self.venv_dists[entry] = rootfs_packages.record_digest(
+                    os.path.join(self.venv_site, entry))[0]
         self.lock += [e for e in rootfs_packages.lock_entries(
             self.venv_site, "venv", {}) if e["name"] not in before and
             not rootfs_packages.venv_skip(e["name"], True)]
@@ -896,12 +961,15 @@ class Builder:
         for f in a.requirements:
             with open(f, encoding="utf-8", errors="replace") as rf:
                 requested += [l.strip() for l in rf if l.strip() and not l.startswith("#")]
+        requested = {"requirements": requested, "pip": list(a.pip),
+                     "from_venv": bool(a.from_venv), "with": sorted(set(a.with_))}
+        if self.previous_lock is not None:
+            requested = self.previous_lock["requested"]   # a rebuild asked for the same
         lock = {
             "lock_version": rootfs_packages.LOCK_VERSION,
             "python": info["version"],
             "site_packages": self.site_dir(),
-            "requested": {"requirements": requested, "pip": list(a.pip),
-                          "from_venv": bool(a.from_venv), "with": sorted(set(a.with_))},
+            "requested": requested,
             "packages": self.lock + [{"name": d.split("-")[0], "version": d.split("-", 1)[-1],
                                       "source": "with", "wheel": None,
                                       "record_sha256": None, "files": None}
@@ -944,6 +1012,12 @@ class Builder:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     h.update(chunk)
             lines.append("%s  %s\n" % (h.hexdigest(), rel))
+        # Where the host files came from (its own hash is in the manifest like the lock's).
+        self.write_sources({rel[1:]: l.split("  ", 1)[0] for rel, l in zip(files, lines)})
+        with open(self.dest("/" + rootfs_sources.SOURCES), "rb") as f:
+            lines.append("%s  ./%s\n" % (hashlib.sha256(f.read()).hexdigest(),
+                                         rootfs_sources.SOURCES))
+            total += os.fstat(f.fileno()).st_size
         self.write_text("/" + SYMLINKS,
                         "".join("%s -> %s\n" % l for l in sorted(links)))
         with open(self.dest("/" + SYMLINKS), "rb") as f:
@@ -952,7 +1026,7 @@ class Builder:
         lines.sort(key=lambda l: l.split("  ", 1)[1])
         self.write_text("/" + MANIFEST, "".join(lines))
         total += os.path.getsize(self.dest("/" + MANIFEST))
-        self.nfiles = len(files) + 2
+        self.nfiles = len(files) + 3
         self.nbytes = total
         # mtimes last: children before their directory, the root at the end.
         t = (self.epoch, self.epoch)
@@ -961,10 +1035,21 @@ class Builder:
                 os.utime(os.path.join(dirpath, name), t, follow_symlinks=False)
             os.utime(dirpath, t)
 
+    def write_sources(self, digests):
+        """etc/pyjail-rootfs.sources.json: where each host file came from (rootfs_sources.py)
+        and what a rebuild repeats (rootfs_rebuild.inputs)."""
+        venv = (self.venv_site, self.venv_dists) if self.venv_site else None
+        rec = rootfs_sources.record(self.host_files, digests, self.pyjail_files, venv)
+        rec["inputs"] = rootfs_rebuild.inputs(self.args, self.epoch)
+        self.write_text("/" + rootfs_sources.SOURCES,
+                        json.dumps(rec, indent=2, sort_keys=True) + "\n")
+
     def install(self):
-        """Move the finished tree to --out, replacing an earlier build."""
+        """Move the finished tree to --out, replacing an earlier build. Jails running in the
+        earlier tree keep it (rootfs_rebuild.retire)."""
         out, tmp = self.out, self.root
         self.check_out()
+        rootfs_rebuild.sweep(out)
         if not os.path.lexists(out):
             os.rename(tmp, out)
             self.root = None
@@ -980,7 +1065,8 @@ class Builder:
                 os.rename(old, out)
                 raise
             tmp = old
-        self.root = tmp   # now the previous tree: cleanup() removes it
+        self.root = None
+        rootfs_rebuild.retire(tmp, out, self.say)
         self.cleanup()
 
     # ------------------------------------------------------------------ main
@@ -1015,17 +1101,19 @@ class Builder:
 
     def copy_session_server(self):
         """The in-jail half of the Python package's Session, importable as
-        pyjail_server from /usr/lib/pyjail (the driver sends its own copy when
-        this one is missing or differs). Found in the source tree, or next to the
-        installed builder."""
-        here = os.path.dirname(os.path.realpath(__file__))
-        src = os.path.join(here, os.pardir, "python", "pyjail", "_server.py")
-        if not os.path.isfile(src):
-            src = os.path.join(here, "pyjail_server.py")
-        if not os.path.isfile(src):
-            self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
-            return
-        self.copy_file(src, "/usr/lib/pyjail/pyjail_server.py")
+        pyjail_server (with pyjail_spawn and pyjail_wire) from /usr/lib/pyjail
+        (the driver sends its own copies when these are missing or differ).
+        Found in the source tree, or next to the installed builder."""
+        for dst, src in session_server_files().items():
+            if not os.path.isfile(src):
+                self.warn("no %s: the rootfs gets no session server" % os.path.normpath(src))
+                return
+        for dst, src in session_server_files().items():
+            self.copy_file(src, dst)
+            # pyjail's file, not the host's: its record is compared with the copy the pyjail
+            # installed now would put in, wherever that is.
+            del self.host_files[dst]
+            self.pyjail_files[dst] = rootfs_sources.file_sha256(src)
         self.compile_dirs.append("/usr/lib/pyjail")
 
     def build(self):
@@ -1103,6 +1191,33 @@ class Builder:
             self.made_parent = None
 
 
+SESSION_MODULES = ("wire", "spawn", "server")
+
+
+def session_server_files():
+    """The session server's modules this builder puts into a rootfs, {path in the rootfs:
+    source}: the source tree's, or the ones installed next to the builder."""
+    here = os.path.dirname(os.path.realpath(__file__))
+    files = {}
+    for module in SESSION_MODULES:
+        src = os.path.join(here, os.pardir, "python", "pyjail", "_%s.py" % module)
+        if not os.path.isfile(src):
+            src = os.path.join(here, "pyjail_%s.py" % module)
+        files["/usr/lib/pyjail/pyjail_%s.py" % module] = src
+    return files
+
+
+def sources_state(root):
+    """rootfs_sources.check() for the rootfs at `root`: have its host files changed?"""
+    now = {dst: rootfs_sources.file_sha256(src)
+           for dst, src in session_server_files().items() if os.path.isfile(src)}
+
+    def venv_records(site, dists):
+        return {d: rootfs_packages.record_digest(os.path.join(site, d))[0] for d in dists}
+
+    return rootfs_sources.check(rootfs_sources.read(root), now, venv_records)
+
+
 def exchange(a, b):
     """Atomically swap two paths with renameat2(RENAME_EXCHANGE).
 
@@ -1163,6 +1278,9 @@ def parse_build_args(argv, prog):
                    help="do not use the package index: only --find-links directories")
     p.add_argument("--from-venv", metavar="DIR",
                    help="take the packages of this virtualenv (of the same Python)")
+    p.add_argument("--allow-build", action="store_true",
+                   help="build the wheels of packages that have only a source distribution, "
+                        "with pip, outside the rootfs (their build code runs on this host)")
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
                    help="also copy this importable package of the host interpreter "
                         "(repeatable, dependencies not followed)")
@@ -1200,6 +1318,12 @@ def parse_args(argv):
 
 
 def run_build(argv, prog):
+    return run_guarded(lambda: Builder(parse_build_args(argv, prog)))
+
+
+def run_guarded(make_builder):
+    """Runs make_builder().build(): 0, or REPORT's status after one line on stderr. Whatever
+    happens, nothing half-built stays behind."""
     builder = None
 
     def on_term(signum, frame):
@@ -1208,7 +1332,7 @@ def run_build(argv, prog):
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGHUP, on_term)
     try:
-        builder = Builder(parse_build_args(argv, prog))
+        builder = make_builder()
         builder.build()
         return 0
     except BuildError as e:
@@ -1229,13 +1353,92 @@ def run_build(argv, prog):
 
 def run_info(argv, prog):
     import rootfs_show
-    p = ArgumentParser(prog=prog, description="Show what a rootfs holds: its Python, size "
-                       "and the packages of its lock.")
+    p = ArgumentParser(prog=prog, description="Show what a rootfs holds: its Python, size, "
+                       "the packages of its lock, and whether its host files changed since.")
     p.add_argument("rootfs", metavar="ROOTFS", help="a rootfs directory")
     p.add_argument("--json", action="store_true", help="print JSON")
     args = p.parse_args(argv)
-    rootfs_show.show_info(os.path.abspath(args.rootfs), args.json)
+    root = os.path.abspath(args.rootfs)
+    rootfs_show.read_info(root)     # not a rootfs: say so first
+    rootfs_show.show_info(root, args.json, sources_state(root))
     return 0
+
+
+def run_sources(argv, prog):
+    """For pyjail doctor: whether a rootfs's host files changed, as one line of JSON."""
+    p = ArgumentParser(prog=prog)
+    p.add_argument("rootfs", metavar="ROOTFS")
+    print(json.dumps(sources_state(os.path.abspath(p.parse_args(argv).rootfs)), sort_keys=True))
+    return 0
+
+
+def rebuild_builder(root, if_stale, quiet, prog, pyjail_binary=None):
+    """A Builder that rebuilds the rootfs at `root` in place from what its build recorded:
+    the same options, the locked pip packages, the host's files as they are now. None when
+    --if-stale and nothing changed."""
+    import rootfs_show
+    rootfs_show.read_info(root)
+    rec = rootfs_sources.read(root)
+    if rec is None or "inputs" not in rec:
+        raise BuildError("rebuild %s" % root, "it does not record how it was built (its "
+                         "builder predates rebuilds)", "build it again with pyjail rootfs "
+                         "build --out DIR (or --name NAME) and the options it was built with")
+    if if_stale and sources_state(root)["state"] == "fresh":
+        print("rootfs: %s: its sources are as built, nothing to do" % root, flush=True)
+        return None
+    args = parse_build_args(["--out", root] + (["--quiet"] if quiet else []), prog)
+    for key, value in rec["inputs"].items():
+        if hasattr(args, key) and key not in rootfs_rebuild.NOT_INPUTS:
+            setattr(args, key, value)
+    args.pyjail_binary = pyjail_binary
+    os.environ["SOURCE_DATE_EPOCH"] = str(rec["inputs"]["source_date_epoch"])
+    builder = Builder(args)
+    # Its pip packages are the lock's, pinned (Builder.locked_pins), not --pip's again.
+    builder.previous_lock = rootfs_show.read_lock(root)
+    return builder
+
+
+def run_rebuild(argv, prog):
+    p = ArgumentParser(prog=prog, description="Rebuild rootfses in place from what their "
+                       "build recorded, taking the host's files as they are now (after a "
+                       "security update). Jails running in the old tree keep it.")
+    p.add_argument("rootfs", nargs="*", metavar="ROOTFS", help="a rootfs directory")
+    p.add_argument("--all", action="store_true",
+                   help="every rootfs pyjail rootfs list shows that you own")
+    p.add_argument("--if-stale", action="store_true",
+                   help="only those whose host files changed since they were built")
+    p.add_argument("--quiet", action="store_true", help="print only summary lines and errors")
+    p.add_argument("--dir", action="append", default=[], help=argparse.SUPPRESS)
+    p.add_argument("--default", help=argparse.SUPPRESS)
+    p.add_argument("--pyjail-binary", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    if not args.rootfs and not args.all:
+        p.error("name the rootfs to rebuild, or pass --all")
+    named = [os.path.abspath(r) for r in args.rootfs]
+    roots = rootfs_rebuild.targets(named, args.all,
+                                   args.default,
+                                   [tuple(d.split("=", 1)) for d in args.dir if "=" in d])
+    status, done = 0, 0
+    for root in roots:
+        if root not in named and os.lstat(root).st_uid != os.geteuid():
+            continue    # another user's (root's installed ones, for a user): theirs to rebuild
+        done += 1
+        status = run_guarded(lambda root=root: rebuild_builder(
+            root, args.if_stale, args.quiet, prog, args.pyjail_binary) or NoBuild()) or status
+    if not done:
+        print("rootfs: no rootfs of yours to rebuild (pyjail rootfs list shows them all)",
+              flush=True)
+    return status
+
+
+class NoBuild:
+    """What run_guarded builds when --if-stale finds nothing to do."""
+
+    def build(self):
+        pass
+
+    def cleanup(self):
+        pass
 
 
 def run_list(argv, prog):
@@ -1256,7 +1459,8 @@ def main(argv=None):
         argv.pop(0)
         REPORT.update(prog="pyjail rootfs", status=125)
         prog = "pyjail rootfs"
-    commands = {"build": run_build, "info": run_info, "list": run_list}
+    commands = {"build": run_build, "info": run_info, "list": run_list,
+                "rebuild": run_rebuild, "sources": run_sources}
     if argv and argv[0] in commands:
         command = argv.pop(0)
         try:

@@ -46,7 +46,7 @@ def canonical(name):
 # ------------------------------------------------------------------------------------ pip
 
 
-def pip_command(python, target, report, requirements, specs, find_links, no_index):
+def pip_command(python, target, report, requirements, specs, find_links, no_index, extra=()):
     """The pip command that installs `requirements` files and `specs` into `target`."""
     cmd = [python, "-I", "-m", "pip", "install", "-vv", "--disable-pip-version-check",
            "--no-input", "--root-user-action=ignore",
@@ -63,7 +63,7 @@ def pip_command(python, target, report, requirements, specs, find_links, no_inde
         cmd += ["--find-links", d]
     for r in requirements:
         cmd += ["--requirement", r]
-    return cmd + list(specs)
+    return cmd + list(extra) + list(specs)
 
 
 def explain_pip_failure(log, python_desc):
@@ -75,6 +75,10 @@ def explain_pip_failure(log, python_desc):
     if m:
         req = m.group(1)
         project = canonical(re.split(r"[<>=!~;\[ ]", req)[0])
+        # A dependency, not what was asked for: say whose.
+        parent = re.search(r"^ERROR: Could not find a version that satisfies the requirement "
+                           r"%s \(from (?!versions:)([^,)]+)" % re.escape(req), log, re.M)
+        what = "requirement %s" % req + (" (needed by %s)" % parent.group(1) if parent else "")
         skipped = []
         for l in lines:
             link = re.search(r"Skipping link: (.*?): (\S+?)(?:#\S*)?(?: \(from .*\))?$", l)
@@ -92,25 +96,26 @@ def explain_pip_failure(log, python_desc):
         versions = versions.group(1) if versions else "none"
         if versions != "none":
             shown = versions.split(", ")
-            return ("requirement %s" % req,
+            return (what,
                     "no version of it that matches has a wheel for %s (versions with one: %s)"
                     % (python_desc, ", ".join(shown[-5:])),
                     "change the version it asks for")
         if wheels:
             tags = sorted({t for l in wheels for t in re.findall(r"tags \(([^)]*)\)", l)})
             shown = ", ".join(tags[-4:]) + (", ..." if len(tags) > 4 else "")
-            return ("requirement %s" % req,
+            return (what,
                     "no wheel of it for %s (its wheels are for: %s)"
                     % (python_desc, shown or "other Python versions"),
                     "pick a package or version that has a wheel for this interpreter, or build "
                     "the rootfs from an interpreter its wheels support (--python)")
         if sdists:
-            return ("requirement %s" % req,
+            return (what,
                     "it has only source distributions (%s), and building one would run its "
                     "code on this host" % sdists[-1],
                     "use a version that has a wheel, or build the wheel yourself (pip wheel) "
-                    "and pass its directory with --find-links DIR")
-        return ("requirement %s" % req,
+                    "and pass its directory with --find-links DIR, or pass --allow-build to "
+                    "let pip build it here")
+        return (what,
                 "no such project on the index%s" % (
                     " or in the --find-links directories" if "Looking in links" in log else ""),
                 "check the name (pip index versions NAME), or add --find-links DIR with its "
@@ -130,20 +135,62 @@ def explain_pip_failure(log, python_desc):
             "with --no-index --find-links DIR on an offline host")
 
 
-def run_pip(python, python_desc, target, report, requirements, specs, find_links, no_index):
-    """Installs into `target`; returns pip's installation report (a dict). Raises BuildError."""
-    cmd = pip_command(python, target, report, requirements, specs, find_links, no_index)
+def pip_run(cmd):
+    """Runs pip (cmd[0] is the interpreter); returns the process, its log in stdout."""
     env = dict(os.environ)
     for k in list(env):
         if k.startswith("PYTHON"):
             del env[k]
     env["LC_ALL"] = "C.UTF-8"
     try:
-        proc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, universal_newlines=True, env=env)
     except OSError as e:
-        raise BuildError("pip", "cannot run %s: %s" % (python, e.strerror),
+        raise BuildError("pip", "cannot run %s: %s" % (cmd[0], e.strerror),
                          "check --python")
+
+
+def build_wheels(python, python_desc, wheel_dir, requirements, specs, find_links, no_index,
+                 extra=()):
+    """--allow-build: `pip wheel` puts a wheel of every distribution the requirements need
+    into `wheel_dir`, building those that have only a source distribution -- which runs their
+    build code on this host, as the invoking user, in pip's temporary directory, never in the
+    rootfs. Returns the canonical names of the distributions it built. Raises BuildError."""
+    # --no-cache-dir: every sdist is built by this build, never a wheel an earlier one cached
+    # (so "Created wheel for" names every distribution built, for the lock).
+    cmd = [python, "-I", "-m", "pip", "wheel", "-vv", "--disable-pip-version-check",
+           "--no-input", "--no-cache-dir", "--wheel-dir", wheel_dir]
+    if no_index:
+        cmd.append("--no-index")
+    for d in find_links:
+        cmd += ["--find-links", d]
+    for r in requirements:
+        cmd += ["--requirement", r]
+    proc = pip_run(cmd + list(extra) + list(specs))
+    log = proc.stdout
+    if proc.returncode != 0:
+        if "subprocess-exited-with-error" in log or "Failed building wheel" in log:
+            # The build's own output is indented in pip's log, before pip's summary.
+            what = re.findall(r"^(?:Building wheel for|Processing) (\S+)", log, re.M)
+            what = re.sub(r"\.(tar\.gz|zip|tar\.bz2)$", "", os.path.basename(
+                what[-1])) if what else "a source distribution"
+            own = log.split("subprocess-exited-with-error")[0]
+            errors = re.findall(r"^\s+([A-Za-z_.]*(?:Error|Exception): .*)$", own, re.M)
+            raise BuildError("--allow-build: building %s" % what,
+                             "its build failed: %s" % one_line(
+                                 errors[-1] if errors else "see pip wheel's output", 200),
+                             "pip wheel %s shows the whole log; install what its build "
+                             "needs, or use a version that has a wheel"
+                             % re.sub(r"-[0-9][^-]*$", "", what))
+        raise BuildError(*explain_pip_failure(log, python_desc))
+    return {canonical(m) for m in re.findall(r"Created wheel for (\S+?):", log)}
+
+
+def run_pip(python, python_desc, target, report, requirements, specs, find_links, no_index,
+            extra=()):
+    """Installs into `target`; returns pip's installation report (a dict). Raises BuildError."""
+    proc = pip_run(pip_command(python, target, report, requirements, specs, find_links,
+                               no_index, extra))
     if proc.returncode != 0:
         raise BuildError(*explain_pip_failure(proc.stdout, python_desc))
     try:
@@ -152,6 +199,23 @@ def run_pip(python, python_desc, target, report, requirements, specs, find_links
     except (OSError, ValueError) as e:
         raise BuildError("pip", "no installation report (%s)" % e,
                          "use pip 22.2 or newer for the rootfs's interpreter")
+
+
+def unmark_requested(site, requested):
+    """pip marks every distribution it was asked for with a REQUESTED file (listed in its
+    RECORD). A rebuild asks for each locked distribution by name; this takes the mark off those
+    not in `requested` (the dist-info directories that had it before), so the rebuilt tree is
+    the tree built first."""
+    for entry, _, _ in dist_infos(site):
+        mark = os.path.join(site, entry, "REQUESTED")
+        if entry in requested or not os.path.exists(mark):
+            continue
+        os.unlink(mark)
+        record = os.path.join(site, entry, "RECORD")
+        with open(record, "rb") as f:       # bytes: its line ends stay as pip wrote them
+            rows = [r for r in f if r.split(b",")[0] != os.fsencode(entry + "/REQUESTED")]
+        with open(record, "wb") as f:
+            f.writelines(rows)
 
 
 def wheel_hashes(report):

@@ -8,6 +8,7 @@ import json
 import os
 
 from rootfs_packages import LOCK, BuildError
+from rootfs_rebuild import SIBLING_RE
 
 INFO = "etc/pyjail-rootfs"
 MANIFEST = "etc/pyjail-manifest.sha256"
@@ -57,7 +58,8 @@ def packages_of(info, lock):
             for n in names]
 
 
-def show_info(root, as_json=False):
+def show_info(root, as_json=False, sources=None):
+    """sources: rootfs_sources.check()'s verdict on the tree's host files."""
     info = read_info(root)
     lock = read_lock(root)
     files, size = tree_size(root)
@@ -66,13 +68,21 @@ def show_info(root, as_json=False):
         print(json.dumps({"rootfs": root, "python": info.get("PYTHON_VERSION"),
                           "interpreter": info.get("PYTHON"), "files": files, "bytes": size,
                           "builder_version": info.get("BUILDER_VERSION"),
-                          "lock": lock}, indent=2, sort_keys=True))
+                          "lock": lock, "sources": sources}, indent=2, sort_keys=True))
         return
     print("rootfs       %s" % root)
     print("python       %s (%s)" % (info.get("PYTHON_VERSION", "?"), info.get("PYTHON", "?")))
     print("size         %d files, %.1f MiB" % (files, size / 1048576.0))
     print("built by     build-rootfs %s, SOURCE_DATE_EPOCH=%s" % (
         info.get("BUILDER_VERSION", "?"), info.get("SOURCE_DATE_EPOCH", "?")))
+    if sources is not None:
+        if sources["state"] == "stale":
+            print("sources      CHANGED on the host since the build (rebuild it: pyjail rootfs "
+                  "rebuild %s)" % root)
+            for change in sources["changes"]:
+                print("  %s" % change)
+        else:
+            print("sources      %s" % sources["summary"])
     if lock is None:
         print("lock         none (built before locks existed: rebuild to get one)")
     else:
@@ -100,7 +110,7 @@ def show_list(dirs, default):
             continue
         for name in names:
             path = os.path.join(d, name)
-            if ".tmp-" in name or ".pip-" in name or not os.path.isfile(
+            if SIBLING_RE.search(name) or not os.path.isfile(
                     os.path.join(path, INFO)):
                 continue
             rows.append((name if name not in seen else name + " (hidden)", where, path))

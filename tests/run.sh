@@ -2,7 +2,8 @@
 # The whole test suite: installs what it needs (on Debian; through sudo when not root),
 # builds with warnings as errors, runs the unit tests, installs pyjail into a throw-away
 # staging prefix and runs the integration tests against that installed copy -- as root and
-# as an unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm).
+# as an unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm); fuzzes the
+# parsers for 20 s each (PYJAIL_FUZZ_SECONDS).
 #
 #   tests/run.sh            # everything
 #   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
@@ -13,10 +14,10 @@ build=${PYJAIL_BUILD_DIR:-$root/build}
 
 say() { printf '==> %s\n' "$*"; }
 
-debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
+debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
-      python3-venv python3-pip man-db bubblewrap)
+      python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 say "building ($build)"
@@ -29,6 +30,8 @@ cmake --build "$build" --target rootfs-data
 
 say "unit tests"
 (cd "$build" && ctest --output-on-failure)
+say "fuzzing the parsers (tests/fuzz/README.md)"
+tests/fuzz/run.sh
 
 # The integration tests run pyjail as an unprivileged user too, who cannot reach into this
 # checkout (it may live under a private home): test an installed copy in a staging prefix.
@@ -45,7 +48,8 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
 fi
 
 say "integration tests, and the cgroup v2 limits in a VM"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man "$@"
+/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man \
+    tests/test_must_work.py "$@"
 
 # The Python package, against the real LangChain and smolagents from PyPI, in a venv.
 venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}

@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libfmt-dev
+debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev nlohmann-json3-dev python3)
 tools/apt-install-missing.sh "${debs[@]}"
 

@@ -25,7 +25,6 @@ from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_
 from ._run import Result, run
 from ._session import (CellError, CellResult, FinalCall, JailObject, Session, SessionClosedError,
                        SessionDiedError, SessionError)
-from ._server import HostFunctionError
 
 __version__ = "0.1.0"
 
@@ -33,6 +32,6 @@ __all__ = [
     "run", "Result", "Report",
     "Session", "CellResult", "CellError", "FinalCall", "JailObject",
     "PyjailError", "BinaryNotFoundError", "JailError", "ProtocolError",
-    "SessionError", "SessionClosedError", "SessionDiedError", "HostFunctionError",
+    "SessionError", "SessionClosedError", "SessionDiedError",
     "find_binary", "__version__",
 ]

@@ -1,78 +1,19 @@
-"""The driver's end of the framed channel to the in-jail server, and how the
-server is started."""
+"""The driver's end of the framed channel to the in-jail server (see _wire's
+protocol description): frames sent and received with deadlines, every frame
+from the jail checked by _wire.decode_header_from_jail."""
 
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 import select
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
-from . import _server
+from . import _wire
 from ._common import PyjailError
 
 Frame = Tuple[Dict[str, Any], bytes]
-
-_SOURCE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_server.py")
-with open(_SOURCE_PATH, "rb") as _f:
-    SERVER_SOURCE = _f.read()
-SERVER_SHA256 = hashlib.sha256(SERVER_SOURCE).hexdigest()
-
-# The jail's program: `python -I -c BOOT SHA256`. It runs the rootfs's copy of
-# the server when that is byte for byte the driver's own, and otherwise asks
-# the driver for the source, so a driver never talks to a server of another
-# version (an older rootfs, a --rootfs built elsewhere).
-BOOT = r"""
-import sys
-def _boot(want):
-    import os, struct
-    path = "/usr/lib/pyjail/pyjail_server.py"
-    try:
-        import hashlib
-        with open(path, "rb") as f:
-            have = hashlib.sha256(f.read()).hexdigest()
-    except (OSError, ImportError):
-        have = None
-    if have == want:
-        sys.path.insert(0, "/usr/lib/pyjail")
-        try:
-            import pyjail_server as m
-        finally:
-            del sys.path[0]
-    else:
-        head = b'{"op":"need-source"}'
-        os.write(1, struct.pack(">4sII", b"PJF1", len(head), 0) + head)
-        def read(n):
-            b = b""
-            while len(b) < n:
-                c = os.read(0, n - len(b))
-                if not c:
-                    raise SystemExit(3)
-                b += c
-            return b
-        magic, hlen, blen = struct.unpack(">4sII", read(12))
-        read(hlen)
-        src = read(blen)
-        import types
-        m = types.ModuleType("pyjail_server")
-        m.__file__ = path
-        m.FROM_DRIVER = True
-        sys.modules["pyjail_server"] = m
-        exec(compile(src, path, "exec"), m.__dict__)
-    m.main()
-_boot(sys.argv[1])
-"""
-
-
-def server_command() -> List[str]:
-    """The command (after pyjail's `--`) that starts the in-jail server."""
-    return ["python", "-I", "-c", BOOT, _SERVER_SHA256_IN_USE[0]]
-
-
-# The hash the driver asks for (tests replace it to force the fallback).
-_SERVER_SHA256_IN_USE = [SERVER_SHA256]
 
 
 class ChannelError(PyjailError):
@@ -100,9 +41,10 @@ class Channel:
     """Frames over the jail's stdin (wfd) and stdout (rfd), with deadlines.
 
     Everything read is hostile: a frame's sizes are checked before anything
-    is allocated for it (its header at most _server.HEADER_FROM_JAIL bytes,
-    its body at most ``max_body``), and its header must be a JSON object
-    (see _server.decode_header_from_jail). Host memory for one frame stays
+    is allocated for it (its header at most _wire.HEADER_FROM_JAIL bytes,
+    its body at most ``max_body``), and its header must be a well-formed frame
+    of the jail's (see _wire.decode_header_from_jail: a JSON object, an
+    operation of _wire.OPS with its fields). Host memory for one frame stays
     within a few times its size."""
 
     def __init__(self, wfd: int, rfd: int, max_body: int) -> None:
@@ -115,7 +57,7 @@ class Channel:
         self._writable = select.poll()
         self._writable.register(wfd, select.POLLOUT)
         # Its poller (rfd, POLLIN) is also what recv sleeps on.
-        self._spinner = _server.Spinner(rfd)
+        self._spinner = _wire.Spinner(rfd)
 
     @staticmethod
     def _wait(poller: "select.poll", deadline: Optional[float]) -> None:
@@ -136,7 +78,7 @@ class Channel:
              deadline: Optional[float] = None) -> None:
         if self.closed:
             raise ChannelClosed("the channel is closed")
-        view = memoryview(_server.encode_frame(header, body))
+        view = memoryview(_wire.encode_frame(header, body))
         while view:
             try:
                 n = os.write(self.wfd, view)
@@ -152,14 +94,14 @@ class Channel:
 
     def _parse(self) -> Optional[Frame]:
         try:
-            frame = _server.parse_frame(self.buf, self.max_body, _server.HEADER_FROM_JAIL)
+            frame = _wire.parse_frame(self.buf, self.max_body, _wire.HEADER_FROM_JAIL)
         except ValueError as e:
             raise ProtocolError(str(e))
         if frame is None:
             return None
         head, body = frame
         try:
-            return _server.decode_header_from_jail(head), body
+            return _wire.decode_header_from_jail(head), body
         except ValueError as e:
             raise ProtocolError("bad frame header: %s" % str(e)[:200])
 
@@ -188,7 +130,7 @@ class Channel:
             if not more and not self._spinner.spin(deadline):
                 # A reply is seldom there yet: wait first rather than pay for
                 # a read that fails (the pipe is non-blocking), and spin
-                # first (see _server.SPIN_S).
+                # first (see _wire.SPIN_S).
                 self._wait(self._spinner.poller, deadline)
             try:
                 # A pipe holds 64 KiB: asking for more only costs a larger
@@ -206,18 +148,3 @@ class Channel:
                     raise ChannelClosed("the jail closed the channel in the middle of a frame")
                 raise ChannelClosed("the jail closed the channel")
             self.buf += data
-
-    def handshake(self, deadline: Optional[float]) -> Dict[str, Any]:
-        """Wait for the server's hello, sending it its source if it asks."""
-        header, _ = self.recv(deadline)
-        if header.get("op") == "need-source":
-            self.send({"op": "source"}, SERVER_SOURCE, deadline)
-            header, _ = self.recv(deadline)
-        if header.get("op") == "refused":
-            raise ServerRefused(str(header.get("error"))[:4096])
-        if header.get("op") != "hello":
-            raise ProtocolError("expected the server's hello, got %r" % header.get("op"))
-        if header.get("protocol") != _server.PROTOCOL:
-            raise ProtocolError("the jail speaks protocol %r, this driver %d"
-                                % (header.get("protocol"), _server.PROTOCOL))
-        return header

@@ -82,7 +82,7 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               cpu_time: Optional[float] = None, memory: Optional[Size] = None,
               pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
               net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-              ro_bind: Sequence[str] = (), rootfs: Optional[str] = None,
+              ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = ()) -> List[str]:
@@ -176,6 +176,11 @@ class Report:
                 data = f.read(4 << 20)
         except OSError:
             return None
+        return cls.parse(data)
+
+    @classmethod
+    def parse(cls, data: bytes) -> Optional["Report"]:
+        """The report in ``data`` (pyjail's JSON), or None if there is none."""
         if not data.strip():
             return None
         try:

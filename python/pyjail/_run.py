@@ -11,11 +11,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
-from . import _server
+from . import _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
-                       ServerRefused, server_command)
+                       ServerRefused)
 from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, check_name, find_binary,
                       jail_args, pyjail_message, render_output)
+from ._launch import Launched, handshake, launch, server_command
 
 __all__ = ["run", "Result"]
 
@@ -128,7 +129,7 @@ def _outputs_from_jail(reply: Dict[str, Any], body: bytes, collect: Union[bool, 
             raise ProtocolError("the jail sent back file %r with a bad size %r" % (name, size))
         if name in seen or name == script_name:
             raise ProtocolError("the jail sent back file %r twice, or the program itself" % name)
-        if not _server.matches_patterns(name, patterns):
+        if not _wire.matches_patterns(name, patterns):
             raise ProtocolError("the jail sent back file %r, which matches none of outputs=%r"
                                 % (name, patterns))
         seen.add(name)
@@ -145,9 +146,9 @@ def _outputs_from_jail(reply: Dict[str, Any], body: bytes, collect: Union[bool, 
     for name, size in checked:
         files[name] = body[pos:pos + size]
         pos += size
-    if len(skipped_entries) > _server.SKIPPED_LIMIT:
+    if len(skipped_entries) > _wire.SKIPPED_LIMIT:
         raise ProtocolError("the jail named %d skipped files, more than %d"
-                            % (len(skipped_entries), _server.SKIPPED_LIMIT))
+                            % (len(skipped_entries), _wire.SKIPPED_LIMIT))
     skipped: Dict[str, str] = {}
     for entry in skipped_entries:
         if not (isinstance(entry, list) and len(entry) == 3 and type(entry[1]) is int and
@@ -180,7 +181,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         memory: Optional[Size] = None, cpu_time: Optional[float] = None,
         pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
         net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-        ro_bind: Sequence[str] = (), rootfs: Optional[str] = None,
+        ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
         options: Optional[Mapping[str, Any]] = None, extra_args: Sequence[str] = (),
         binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
         max_output_files: int = 100, max_output_bytes: int = 64 << 20,
@@ -200,6 +201,10 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     ``max_output_bytes`` bytes in all. Output beyond ``max_output`` bytes per
     stream is left out of the result (its start and end are kept);
     ``output_limit`` instead stops the program (pyjail's ``--output-limit``).
+    ``rootfs`` is the root filesystem to run in, as ``pyjail --rootfs`` takes
+    it: the name of one built with ``pyjail rootfs build`` (e.g. ``"data"``;
+    ``pyjail rootfs list`` shows them) or a path (None: the profile's, by
+    default the installed one). A name that does not exist raises JailError.
 
     Returns a Result; the program's failures are in it, never raised. Raises
     BinaryNotFoundError without a pyjail binary, JailError when pyjail cannot
@@ -226,51 +231,51 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         source = code.encode("utf-8")
     if script_name in inputs:
         raise ValueError("files: %r is the program's own name" % script_name)
-    base = [exe, "--quiet"]
     opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
                      pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
                      rootfs=rootfs, options=options, extra_args=extra_args,
                      output_limit=output_limit)
-    tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
-    try:
-        report_path = os.path.join(tmpdir, "report.json")
-        # pyjail's own backstop is --wall-time; this one only guards against a
-        # pyjail that does not end (it never should).
-        backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0
-        if not inputs and not outputs:
+    # pyjail's own backstop is --wall-time; this one only guards against a
+    # pyjail that does not end (it never should).
+    backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0
+    if not inputs and not outputs:
+        # The script is bound into the jail from a host path: the one named
+        # file of a run, removed however the run ends (but a SIGKILL of this
+        # process).
+        tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
+        try:
             path = os.path.join(tmpdir, script_name)
             with open(path, "wb") as f:
                 f.write(source)
-            cmd = base + ["--report", report_path] + opts + \
-                ["--", "python"] + list(python_args) + [path] + list(args)
-            out, err, rc, pyjail_err = _run_direct(cmd, stdin, max_output, backstop)
-            collected: Dict[str, bytes] = {}
-            skipped: Dict[str, str] = {}
-        else:
-            cmd = base + ["--report", report_path] + opts + ["--"] + server_command()
-            collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
-            out, err, rc, pyjail_err, collected, skipped = _run_served(
-                cmd, inputs, script_name, source,
+            jail = launch(exe, opts, ["python"] + list(python_args) + [path] + list(args),
+                          stderr_to_file=False)
+            try:
+                out, err, rc, pyjail_err = _run_direct(jail, stdin, max_output, backstop)
+            finally:
+                jail.close()
+        finally:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+        collected: Dict[str, bytes] = {}
+        skipped: Dict[str, str] = {}
+    else:
+        collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
+        jail = launch(exe, opts, server_command())
+        try:
+            out, err, rc, collected, skipped = _run_served(
+                jail, inputs, script_name, source,
                 ["{python}"] + list(python_args) + [script_name] + list(args),
                 stdin, collect, max_output_files, max_output_bytes, max_output, backstop)
-        report = Report.load(report_path)
-        if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
-            raise JailError(pyjail_message(pyjail_err, report), report)
-        return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),
-                      stderr_bytes=bytes(err.head) + bytes(err.tail),
-                      stdout_omitted=out.omitted, stderr_omitted=err.omitted, report=report,
-                      files=collected, skipped_files=skipped, _stdout_split=len(out.head),
-                      _stderr_split=len(err.head))
-    finally:
-        shutil.rmtree(tmpdir, ignore_errors=True)
-
-
-def _spawn(cmd: List[str], stderr: Any) -> "subprocess.Popen[bytes]":
-    try:
-        return subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                stderr=stderr, bufsize=0, close_fds=True)
-    except OSError as e:
-        raise JailError("pyjail: cannot run %s: %s" % (cmd[0], e.strerror)) from e
+            pyjail_err = jail.stderr()
+        finally:
+            jail.close()
+    report = jail.report()
+    if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
+        raise JailError(pyjail_message(pyjail_err, report), report)
+    return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),
+                  stderr_bytes=bytes(err.head) + bytes(err.tail),
+                  stdout_omitted=out.omitted, stderr_omitted=err.omitted, report=report,
+                  files=collected, skipped_files=skipped, _stdout_split=len(out.head),
+                  _stderr_split=len(err.head))
 
 
 def _finish(proc: "subprocess.Popen[bytes]", backstop: Optional[float]) -> int:
@@ -282,12 +287,12 @@ def _finish(proc: "subprocess.Popen[bytes]", backstop: Optional[float]) -> int:
         return proc.wait()
 
 
-def _run_direct(cmd: List[str], stdin: Optional[bytes], max_output: int,
-                backstop: Optional[float]) -> Tuple[_server.Capture, _server.Capture, int, bytes]:
+def _run_direct(jail: Launched, stdin: Optional[bytes], max_output: int,
+                backstop: Optional[float]) -> Tuple[_wire.Capture, _wire.Capture, int, bytes]:
     """pyjail -- python main.py: the program's own stdin, stdout and stderr."""
-    proc = _spawn(cmd, subprocess.PIPE)
+    proc = jail.proc
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
-    out, err = _server.Capture(max_output), _server.Capture(max_output)
+    out, err = _wire.Capture(max_output), _wire.Capture(max_output)
     sel = selectors.DefaultSelector()
     pending = memoryview(stdin or b"")
     if pending:
@@ -334,18 +339,16 @@ def _run_direct(cmd: List[str], stdin: Optional[bytes], max_output: int,
     return out, err, rc, bytes(err.head) + bytes(err.tail)
 
 
-def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, source: bytes,
+def _run_served(jail: Launched, inputs: Dict[str, bytes], script_name: str, source: bytes,
                 argv: List[str], stdin: Optional[bytes], collect: Union[bool, List[str]],
                 max_files: int, max_bytes: int, max_output: int, backstop: Optional[float]
-                ) -> Tuple[_server.Capture, _server.Capture, int, bytes,
-                           Dict[str, bytes], Dict[str, str]]:
+                ) -> Tuple[_wire.Capture, _wire.Capture, int, Dict[str, bytes], Dict[str, str]]:
     """With files: the in-jail server writes the inputs into the private /work,
     runs the program as its child, streams its output in frames and sends back
     the files it wrote, capped, before the jail ends."""
-    errfile = tempfile.TemporaryFile()
-    proc = _spawn(cmd, errfile)
+    proc = jail.proc
     assert proc.stdin is not None and proc.stdout is not None
-    out, err = _server.Capture(max_output), _server.Capture(max_output)
+    out, err = _wire.Capture(max_output), _wire.Capture(max_output)
     files: Dict[str, bytes] = {}
     skipped: Dict[str, str] = {}
     chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(),
@@ -353,7 +356,7 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
                        1 << 20) + (1 << 20))
     broke: Optional[ProtocolError] = None
     try:
-        chan.handshake(backstop if backstop is not None else time.monotonic() + 60)
+        handshake(chan, backstop if backstop is not None else time.monotonic() + 60)
         stamps: Dict[str, List[Any]] = {}
         for i, (name, data) in enumerate(sorted(inputs.items()) + [(script_name, source)]):
             chan.send({"op": "put", "id": "p%d" % i, "path": name}, data, backstop)
@@ -391,7 +394,6 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
     except ServerRefused as e:
         proc.kill()
         _finish(proc, backstop)
-        errfile.close()
         raise JailError("pyjail: %s" % e) from None
     except ProtocolError as e:
         # Nothing from a jail that broke the protocol is returned.
@@ -406,9 +408,6 @@ def _run_served(cmd: List[str], inputs: Dict[str, bytes], script_name: str, sour
             except OSError:
                 pass
     rc = _finish(proc, backstop)
-    errfile.seek(0)
-    pyjail_err = errfile.read(1 << 16)
-    errfile.close()
     if broke is not None:
         raise broke
-    return out, err, rc, pyjail_err, files, skipped
+    return out, err, rc, files, skipped

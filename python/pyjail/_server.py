@@ -1,394 +1,49 @@
-"""The in-jail half of ``pyjail.Session`` (installed in the rootfs as
-``/usr/lib/pyjail/pyjail_server.py``).
+"""The in-jail server of ``pyjail.Session`` (installed in the rootfs as
+``/usr/lib/pyjail/pyjail_server.py``): the jail's program, which speaks the
+protocol of _wire with the driver over the jail's original stdin and stdout.
+``spawn`` (pyjail.run's program) is in _spawn. Runs only in the jail (the
+driver never imports it); standard library only; Python 3.9 or newer.
 
-It runs as the jail's program and speaks a framed protocol with the driver over
-the jail's original stdin and stdout. Before any user code runs it moves that
-channel to private, close-on-exec descriptors and gives the user's code a
-stdin of its own (``/dev/null``) and a stdout and stderr of their own (pipes
-that this process drains into capped buffers). So nothing the code prints --
-through ``print``, ``os.write(1, ...)`` or a subprocess -- ever reaches the
-channel: the driver sees it only as the payload of a result frame.
+Before any user code runs it moves that channel to private, close-on-exec
+descriptors and gives the user's code a stdin of its own (``/dev/null``) and a
+stdout and stderr of their own (pipes that this process drains into capped
+buffers). So nothing the code prints -- through ``print``, ``os.write(1, ...)``
+or a subprocess -- ever reaches the channel: the driver sees it only as the
+payload of a result frame.
 
 The channel is not a security boundary against a Session's cells, which run
 in this very process and could write to the channel on purpose. All they can
 gain that way is to lie about their own results, or break the protocol and
 have the driver end the interpreter: the driver treats every frame as hostile
-(see HEADER_FROM_JAIL and decode_value's from_jail). The program of
-``pyjail.run`` is a child of this process: before it starts, this process
+(see _wire.decode_header_from_jail and decode_value's from_jail). The program
+of ``pyjail.run`` is a child of this process: before it starts, this process
 makes itself non-dumpable (see _become_unreachable), so the program, though
 it has the same uid, can reach neither its channel descriptors through
 /proc/PID/fd nor its memory through /proc/PID/mem.
-
-Frame: ``MAGIC`` (4 bytes), header length and body length (big-endian
-uint32), a JSON object (the header), the body (raw bytes).
-
-The driver imports this module too, for the frame format, the wait for a
-frame, the plain-data codec and the capped buffer; everything else only runs
-inside the jail, from ``main()``. Standard library only; Python 3.9 or newer.
 """
 
-import base64
-import binascii
 import json
 import os
 import select
-import struct
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
-PROTOCOL = 1
-MAGIC = b"PJF1"
-FRAME = struct.Struct(">4sII")
-JAIL_PATH = "/usr/lib/pyjail/pyjail_server.py"
-WORKDIR = "/work"
-MAX_HEADER = 16 << 20       # what the server accepts as a frame's header (from the host)
-# What the driver accepts as a frame's header from the jail, and so the most
-# this server ever sends: a jail's JSON costs the host up to ~25 times its size
-# once decoded (`[{},{},...]`), so the cap keeps that to tens of MiB. Bulk data
-# (files, output) travels in bodies, which are never parsed.
-HEADER_FROM_JAIL = 1 << 20
-REPR_LIMIT = 64 << 10       # characters of a value's repr sent back
-ERROR_LIMIT = 4096          # characters of an error message sent back
-SKIPPED_LIMIT = 1000        # files named as left out of pyjail.run's outputs
-TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
-DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
+if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
+    from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
+                        TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
+                        check_header, decode_value, encode_frame, encode_value, list_files,
+                        parse_frame)
+    from . import _spawn as spawn
+else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
+    from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
+                             REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
+                             Spinner, _encode_json, check_header, decode_value, encode_frame,
+                             encode_value, list_files, parse_frame)
+    import pyjail_spawn as spawn
 
-
-# ---------------------------------------------------------------- framing
-
-# One encoder for every frame: json.dumps with options builds a new one per call.
-_encode_json = json.JSONEncoder(separators=(",", ":")).encode
-
-
-def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
-    head = _encode_json(header).encode("utf-8")
-    return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
-
-
-def parse_frame(buf: bytearray, max_body: "Optional[int]" = None,
-                max_header: int = MAX_HEADER) -> "Optional[Tuple[bytes, bytes]]":
-    """The first frame in ``buf`` as (header bytes, body), taken out of ``buf``;
-    None while ``buf`` does not hold all of it yet. Its sizes are checked (the
-    header's against ``max_header``, the body's against ``max_body`` if given)
-    before anything is allocated for it: ValueError if they, or its magic, are
-    wrong."""
-    if len(buf) < FRAME.size:
-        return None
-    magic, hlen, blen = FRAME.unpack_from(buf)
-    if magic != MAGIC:
-        raise ValueError("bad frame magic %r" % bytes(magic))
-    if hlen > max_header:
-        raise ValueError("frame header of %d bytes (at most %d accepted)" % (hlen, max_header))
-    if max_body is not None and blen > max_body:
-        raise ValueError("frame body of %d bytes (at most %d expected)" % (blen, max_body))
-    end = FRAME.size + hlen + blen
-    if len(buf) < end:
-        return None
-    with memoryview(buf) as view:
-        head = bytes(view[FRAME.size:FRAME.size + hlen])
-        body = bytes(view[FRAME.size + hlen:end])
-    del buf[:end]
-    return head, body
-
-
-# Integers of more digits than this are refused from the jail: int() of n
-# digits costs O(n**2) where Python does not cap it itself (before 3.11), so a
-# jail's megabyte-long number would cost the host seconds.
-INT_DIGITS_FROM_JAIL = 4300
-
-
-def _bounded_int(text: str) -> int:
-    if len(text) > INT_DIGITS_FROM_JAIL:
-        raise ValueError("an integer of %d digits" % len(text))
-    return int(text)
-
-
-# One decoder for every header from the jail (json.loads with options builds a
-# new one per call).
-_decode_jail_json = json.JSONDecoder(parse_int=_bounded_int).decode
-
-
-def decode_header_from_jail(head: bytes) -> "Dict[str, Any]":
-    """A frame header sent by the jail, parsed at a cost the host can bear:
-    ValueError unless it is a JSON object. Its size is capped before this
-    (parse_frame with HEADER_FROM_JAIL), which bounds the objects JSON builds
-    (~25 times its size at worst); its keys are str, whose hashes are salted
-    per host process, so no jail can make them collide; its nesting is bounded
-    by the interpreter's recursion limit, and numbers by INT_DIGITS_FROM_JAIL."""
-    try:
-        header = _decode_jail_json(head.decode("utf-8"))
-    except RecursionError:
-        raise ValueError("frame header nested too deeply")
-    if not isinstance(header, dict):
-        raise ValueError("frame header is not a JSON object")
-    return header
-
-
-# ---------------------------------------------------------------- waiting
-
-# Waiting for the other side's next frame. A process asleep on a pipe is often
-# woken on another CPU, and on a VM that halts idle vCPUs (no guest halt
-# polling) each such wake-up costs ~30 µs, two per round trip: more than a
-# trivial cell's whole work. So both sides poll without sleeping for up to
-# SPIN_S before they sleep. A spin that ends without a frame (a slow cell, an
-# idle session, or a CPU shared with the other side or other work, which the
-# spin only holds up) has the next 1, 2, 4, ... up to MAX_SKIP waits sleep at
-# once; a spin that gets its frame starts that over. With a single CPU there
-# is no spinning.
-SPIN_S = 100e-6
-MAX_SKIP = 64
-
-
-class Spinner:
-    """Spins (see SPIN_S) before a wait for ``fd`` to be readable."""
-
-    def __init__(self, fd: int) -> None:
-        self.poller = select.poll()
-        self.poller.register(fd, select.POLLIN)
-        try:
-            self.enabled = len(os.sched_getaffinity(0)) > 1
-        except (AttributeError, OSError):
-            self.enabled = False
-        self.skip = 0       # waits left that sleep at once
-        self.backoff = 1    # how many the next spin that fails skips
-
-    def spin(self, deadline: "Optional[float]" = None) -> bool:
-        """Poll for at most SPIN_S without sleeping: True once ``fd`` is
-        readable, False when the caller is to sleep."""
-        if not self.enabled:
-            return False
-        if self.skip:
-            self.skip -= 1
-            return False
-        end = time.monotonic() + SPIN_S
-        if deadline is not None and deadline < end:
-            return False        # too close to the deadline to be worth it
-        poll = self.poller.poll
-        while not poll(0):
-            if time.monotonic() >= end:
-                self.skip, self.backoff = self.backoff, min(2 * self.backoff, MAX_SKIP)
-                return False
-        self.backoff = 1
-        return True
-
-
-# ---------------------------------------------------------------- plain data
-
-class PlainDataError(TypeError):
-    """A value that cannot cross the jail's boundary as plain data."""
-
-
-def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIMIT) -> "Any":
-    """Encode plain data (None, bool, int, float, str, bytes, list, tuple, dict,
-    set, frozenset) as a JSON-compatible tree; anything else raises
-    PlainDataError unless allow_pickle (host to jail only: the jail never sends
-    a pickle, and the driver never loads one)."""
-    budget = [limit]
-
-    def charge(n):
-        budget[0] -= n
-        if budget[0] < 0:
-            raise PlainDataError("value larger than %d bytes" % limit)
-
-    def enc(v, depth):
-        if depth > 100:
-            raise PlainDataError("value nested too deeply")
-        if v is None or isinstance(v, bool):
-            charge(5)
-            return v
-        t = type(v)
-        # Subclasses (a str subclass such as smolagents' AgentText, a
-        # namedtuple, an OrderedDict) cross as their plain base type.
-        if isinstance(v, int):
-            charge(24)
-            v = int.__int__(v)
-            return v if -(1 << 63) <= v < (1 << 63) else {"$i": str(v)}
-        if isinstance(v, float):
-            charge(24)
-            v = float.__float__(v)
-            if v != v or v in (float("inf"), float("-inf")):
-                return {"$f": repr(v)}
-            return v
-        if isinstance(v, str):
-            charge(len(v) + 2)
-            return str.__str__(v)
-        if isinstance(v, (bytes, bytearray)):
-            charge(len(v) * 4 // 3 + 8)
-            return {"$b": base64.b64encode(bytes(v)).decode("ascii")}
-        if isinstance(v, list):
-            charge(2)
-            return [enc(x, depth + 1) for x in v]
-        if isinstance(v, tuple):
-            charge(8)
-            return {"$t": [enc(x, depth + 1) for x in v]}
-        if isinstance(v, (set, frozenset)):
-            charge(8)
-            return {"$fs" if isinstance(v, frozenset) else "$s": [enc(x, depth + 1) for x in v]}
-        if isinstance(v, dict):
-            charge(8)
-            return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
-        if allow_pickle:
-            import pickle
-            try:
-                blob = pickle.dumps(v, protocol=4)
-            except Exception as e:
-                raise PlainDataError("%s cannot be pickled: %s" % (t.__name__, e))
-            charge(len(blob) * 4 // 3)
-            try:
-                text = str(v)[:REPR_LIMIT]
-            except Exception:
-                text = "<%s>" % t.__name__
-            return {"$p": base64.b64encode(blob).decode("ascii"), "$r": text}
-        raise PlainDataError("%s is not plain data" % t.__name__)
-
-    return enc(value, 0)
-
-
-# What a value decoded from the jail (a cell's data, a host function's
-# arguments) may hold: this many values in all, and at most SAME_HASH_LIMIT
-# keys of one set or dict with the same hash.
-ITEMS_FROM_JAIL = 1 << 17
-SAME_HASH_LIMIT = 8
-
-
-def _refuse_colliding_keys(keys: "List[Any]") -> None:
-    """ValueError when more than SAME_HASH_LIMIT of the keys of a set or dict
-    share a hash. Keys with one hash make each insertion compare with all the
-    others before it: n keys a jail chose to collide (ints that are multiples
-    of 2**61-1 all hash to 0) would cost the host n**2/2 comparisons. str and
-    bytes hashes are salted per host process, but those of ints, floats and
-    tuples of them are not. Counted by sorting, without a hash table."""
-    hashes = sorted(map(hash, keys))
-    run = 1
-    for i in range(1, len(hashes)):
-        run = run + 1 if hashes[i] == hashes[i - 1] else 1
-        if run > SAME_HASH_LIMIT:
-            raise ValueError("more than %d keys with the same hash" % SAME_HASH_LIMIT)
-
-
-def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool = True,
-                 from_jail: bool = False) -> "Any":
-    """The inverse of encode_value. Raises ValueError on anything malformed. A
-    pickled object that cannot be rebuilt (its class is not importable here)
-    becomes its str() if pickle_fallback, else raises ValueError.
-
-    ``from_jail`` (the driver, decoding what the jail sent): the cost stays
-    linear in the tree's size: at most ITEMS_FROM_JAIL values, integers of at
-    most INT_DIGITS_FROM_JAIL digits, and sets and dicts whose keys do not
-    collide (see _refuse_colliding_keys); anything else raises ValueError."""
-    budget = [ITEMS_FROM_JAIL if from_jail else -1]
-
-    def keyed(items):
-        items = list(items)
-        if from_jail:
-            _refuse_colliding_keys(items)
-        return items
-
-    def dec(v, depth):
-        if depth > 110:
-            raise ValueError("value nested too deeply")
-        if from_jail:
-            budget[0] -= 1
-            if budget[0] < 0:
-                raise ValueError("more than %d values" % ITEMS_FROM_JAIL)
-        if v is None or isinstance(v, (bool, int, float, str)):
-            return v
-        if isinstance(v, list):
-            return [dec(x, depth + 1) for x in v]
-        if not isinstance(v, dict) or len(v) not in (1, 2):
-            raise ValueError("malformed value")
-        if "$p" in v:
-            if not allow_pickle:
-                raise ValueError("a pickled value is not accepted here")
-            import pickle
-            try:
-                return pickle.loads(base64.b64decode(v["$p"]))
-            except Exception as e:
-                if pickle_fallback:
-                    return v.get("$r")
-                raise ValueError("cannot rebuild it here: %s: %s" % (type(e).__name__, e))
-        (tag, x), = v.items()
-        if tag == "$i" and isinstance(x, str):
-            return _bounded_int(x) if from_jail else int(x)
-        if tag == "$f" and x in ("nan", "inf", "-inf"):
-            return float(x)
-        if tag == "$b" and isinstance(x, str):
-            return base64.b64decode(x.encode("ascii"), validate=True)
-        if isinstance(x, list):
-            if tag == "$t":
-                return tuple(dec(i, depth + 1) for i in x)
-            if tag == "$s":
-                return set(keyed(dec(i, depth + 1) for i in x))
-            if tag == "$fs":
-                return frozenset(keyed(dec(i, depth + 1) for i in x))
-            if tag == "$d":
-                keys, values = [], []
-                for pair in x:
-                    if not isinstance(pair, list) or len(pair) != 2:
-                        raise ValueError("malformed dict entry")
-                    keys.append(dec(pair[0], depth + 1))
-                    values.append(dec(pair[1], depth + 1))
-                return dict(zip(keyed(keys), values))
-        raise ValueError("malformed value (tag %r)" % (tag,))
-
-    try:
-        return dec(tree, 0)
-    except (TypeError, RecursionError, binascii.Error) as e:
-        raise ValueError("malformed value: %s" % e)
-
-
-# ---------------------------------------------------------------- file names
-
-def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:
-    """Whether a file's relative name matches one of the glob patterns (its
-    whole name or its base name), or any name when ``patterns`` is None. The
-    server picks the files to send back with it, and the driver checks them."""
-    import fnmatch
-    if patterns is None:
-        return True
-    base = rel.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
-
-
-# ---------------------------------------------------------------- capped output
-
-class Capture:
-    """Bytes written to a stream, capped: the first three quarters of the
-    limit are kept from the start, the last quarter from the end; the count
-    of bytes in between is remembered."""
-
-    def __init__(self, limit: int) -> None:
-        self.set_limit(limit)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def set_limit(self, limit: int) -> None:
-        self.limit = max(int(limit), 0)
-        self.tail_limit = self.limit // 4
-        self.head_limit = self.limit - self.tail_limit
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        room = self.head_limit - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data and self.tail_limit:
-            self.tail += data
-            excess = len(self.tail) - self.tail_limit
-            if excess > 0:
-                del self.tail[:excess]
-
-    @property
-    def omitted(self) -> int:
-        return self.total - len(self.head) - len(self.tail)
-
-
-# ================================================================ in the jail
-# Nothing below runs in the driver.
-
+# The server's own source files, whose frames a cell's traceback leaves out.
+_OWN_FILES = frozenset(m.__file__ for m in (sys.modules[__name__], spawn) if m.__file__)
 try:
     # signal.signal without its enum conversions (a few µs a cell).
     from _signal import signal as _set_handler
@@ -503,6 +158,11 @@ class _Drain:
 
 
 class Server:
+    # The driver's requests (see _wire.OPS) this server answers, each by its
+    # method op_NAME. (bye ends the loop; a reply goes to the host-function
+    # call that waits for it; source is the boot's.)
+    HANDLED = ("ping", "exec", "expose", "set", "put", "get", "list", "killall", "spawn")
+
     def __init__(self):
         import collections
         import threading
@@ -528,6 +188,9 @@ class Server:
         # also breaks a blocking call.
         import signal
         self.signal = signal
+        # The only way from an operation's name on the wire to code: a
+        # request of _wire.OPS this server answers (see HANDLED).
+        self.handlers = {op: getattr(self, "op_" + op) for op in self.HANDLED}
         self.frames = _FrameReader(self.proto_in)
         self.spinner = Spinner(self.proto_in)
         self.pending = collections.deque()    # requests the channel thread read
@@ -727,13 +390,19 @@ class Server:
                 if frame is None:
                     return    # the driver is gone: main() ends the jail
                 header, body = frame
-                op = header.get("op")
                 rid = header.get("id")
+                if type(rid) is not str:
+                    rid = None
+                try:
+                    op = check_header(header, DRIVER).name
+                except ValueError as e:
+                    self.send({"op": "error", "id": rid, "error": _cut(str(e), ERROR_LIMIT)})
+                    continue
                 if op == "bye":
                     return
-                handler = getattr(self, "op_" + str(op).replace("-", "_"), None)
-                if handler is None:
-                    self.send({"op": "error", "id": rid, "error": "unknown op %r" % op})
+                handler = self.handlers.get(op)
+                if handler is None:     # an operation that is not a request (a late reply)
+                    self.send({"op": "error", "id": rid, "error": "unexpected %s frame" % op})
                     continue
                 handler(rid, header, body)
                 if self.exit_status is not None:
@@ -753,6 +422,9 @@ class Server:
             err["errno"] = e.errno
             err["strerror"] = e.strerror
         self.send(err)
+
+    def kill_others(self):
+        return _kill_others()
 
     def op_ping(self, rid, header, body):
         self.send({"op": "pong", "id": rid})
@@ -909,7 +581,7 @@ class Server:
         """The exception as the cell would see it: its traceback without the
         server's own frames (the cell, and what the cell called)."""
         import traceback
-        here = __file__
+        here = _OWN_FILES
         text = None
         try:
             te = traceback.TracebackException(type(e), e, e.__traceback__, limit=200)
@@ -921,7 +593,7 @@ class Server:
                     continue
                 seen.add(id(t))
                 t.stack = traceback.StackSummary.from_list(
-                    [f for f in t.stack if f.filename != here])
+                    [f for f in t.stack if f.filename not in here])
                 todo.extend((t.__cause__, t.__context__))
             text = "".join(te.format())
         except BaseException:
@@ -1066,7 +738,7 @@ class Server:
 
     def op_list(self, rid, header, body):
         try:
-            entries = _list_files(self._path(header.get("path") or "."),
+            entries = list_files(self._path(header.get("path") or "."),
                                   header.get("patterns"), int(header.get("max_entries", 10000)))
             fitting = _fitting(entries, HEADER_FROM_JAIL - 4096)
             self.send({"op": "ok", "id": rid, "entries": fitting,
@@ -1080,139 +752,9 @@ class Server:
         self.send({"op": "ok", "id": rid, "killed": _kill_others()})
 
     def op_spawn(self, rid, header, body):
-        """pyjail.run with files: run a program as a child, stream its output,
-        then collect the files it wrote. The server then exits with the
-        program's status (see main)."""
-        import subprocess
-        import threading
-        argv = [sys.executable if a == "{python}" else a for a in header["argv"]]
-        # pyjail relays SIGINT and SIGTERM to this process: pass them on.
-        self.signal.signal(self.signal.SIGINT, self._forward_term)
-        self.signal.signal(self.signal.SIGTERM, self._forward_term)
-        try:
-            self.child = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
-                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                          close_fds=True)
-        except OSError as e:
-            self.reply_error(rid, e)
-            self.exit_status = 127
-            return
-
-        def pump(src, stream):
-            while True:
-                data = os.read(src.fileno(), 1 << 16)
-                if not data:
-                    return
-                self.send({"op": "out", "stream": stream}, data)
-
-        def feed():
-            try:
-                self.child.stdin.write(body)
-            except OSError:
-                pass
-            try:
-                self.child.stdin.close()
-            except OSError:
-                pass
-
-        threads = [threading.Thread(target=pump, args=(self.child.stdout, 1)),
-                   threading.Thread(target=pump, args=(self.child.stderr, 2)),
-                   threading.Thread(target=feed)]
-        for t in threads:
-            t.daemon = True
-            t.start()
-        status = self.child.wait()
-        # As after a plain run, nothing the program started outlives it.
-        _kill_others()
-        for t in threads[:2]:
-            t.join()
-        files, skipped, blobs = [], [], []
-        collect = header.get("collect")
-        if collect:
-            budget = int(header.get("max_bytes", 64 << 20))
-            max_files = int(header.get("max_files", 100))
-            inputs = {k: tuple(v) for k, v in header.get("inputs", {}).items()}
-            patterns = None if collect is True else list(collect)
-            # The names must fit in one header the driver accepts.
-            names_room = HEADER_FROM_JAIL // 2
-            skipped_room = HEADER_FROM_JAIL // 4
-
-            def skip(rel, size, why):
-                nonlocal skipped_room
-                entry = [rel, size, why]
-                skipped_room -= len(_encode_json(entry)) + 1
-                if skipped_room >= 0 and len(skipped) < SKIPPED_LIMIT:
-                    skipped.append(entry)
-
-            for rel, size in _list_files(WORKDIR, patterns, 100000):
-                path = os.path.join(WORKDIR, rel)
-                try:
-                    st = os.stat(path)
-                except OSError:
-                    continue
-                if inputs.get(rel) == (st.st_size, st.st_mtime_ns):
-                    continue   # an input the program did not change
-                if rel == header.get("script"):
-                    continue
-                if len(files) >= max_files:
-                    skip(rel, size, "more than %d files" % max_files)
-                    continue
-                if size > budget:
-                    skip(rel, size, "over the size budget")
-                    continue
-                room = len(_encode_json([rel, size])) + 1
-                if room > names_room:
-                    skip(rel, size, "the list of names is full")
-                    continue
-                try:
-                    with open(path, "rb") as f:
-                        data = f.read(budget + 1)
-                except OSError as e:
-                    skip(rel, size, "unreadable: %s" % e.strerror)
-                    continue
-                if len(data) > budget:
-                    skip(rel, len(data), "over the size budget")
-                    continue
-                budget -= len(data)
-                names_room -= room
-                files.append([rel, len(data)])
-                blobs.append(data)
-        # Set first: the driver closes the channel as soon as it has this frame.
-        self.exit_status = status
-        self.send({"op": "exited", "id": rid, "status": status, "files": files,
-                   "skipped": skipped}, b"".join(blobs))
-
-    def _forward_term(self, signum, frame):
-        child = getattr(self, "child", None)
-        if child is not None:
-            try:
-                child.send_signal(signum)
-            except OSError:
-                pass
-
-
-def _list_files(root, patterns, max_entries):
-    """Regular files under root (relative paths, sorted), filtered by glob patterns."""
-    out = []
-    root = os.path.normpath(root)
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        for fn in sorted(filenames):
-            full = os.path.join(dirpath, fn)
-            rel = os.path.relpath(full, root)
-            if not matches_patterns(rel, patterns):
-                continue
-            try:
-                st = os.lstat(full)
-            except OSError:
-                continue
-            import stat as _stat
-            if not _stat.S_ISREG(st.st_mode):
-                continue
-            out.append([rel, st.st_size])
-            if len(out) >= max_entries:
-                return out
-    return out
+        """pyjail.run with files (see _spawn): main() then exits with the
+        program's status."""
+        spawn.serve_spawn(self, rid, header, body)
 
 
 def _cut(text, limit):

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 import threading
 import time
 import weakref
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from dataclasses import dataclass
+from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
+                    Union)
 
-from . import _server
+from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
-                       ServerRefused, server_command)
+                       ServerRefused)
 from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
                       find_binary, jail_args, pyjail_message, render_output)
+from ._launch import Launched, handshake, launch, server_command
 
 __all__ = ["Session", "CellResult", "CellError", "FinalCall", "JailObject",
            "SessionError", "SessionClosedError", "SessionDiedError"]
@@ -141,26 +141,6 @@ class CellResult:
 _NOT_GIVEN: Any = object()
 
 
-def _reap(proc: "subprocess.Popen[bytes]", tmpdir: str) -> None:
-    """Finalizer: leave nothing behind (also at exit or garbage collection)."""
-    if proc.poll() is None:
-        try:
-            proc.kill()
-        except OSError:
-            pass
-        try:
-            proc.wait(5)
-        except subprocess.TimeoutExpired:
-            pass
-    for stream in (proc.stdin, proc.stdout):
-        try:
-            if stream is not None:
-                stream.close()
-        except OSError:
-            pass
-    shutil.rmtree(tmpdir, ignore_errors=True)
-
-
 class Session:
     """A persistent Python interpreter in a pyjail jail (the ``repl`` profile).
 
@@ -191,7 +171,9 @@ class Session:
 
     The jail options (``memory``, ``pids``, ``net``, ...) are pyjail's, on top
     of ``profile``; ``options`` takes any other pyjail option by name, e.g.
-    ``{"cpus": 2}``. ``timeout`` is the default time limit of one cell
+    ``{"cpus": 2}``. ``rootfs`` is the root filesystem, as ``pyjail --rootfs``
+    takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
+    the profile's); a name that does not exist raises JailError. ``timeout`` is the default time limit of one cell
     (None: no limit); ``wall_time`` limits the whole session's life.
     """
 
@@ -200,7 +182,8 @@ class Session:
                  cpu_time: Optional[float] = None, wall_time: Optional[float] = None,
                  tmpfs_size: Optional[Size] = None, net: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, ro_bind: Sequence[str] = (),
-                 rootfs: Optional[str] = None, options: Optional[Mapping[str, Any]] = None,
+                 rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 options: Optional[Mapping[str, Any]] = None,
                  extra_args: Sequence[str] = (), binary: Optional[str] = None,
                  output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
                  interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
@@ -226,8 +209,8 @@ class Session:
         self._final_values: Dict[str, Any] = {}
         self._next_id = 0
         self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._jail: Optional[Launched] = None
         self._chan: Optional[Channel] = None
-        self._tmpdir = ""
         self._finalizer: Optional["weakref.finalize[Any, Any]"] = None
         self._closed = False
         self._last_stderr = b""
@@ -244,25 +227,17 @@ class Session:
     def _start(self) -> None:
         # close() from another thread while a call restarts the interpreter.
         self._check_open()
-        self._tmpdir = tempfile.mkdtemp(prefix="pyjail-session-")
-        report = os.path.join(self._tmpdir, "report.json")
-        errpath = os.path.join(self._tmpdir, "stderr")
-        cmd = [self.binary, "--quiet", "--report", report] + self._args + ["--"] + server_command()
-        with open(errpath, "wb") as err:
-            try:
-                proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                        stderr=err, bufsize=0, close_fds=True)
-            except OSError as e:
-                shutil.rmtree(self._tmpdir, ignore_errors=True)
-                raise JailError("pyjail: cannot run %s: %s" % (self.binary, e.strerror)) from e
-        self._proc = proc
-        self._finalizer = weakref.finalize(self, _reap, proc, self._tmpdir)
+        jail = launch(self.binary, self._args, server_command())
+        proc = jail.proc
+        self._jail, self._proc = jail, proc
+        # Nothing is left behind, also at exit or garbage collection.
+        self._finalizer = weakref.finalize(self, jail.close)
         assert proc.stdin is not None and proc.stdout is not None
         max_body = max(self.max_file_bytes, 4 * self.output_limit) + (1 << 20)
-        self._chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(), max_body)
         deadline = time.monotonic() + self.start_timeout
         try:
-            self.server_info = self._chan.handshake(deadline)
+            self._chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(), max_body)
+            self.server_info = handshake(self._chan, deadline)
             if self._functions:
                 # The host functions of the session come back with every new interpreter.
                 self._raw_request({"op": "expose", "functions": {
@@ -281,13 +256,6 @@ class Session:
             raise SessionError("the session's interpreter did not start (%s; %s)%s"
                                % (e, self._why(rep), (": " + detail[-2000:]) if detail else "")
                                ) from None
-
-    def _read_stderr(self) -> bytes:
-        try:
-            with open(os.path.join(self._tmpdir, "stderr"), "rb") as f:
-                return f.read(1 << 16)
-        except OSError:
-            return b""
 
     def _stop(self, graceful: bool = False) -> Optional[Report]:
         """End the current jail; return its report. Leaves nothing behind."""
@@ -308,14 +276,16 @@ class Session:
         except subprocess.TimeoutExpired:
             pass
         self._last_returncode = proc.returncode
-        rep = Report.load(os.path.join(self._tmpdir, "report.json"))
+        jail = self._jail
+        assert jail is not None
+        rep = jail.report()
         if rep is not None:
             self.last_report = rep
-        self._last_stderr = self._read_stderr()
+        self._last_stderr = jail.stderr()
         if self._finalizer is not None:
-            self._finalizer()      # closes the pipes, removes the temporary directory
+            self._finalizer()      # closes the pipes and the report and stderr files
             self._finalizer = None
-        self._proc = self._chan = None
+        self._proc = self._chan = self._jail = None
         return rep
 
     def _restart(self) -> None:
@@ -608,19 +578,19 @@ class Session:
         killed), within a bound. Returns how many were killed."""
         if self._proc is None:
             return 0
-        killed: set = set()
-        parents = _host_process_parents()
+        killed: Set[int] = set()
+        parents = _hostprocs.process_parents()
         # pid 1 and the interpreter stay the same processes for the whole call: found once.
         init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
-        keep = {pid for pid, pp in parents.items() if pp in init and _is_jail_pid(pid, 2)}
+        keep = {pid for pid, pp in parents.items() if pp in init and _hostprocs.is_jail_pid(pid, 2)}
         for _ in range(20):
-            victims = _descendants(parents, init) - keep - killed
+            victims = _hostprocs.descendants(parents, init) - keep - killed
             if not victims:
                 break
             for pid in victims:
-                if _kill_if_child_of(pid, parents[pid]):
+                if _hostprocs.kill_if_child_of(pid, parents[pid]):
                     killed.add(pid)
-            parents = _host_process_parents()
+            parents = _hostprocs.process_parents()
         return len(killed)
 
     def _killed_for_timeout(self, timeout: Optional[float], start: float) -> CellResult:
@@ -655,7 +625,7 @@ class Session:
         if res.value is not None:
             if "data" in reply:
                 try:
-                    res.data = _server.decode_value(reply["data"], from_jail=True)
+                    res.data = _wire.decode_value(reply["data"], from_jail=True)
                 except ValueError:
                     res.data = JailObject(res.value)
             else:
@@ -681,7 +651,8 @@ class Session:
         data (str, numbers, bytes, lists, tuples, dicts, sets); a result that is not
         is pickled for the jail, or, if the jail cannot rebuild it, sent as its str().
         An exception becomes the builtin of the same name in the jail (else a
-        HostFunctionError) with its message, without the host's traceback. A call
+        HostFunctionError, a class of the jail's: the host sees it only as a
+        cell's ``error.type``) with its message, without the host's traceback. A call
         of a function named in ``ends_cell`` ends the cell, and the result's
         ``final`` holds the function's return value (smolagents' final_answer).
         """
@@ -716,8 +687,8 @@ class Session:
             fn, _doc, ends = entry
             if ends and len(self._final_values) >= 100:
                 raise RuntimeError("%s() called more than 100 times in one cell" % name)
-            args = _server.decode_value(header.get("args"), from_jail=True)
-            kwargs = _server.decode_value(header.get("kwargs"), from_jail=True)
+            args = _wire.decode_value(header.get("args"), from_jail=True)
+            kwargs = _wire.decode_value(header.get("kwargs"), from_jail=True)
             if not isinstance(args, list) or not isinstance(kwargs, dict) or \
                     not all(isinstance(k, str) for k in kwargs):
                 raise TypeError("malformed arguments")
@@ -728,8 +699,8 @@ class Session:
                 reply["token"] = token
             else:
                 try:
-                    reply["value"] = _server.encode_value(value, allow_pickle=True)
-                except _server.PlainDataError:
+                    reply["value"] = _wire.encode_value(value, allow_pickle=True)
+                except _wire.PlainDataError:
                     reply["value"] = str(value)
         except Exception as e:
             # The message without the host's traceback; a single str argument
@@ -749,8 +720,8 @@ class Session:
         failed: Dict[str, str] = {}
         for name, value in variables.items():
             try:
-                tree[name] = _server.encode_value(value, allow_pickle=True, limit=256 << 20)
-            except _server.PlainDataError as e:
+                tree[name] = _wire.encode_value(value, allow_pickle=True, limit=256 << 20)
+            except _wire.PlainDataError as e:
                 failed[name] = str(e)
         with self._call():
             self._ensure_alive()
@@ -781,7 +752,7 @@ class Session:
             if mode is not None:
                 header["mode"] = mode
             reply, _ = self._request(header, bytes(data), check=check)
-        return reply["size"]
+        return int(reply["size"])
 
     def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
                     name: Optional[str] = None) -> int:
@@ -837,7 +808,7 @@ class Session:
                     check_name(entry[0])
                 except ValueError as e:
                     raise ProtocolError("a listed %s" % e) from None
-                if not _server.matches_patterns(entry[0], pats) or entry[0] in out:
+                if not _wire.matches_patterns(entry[0], pats) or entry[0] in out:
                     raise ProtocolError("a listed file %r that was not asked for" % entry[0])
                 out[entry[0]] = entry[1]
 
@@ -862,66 +833,6 @@ class Session:
             t = time.monotonic()
             self._request({"op": "ping"}, timeout=timeout)
             return time.monotonic() - t
-
-
-def _parent_of(pid: int) -> Optional[int]:
-    """The parent pid of host process `pid`, from /proc/PID/stat; None if it is gone."""
-    fields = _server._stat(pid)
-    if fields is None:
-        return None
-    try:
-        return int(fields[1])
-    except (ValueError, IndexError):
-        return None
-
-
-def _host_process_parents() -> Dict[int, int]:
-    """pid -> parent pid of every process on the host (none if /proc cannot be read)."""
-    return {pid: parent for pid, _state, parent, _start in _server._processes()}
-
-
-def _is_jail_pid(pid: int, jail_pid: int) -> bool:
-    """Whether host process `pid` is `jail_pid` in its own (innermost) pid namespace."""
-    try:
-        with open("/proc/%d/status" % pid) as f:
-            for line in f:
-                if line.startswith("NSpid:"):
-                    return line.split()[-1] == str(jail_pid)
-    except OSError:
-        pass
-    return False
-
-
-def _descendants(parents: Dict[int, int], roots: Iterable[int]) -> set:
-    children: Dict[int, List[int]] = {}
-    for pid, pp in parents.items():
-        children.setdefault(pp, []).append(pid)
-    found: set = set()
-    todo = [c for r in roots for c in children.get(r, [])]
-    while todo:
-        pid = todo.pop()
-        if pid not in found:
-            found.add(pid)
-            todo.extend(children.get(pid, []))
-    return found
-
-
-def _kill_if_child_of(pid: int, parent: int) -> bool:
-    """SIGKILL `pid` if it still is `parent`'s child: through a pidfd, so that a pid that
-    was freed and reused by another process since the listing is never signalled."""
-    try:
-        fd = os.pidfd_open(pid)
-    except OSError:
-        return False
-    try:
-        if _parent_of(pid) != parent:
-            return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        return True
-    except OSError:
-        return False
-    finally:
-        os.close(fd)
 
 
 def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:

@@ -25,9 +25,10 @@ Needs ``langchain-core`` (``pip install 'pyjail[langchain]'``).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
-from typing import Any, Dict, Optional, Tuple, Type
+from typing import Any, Dict, Optional, Tuple, Type, Union
 
 from langchain_core.callbacks import AsyncCallbackManagerForToolRun, CallbackManagerForToolRun
 from langchain_core.runnables.config import run_in_executor
@@ -76,13 +77,20 @@ class PythonREPL:
     ``timeout`` (60 s unless given; pass ``timeout=None`` to the constructor
     for no limit). The session starts on first use and ends with close() (or
     when the REPL is garbage-collected); ``session_options`` go to Session,
-    e.g. ``memory="2G"`` or ``binary="/opt/pyjail/bin/pyjail"``.
+    e.g. ``memory="2G"`` or ``binary="/opt/pyjail/bin/pyjail"``. ``rootfs``
+    is the root filesystem to run in, as ``pyjail --rootfs`` takes it: the
+    name of one built with ``pyjail rootfs build`` (``"data"``) or a path
+    (None: the installed one); the tools take it as
+    ``PythonREPLTool(python_repl=PythonREPL(rootfs="data"))``.
     """
 
     def __init__(self, *, timeout: Optional[float] = 60.0, session: Optional[Session] = None,
+                 rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
                  **session_options: Any) -> None:
         self.timeout = timeout
         self._session = session
+        if rootfs is not None:
+            session_options["rootfs"] = rootfs
         self._options = session_options
         self._lock = threading.Lock()
 

@@ -29,7 +29,8 @@ Needs ``smolagents`` (``pip install 'pyjail[smolagents]'``).
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+import os
+from typing import Any, Dict, List, Optional, Union
 
 from smolagents.local_python_executor import CodeOutput, PythonExecutor
 
@@ -54,13 +55,20 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     ``session`` is a Session to use (it stays open when the executor is
     cleaned up); otherwise the executor starts one with ``session_options``
     (e.g. ``memory="2G"``, ``binary=...``) and closes it in ``cleanup()``.
+    ``rootfs`` is the root filesystem that session runs in, as ``pyjail
+    --rootfs`` takes it: a name (``"data"``, see ``pyjail rootfs list``) or a
+    path (None: the installed one).
     ``additional_imports`` and ``logger`` are accepted for compatibility with
     smolagents' executors; nothing is installed (the jail has no network).
     """
 
     def __init__(self, additional_imports: Optional[List[str]] = None, logger: Any = None, *,
                  session: Optional[Session] = None, timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 max_print_outputs_length: int = 50_000, **session_options: Any) -> None:
+                 max_print_outputs_length: int = 50_000,
+                 rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 **session_options: Any) -> None:
+        if rootfs is not None:
+            session_options["rootfs"] = rootfs
         self.additional_imports = list(additional_imports or [])
         self.logger = logger
         self.timeout = timeout

@@ -30,15 +30,12 @@ import uuid
 from pathlib import Path
 
 import pytest
-
-MUST_WORK = os.environ.get("PYJAIL_MUST_WORK") == "1"
+from pyjail_testing import MUST_WORK, skip_or_fail
+from pyjail_testing.runs import UNPRIVILEGED_ID, describe, without_notices
 
 # Every temporary file or directory these tests make under /tmp starts with this, so the
 # checks for things left behind can tell them from anything pyjail might create.
 TMP_PREFIX = "pyjail-it-"
-
-# The uid/gid the "unprivileged" runs use when the tests run as root.
-UNPRIVILEGED_ID = 65534
 
 RESULT_MARK = "@@RESULT@@"
 
@@ -55,25 +52,6 @@ def attempt(fn, *args, **kwargs):
 def emit(obj):
     print("@@RESULT@@" + _json.dumps(obj), flush=True)
 '''
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skips the current test for lack of a host feature, or fails it under PYJAIL_MUST_WORK=1."""
-    if MUST_WORK:
-        pytest.fail(f"PYJAIL_MUST_WORK=1, but: {reason}", pytrace=False)
-    pytest.skip(reason)
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    # A safety net for PYJAIL_MUST_WORK=1: a skip that did not go through skip_or_fail (a
-    # skipif, a skip in a helper) is a failure too. Expected failures stay what they are.
-    outcome = yield
-    report = outcome.get_result()
-    if MUST_WORK and report.skipped and not hasattr(report, "wasxfail"):
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"PYJAIL_MUST_WORK=1, but the test was skipped: {reason}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,21 +195,6 @@ def run_jail(pyjail_bin):
                     pass_fds=pass_fds, env=env)
 
     return run_jail
-
-
-def describe(r: subprocess.CompletedProcess) -> str:
-    return f"exit {r.returncode}\n--- stdout:\n{r.stdout}\n--- stderr:\n{r.stderr}"
-
-
-# Notices pyjail prints by design on some hosts, before running the program: on a host without
-# a usable cgroup v2 it says, on every run, that it limits by rlimits instead.
-HOST_NOTICES = ("pyjail: no cgroup v2 for the limits",)
-
-
-def without_notices(stderr: str) -> str:
-    """stderr less pyjail's per-host notices (HOST_NOTICES)."""
-    return "".join(line for line in stderr.splitlines(keepends=True)
-                   if not line.startswith(HOST_NOTICES))
 
 
 @pytest.fixture

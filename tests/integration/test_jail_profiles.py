@@ -145,3 +145,15 @@ def test_explain_prints_the_policy_and_runs_nothing(run_jail, as_user, world_tmp
     assert f"{out}:/mnt/out" in value and "command line" in source
     assert "/work/would_run.py" in text
     assert r.stderr == ""
+
+
+def test_explain_only_plans_it_warns_of_nothing(run_jail, root_user, world_tmp, helpers):
+    # A writable bind the jail's host user (nobody) cannot write: a run warns of it before the
+    # program starts; --explain, which runs nothing, prints the plan and nothing else.
+    out = world_tmp.dir(0o755)
+    args = ["--bind", f"{out}:/mnt/out", "--", "python", "-c", "pass"]
+    run = run_jail(args, user=root_user)
+    assert "is not writable by uid" in run.stderr, helpers.describe(run)
+    r = run_jail(["--explain", *args], user=root_user)
+    assert r.returncode == 0, helpers.describe(r)
+    assert r.stderr == "", helpers.describe(r)

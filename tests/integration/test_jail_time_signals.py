@@ -2,6 +2,7 @@
 program."""
 
 import signal
+import subprocess
 import time
 
 import pytest
@@ -89,3 +90,30 @@ def test_uncaught_sigint_ends_the_program_with_130(popen_jail, as_user, helpers)
     out, err = p.communicate(timeout=10)
     assert p.returncode == 130, (out, err)
     assert b"KeyboardInterrupt" in err
+
+
+def test_sigint_does_not_start_the_kill_grace(popen_jail, as_user, helpers):
+    # A Session interrupts a timed-out cell with SIGINT and keeps its interpreter: an
+    # interrupted program that carries on must not be killed --kill-grace later.
+    code = ("import sys, time\n"
+            "print('ready', flush=True)\n"
+            "for line in sys.stdin:\n"
+            "    try:\n"
+            "        time.sleep(float(line))\n"
+            "    except KeyboardInterrupt:\n"
+            "        pass\n"
+            "    print('alive', flush=True)\n")
+    p = popen_jail(["--kill-grace", "1", "--", "python", "-c", code], user=as_user,
+                   stdin=subprocess.PIPE)
+    assert helpers.read_line(p.stdout, 10) == b"ready\n"
+    p.stdin.write(b"60\n")
+    p.stdin.flush()
+    time.sleep(0.3)
+    p.send_signal(signal.SIGINT)
+    assert helpers.read_line(p.stdout, 10) == b"alive\n"
+    time.sleep(2.5)  # past the 1 s grace
+    p.stdin.write(b"0\n")
+    p.stdin.flush()
+    assert helpers.read_line(p.stdout, 10) == b"alive\n", "killed after the grace"
+    out, err = p.communicate(b"", timeout=10)
+    assert p.returncode == 0, (out, err)

@@ -9,26 +9,16 @@ unprivileged user does: in both cases someone pyjail must not trust.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import stat
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-
-# This directory's conftest by its path: `from conftest import` may find another test
-# directory's conftest first when several directories run in one pytest.
-_spec = importlib.util.spec_from_file_location("integration_conftest",
-                                               Path(__file__).with_name("conftest.py"))
-_conftest = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = _conftest  # dataclasses look their module up there
-_spec.loader.exec_module(_conftest)
-UNPRIVILEGED_ID, describe = _conftest.UNPRIVILEGED_ID, _conftest.describe
+from pyjail_testing.runs import UNPRIVILEGED_ID, describe
 
 # What a planted file must never leak: a root-only file holding this marker.
 SECRET_CODE = 'print("{marker}")\n'

@@ -295,7 +295,7 @@ def numpy_rootfs():
     import tempfile
     from pathlib import Path
 
-    from conftest import skip_or_fail
+    from pyjail_testing import skip_or_fail
 
     if subprocess.run(["/usr/bin/python3", "-c", "import numpy"], capture_output=True).returncode:
         skip_or_fail("numpy is not installed on the host (apt-get install python3-numpy)")

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 ROOT = Path(__file__).resolve().parents[2]
 MAN1 = ROOT / "man" / "pyjail.1"
@@ -35,16 +36,6 @@ OPTIONS_CPP = ROOT / "jail" / "options.cpp"
 README = ROOT / "README.md"
 PROFILES = ROOT / "profiles"
 SHIPPED_PROFILES = ["strict", "standard", "batch"]
-
-MUST_WORK = os.environ.get("PYJAIL_MUST_WORK") == "1"
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skips for lack of a tool or the binary, or fails under PYJAIL_MUST_WORK=1."""
-    if MUST_WORK:
-        pytest.fail(f"PYJAIL_MUST_WORK=1, but: {reason}", pytrace=False)
-    pytest.skip(reason)
-
 
 # --------------------------------------------------------------------------------------------
 # roff source, read as text

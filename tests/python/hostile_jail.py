@@ -1,7 +1,7 @@
 """A stand-in for the pyjail binary that plays a jail taken over by its program:
 it speaks the driver's protocol on stdin and stdout like the in-jail server, but
 answers with forged frames. The driver runs it as it would run pyjail
-(`hostile_jail.py --quiet --report FILE ... -- python -I -c BOOT SHA256`); the
+(`hostile_jail.py --quiet --report-fd N ... -- python -I -c BOOT SHA256`); the
 attack is named by $HOSTILE_ATTACK. This feeds the driver exactly the frames a
 program that reached the channel could send (see test_hostile_jail.py), now
 that the real server no longer lets it reach the channel.
@@ -49,6 +49,18 @@ def recv():
 def colliding_ints(n):
     # Multiples of 2**61-1 all hash to 0: a set of them costs n**2/2 comparisons to build.
     return [{"$i": str(k * (2 ** 61 - 1))} for k in range(1, n + 1)]
+
+
+def detonator_pickle():
+    """A pickle whose loading creates $HOSTILE_MARKER: what a jail would send to run code
+    on the host, if the host ever unpickled what it gets."""
+    import base64
+    import pickle
+
+    class Detonator:
+        def __reduce__(self):
+            return (open, (os.environ["HOSTILE_MARKER"], "w"))
+    return base64.b64encode(pickle.dumps(Detonator())).decode()
 
 
 def flood(one):
@@ -123,6 +135,19 @@ def session(attack):
             send(frame({"op": "ok", "id": rid, "entries": [["a", -5]], "size": -5}))
         elif attack == "big-download":
             send(frame({"op": "file", "id": rid}, b"x" * int(os.environ["HOSTILE_BODY"])))
+        elif attack == "pickle-result":
+            send(frame({"op": "result", "id": rid, "error": None, "value": "'x'",
+                        "data": {"$p": detonator_pickle(), "$r": "x"},
+                        "stdout": [0, 0, 0], "stderr": [0, 0, 0]}))
+            continue
+        elif attack == "pickle-call":
+            send(frame({"op": "call", "id": "c1", "name": "record",
+                        "args": [{"$p": detonator_pickle(), "$r": "x"}], "kwargs": {"$d": []}}))
+            reply, _ = recv()
+            # The cell's value: what the host answered the call with.
+            send(frame({"op": "result", "id": rid, "error": None,
+                        "value": json.dumps(reply), "stdout": [0, 0, 0], "stderr": [0, 0, 0]}))
+            continue
         elif attack in ("flood", "flood-ping"):
             flood(frame({"op": "result", "id": "stray"}))
         elif attack == "flood-calls":

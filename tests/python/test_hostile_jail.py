@@ -21,9 +21,9 @@ import time
 import pytest
 
 import pyjail
-from conftest import REPO, need, run_python
+from pyjail_testing.package import REPO, need, run_python
 
-from pyjail import _channel, _common, _run, _server
+from pyjail import _channel, _common, _run, _wire
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MiB = 1 << 20
@@ -198,27 +198,27 @@ def test_colliding_keys_are_refused_in_linear_time():
     evil = {"$s": [{"$i": str(k * (2 ** 61 - 1))} for k in range(1, 100_001)]}
     cpu = time.process_time()
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value(evil, from_jail=True)
+        _wire.decode_value(evil, from_jail=True)
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value({"$d": [[k, 0] for k in evil["$s"][:50_000]]}, from_jail=True)
+        _wire.decode_value({"$d": [[k, 0] for k in evil["$s"][:50_000]]}, from_jail=True)
     with pytest.raises(ValueError, match="same hash"):
-        _server.decode_value({"$fs": [{"$t": [k]} for k in evil["$s"][:50]]}, from_jail=True)
+        _wire.decode_value({"$fs": [{"$t": [k]} for k in evil["$s"][:50]]}, from_jail=True)
     print("CPU to refuse sets and dicts of colliding keys: %.2f s" % (time.process_time() - cpu))
     # Plain data still comes back as it was (-1 and -2 share a hash: a few may).
     for value in ({1: "a", 2: "b"}, {-1, -2, 3}, {"a": {(1, 2): frozenset({3})}}, [1.5, None]):
-        assert _server.decode_value(_server.encode_value(value), from_jail=True) == value
+        assert _wire.decode_value(_wire.encode_value(value), from_jail=True) == value
 
 
 @pytest.mark.no_binary
 def test_values_from_the_jail_are_bounded():
     with pytest.raises(ValueError, match="values"):
-        _server.decode_value(list(range(_server.ITEMS_FROM_JAIL + 1)), from_jail=True)
+        _wire.decode_value(list(range(_wire.ITEMS_FROM_JAIL + 1)), from_jail=True)
     with pytest.raises(ValueError, match="digits"):
-        _server.decode_value({"$i": "9" * 100_000}, from_jail=True)
+        _wire.decode_value({"$i": "9" * 100_000}, from_jail=True)
     with pytest.raises(ValueError, match="deeply"):
-        _server.decode_value(json.loads("[" * 200 + "]" * 200), from_jail=True)
+        _wire.decode_value(json.loads("[" * 200 + "]" * 200), from_jail=True)
     with pytest.raises(ValueError, match="pickled"):
-        _server.decode_value({"$p": "gARLAS4=", "$r": "1"}, from_jail=True)
+        _wire.decode_value({"$p": "gARLAS4=", "$r": "1"}, from_jail=True)
 
 
 @pytest.mark.no_binary
@@ -230,7 +230,7 @@ def test_values_from_the_jail_are_bounded():
 ])
 def test_headers_from_the_jail_are_bounded(head, why):
     with pytest.raises(ValueError, match=why):
-        _server.decode_header_from_jail(head)
+        _wire.decode_header_from_jail(head)
 
 
 @pytest.mark.no_binary
@@ -240,7 +240,7 @@ def test_a_big_header_is_refused_before_it_is_read():
     to_jail_r, to_jail_w = os.pipe()
     try:
         chan = _channel.Channel(to_jail_w, to_driver_r, MiB)
-        os.write(to_driver_w, _server.FRAME.pack(_server.MAGIC, 16 * MiB - 1, 0) + b"[")
+        os.write(to_driver_w, _wire.FRAME.pack(_wire.MAGIC, 16 * MiB - 1, 0) + b"[")
         with pytest.raises(_channel.ProtocolError, match="header of"):
             chan.recv(time.monotonic() + 5)
         assert len(chan.buf) < 64 << 10
@@ -256,7 +256,7 @@ def test_a_server_that_cannot_become_non_dumpable_refuses_to_serve():
                    "from pyjail import _server\n_server.main()")
     assert r.returncode == 125, r.stderr
     buf = bytearray(r.stdout)
-    head, _ = _server.parse_frame(buf)
+    head, _ = _wire.parse_frame(buf)
     header = json.loads(head)
     assert header["op"] == "refused" and "non-dumpable" in header["error"], header
     assert not buf, "it sent more than its refusal"
@@ -326,12 +326,41 @@ def test_the_costliest_header_the_driver_accepts_stays_bounded(hostile):
     out = drive("s = pyjail.Session()\nout['cell'] = s.run('1').error.type\ns.close()",
                 env=hostile("max-header"))
     print("driver peak RSS after a 1 MiB header of empty objects: %.0f MiB" % (out["rss"] / MiB))
-    assert out["rss"] < rss_bound(_server.HEADER_FROM_JAIL), out
+    assert out["rss"] < rss_bound(_wire.HEADER_FROM_JAIL), out
     assert out.get("cell") == "ProtocolError", out
 
 
 # The size of the huge headers below: 5 Mi empty objects.
 HUGE_HEADER = 3 * (5 << 20) + 1
+
+
+@pytest.mark.no_binary
+def test_the_driver_never_unpickles_what_the_jail_sends(hostile, tmp_path):
+    # A pickle in a cell's value and in a host function's arguments: were either loaded,
+    # its __reduce__ would create the marker file on the host.
+    marker = tmp_path / "unpickled"
+    out = drive("""
+        s = pyjail.Session()
+        r = s.run("x", want_data=True)
+        out["data"] = [type(r.data).__name__, repr(r.data)]
+        s.close()
+    """, env=hostile("pickle-result", HOSTILE_MARKER=marker))
+    assert out.get("data") == ["JailObject", "'x'"], out
+    assert not marker.exists()
+    out = drive("""
+        s = pyjail.Session()
+        calls = []
+        s.expose({"record": lambda *a: calls.append(a)})
+        r = s.run("record(x)")
+        out["reply"] = json.loads(r.value)
+        out["calls"] = len(calls)
+        s.close()
+    """, env=hostile("pickle-call", HOSTILE_MARKER=marker))
+    assert "raised" not in out, out
+    assert out["calls"] == 0, out
+    assert out["reply"]["type"] == "ValueError", out
+    assert "pickled value is not accepted" in out["reply"]["error"], out
+    assert not marker.exists()
 
 
 @pytest.mark.no_binary
@@ -614,7 +643,8 @@ def test_a_huge_header_from_a_cell_costs_no_memory(user):
 @pytest.mark.parametrize("user", DRIVER_USERS)
 def test_close_from_another_thread_ends_a_stuck_cell(user):
     out = drive("""
-        import threading
+        import shutil, tempfile, threading
+        tempfile.tempdir = tempfile.mkdtemp()   # the driver's own, to see what is left in it
         s = pyjail.Session()
         ended = {}
         def cell():
@@ -633,7 +663,8 @@ def test_close_from_another_thread_ends_a_stuck_cell(user):
         out["close"] = time.monotonic() - t
         th.join(30)
         out["run"] = dict(ended)
-        out["leftover"] = os.path.exists(s._tmpdir)
+        out["leftover"] = bool(os.listdir(tempfile.tempdir)) or s._jail is not None
+        shutil.rmtree(tempfile.tempdir)
     """, user=user, timeout=90)
     assert "raised" not in out, out
     assert out["close"] < 15, out

@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from conftest import import_or_skip
+from pyjail_testing.package import import_or_skip
 
 import_or_skip("langchain_core")
 import_or_skip("langchain_experimental")
@@ -205,3 +205,21 @@ def test_repl_object_standalone():
         assert repl.run("import time; time.sleep(30)", timeout=0.5).startswith(
             "Execution timed out")
         assert repl.run("print(a)") == "2\n"
+
+
+def test_rootfs_by_name_or_path(pyjail_bin):
+    import subprocess
+    import pyjail
+    repl = PythonREPL(rootfs="no-such-rootfs")
+    with pytest.raises(pyjail.JailError, match="no rootfs named 'no-such-rootfs'"):
+        repl.run("print(1)")
+    out = subprocess.run([pyjail_bin, "rootfs", "info", "default"], stdout=subprocess.PIPE,
+                         universal_newlines=True, timeout=60).stdout
+    path = [l.split(None, 1)[1] for l in out.splitlines() if l.startswith("rootfs ")][0]
+    tool = PythonREPLTool(python_repl=PythonREPL(rootfs=path))
+    try:
+        assert tool.invoke("import sys\nprint(sys.version_info[0])") == "3\n"
+        assert tool.python_repl.session._args[tool.python_repl.session._args.index(
+            "--rootfs") + 1] == path
+    finally:
+        tool.close()

@@ -6,7 +6,7 @@ import subprocess
 import sys
 import zipfile
 
-from conftest import REPO, need
+from pyjail_testing.package import REPO, need
 
 
 def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
@@ -29,7 +29,8 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
     wheels = list((tmp_path / "dist").glob("pyjail-*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
-    for f in ("__init__.py", "_server.py", "_session.py", "_run.py", "langchain.py",
+    for f in ("__init__.py", "_server.py", "_spawn.py", "_wire.py", "_session.py", "_run.py",
+              "_launch.py", "langchain.py",
               "smolagents.py", "py.typed"):
         assert "pyjail/" + f in names, f
     target = tmp_path / "site"
@@ -48,3 +49,15 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
                        universal_newlines=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout == "42\n1\n"
+
+
+def test_every_exported_error_is_one_the_host_can_catch():
+    # An exception class the package exports is one its host-side code raises: a
+    # PyjailError. (A host function's failure reaches the host as a cell's error.type.)
+    import pyjail
+    errors = [name for name in pyjail.__all__ if isinstance(getattr(pyjail, name), type) and
+              issubclass(getattr(pyjail, name), BaseException)]
+    assert "ProtocolError" in errors and "SessionDiedError" in errors
+    for name in errors:
+        assert issubclass(getattr(pyjail, name), pyjail.PyjailError), name
+    assert not hasattr(pyjail, "HostFunctionError")

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conftest import REPO, import_or_skip
+from pyjail_testing.package import REPO, import_or_skip
 
 
 def section():

@@ -194,3 +194,41 @@ def test_nothing_left_behind():
     pyjail.run("open('o', 'w').write('x')", files={"i": "x"}, outputs=True)
     after = set(os.listdir(tempfile.gettempdir()))
     assert not [n for n in after - before if n.startswith("pyjail-run-")]
+
+
+def _default_rootfs(pyjail_bin):
+    """The path of the installed rootfs, as `pyjail rootfs info default` names it."""
+    import subprocess
+    r = subprocess.run([pyjail_bin, "rootfs", "info", "default"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [l.split(None, 1)[1] for l in r.stdout.splitlines() if l.startswith("rootfs ")][0]
+
+
+@pytest.mark.parametrize("files", [None, {"in.txt": "x"}], ids=["direct", "with-files"])
+def test_rootfs_by_name_or_path(pyjail_bin, files):
+    # A name that does not exist: pyjail's own one-line error, as a JailError.
+    with pytest.raises(pyjail.JailError) as info:
+        pyjail.run("print(1)", rootfs="no-such-rootfs", files=files)
+    assert str(info.value).startswith("pyjail: ")
+    assert "no rootfs named 'no-such-rootfs'" in str(info.value)
+    assert info.value.report is not None and info.value.report.status == "setup-error"
+    # A path (a str or a PathLike) is passed through as it is.
+    from pathlib import Path
+    for rootfs in (_default_rootfs(pyjail_bin), Path(_default_rootfs(pyjail_bin))):
+        r = pyjail.run("import sys; print(sys.version_info[0])", rootfs=rootfs, files=files)
+        assert r.ok and r.stdout == "3\n", r.stderr
+
+
+def test_nothing_left_behind_when_the_jail_is_killed_or_times_out(monkeypatch, tmp_path):
+    import tempfile
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    for files in (None, {"in": "x"}):
+        r = pyjail.run("import os, signal\nos.kill(1, signal.SIGKILL)\nimport time\n"
+                       "time.sleep(30)", files=files, timeout=5)
+        assert not r.ok
+        r = pyjail.run("while True: pass", files=files, timeout=1)
+        assert r.timed_out
+    assert os.listdir(str(tmp)) == []

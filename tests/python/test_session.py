@@ -10,7 +10,7 @@ import time
 import pytest
 
 import pyjail
-from conftest import host_processes, pyjail_children, wait_until
+from pyjail_testing.package import host_processes, pyjail_children, wait_until
 
 
 def test_state_value_and_output(session):
@@ -211,7 +211,11 @@ def test_garbage_on_the_channel_restarts_never_hangs(session):
         "    except OSError:\n"
         "        pass\n", timeout=10)
     assert time.monotonic() - t < 15
-    assert r.restarted or r.ok
+    # The README: a jail that breaks the protocol is ended, and the session replaces its
+    # interpreter and says so.
+    assert r.restarted and r.error.type == "ProtocolError", r
+    assert "broke the protocol" in r.error.message and "fresh one" in r.error.message
+    assert session.restarts == 1
     assert session.run("40 + 2").value == "42"
 
 
@@ -293,7 +297,7 @@ def test_host_functions_from_threads(session):
 def test_reply_read_along_with_the_cell(session):
     # The driver's reply to a call made between cells can reach the interpreter in
     # the same read as the next cell: it must still reach the caller.
-    from pyjail import _server
+    from pyjail import _wire
     session.expose({"double": lambda v: 2 * v})
     session.run("import threading, time\nlate = []\n"
                 "def call():\n    time.sleep(0.3)\n    late.append(double(21))\n"
@@ -302,8 +306,8 @@ def test_reply_read_along_with_the_cell(session):
     call, _ = chan.recv(time.monotonic() + 10)
     assert call["op"] == "call" and call["name"] == "double"
     cell = {"op": "exec", "id": "c", "code": "t.join(20)\nlate", "output_limit": 1000}
-    reply = {"op": "reply", "id": call["id"], "value": _server.encode_value(42)}
-    os.write(chan.wfd, _server.encode_frame(cell) + _server.encode_frame(reply))
+    reply = {"op": "reply", "id": call["id"], "value": _wire.encode_value(42)}
+    os.write(chan.wfd, _wire.encode_frame(cell) + _wire.encode_frame(reply))
     result, _ = chan.recv(time.monotonic() + 30)
     assert result["op"] == "result" and result["value"] == "[42]", result
 
@@ -367,14 +371,20 @@ def test_fork_bomb_ends_the_cell_not_the_session(session):
     r = session.run("import os\nwhile True:\n    os.fork()", timeout=10)
     assert not r.ok and not r.restarted
     assert session.run("keep").value == "'me'"
-    # A bomb whose processes swallow every error starves the interpreter of CPU:
-    # it answers the interrupt (and keeps its state), or it is replaced.
+    # A bomb whose processes swallow every error starves the interpreter of CPU. The
+    # README: the driver kills what the cell started, from the host, and the interpreter
+    # then answers the interrupt with its state intact; one that still does not respond
+    # is replaced, and the result says so.
     r = session.run("import os\nwhile True:\n    try:\n        os.fork()\n"
                     "    except BaseException:\n        pass", timeout=1)
     assert r.timed_out
     if r.restarted:
-        assert "fresh one" in r.error.message
+        assert r.error.type in ("TimeoutError", "InterpreterDied"), r.error
+        assert "fresh one" in r.error.message and session.restarts == 1
         session.run("keep = 'me'")
+    else:
+        assert r.error.type == "KeyboardInterrupt", r.error
+        assert session.run("keep").value == "'me'" and session.restarts == 0
     # Nothing of the bomb is left: the jail holds the interpreter and pid 1 only.
     assert session.run("import os\nsum(p.isdigit() for p in os.listdir('/proc'))").value == "2"
     assert session.run("import subprocess, sys\n"
@@ -387,7 +397,15 @@ def test_memory_bomb_ends_the_cell_not_the_session():
         s.run("keep = 1")
         r = s.run("x = []\nwhile True:\n    x.append(bytearray(10 ** 7))", timeout=30)
         assert not r.ok
-        assert r.error.type == "MemoryError" or r.restarted
+        # The README: the cell gets a MemoryError and the session keeps its state, or
+        # (cgroup v2: the whole jail is OOM-killed) the interpreter is replaced and the
+        # result says why.
+        if r.restarted:
+            assert r.report is not None and r.report.status == "oom", r.report
+            assert "fresh one" in r.error.message and s.restarts == 1
+        else:
+            assert r.error.type == "MemoryError", r.error
+            assert s.run("keep").value == "1"
         s.run("x = None")
         assert s.run("1 + 1").value == "2"
 
@@ -447,16 +465,16 @@ def test_garbage_collected_session_is_cleaned_up():
 
 
 def test_server_from_the_rootfs_and_from_the_driver(monkeypatch):
-    from pyjail import _channel
+    from pyjail import _launch
     with pyjail.Session() as s:
-        from conftest import MUST_WORK
+        from pyjail_testing import MUST_WORK
         if s.server_info.get("server") != "rootfs":
-            msg = ("the rootfs's pyjail_server.py differs from python/pyjail/_server.py: "
+            msg = ("the rootfs's in-jail modules differ from python/pyjail's: "
                    "rebuild the rootfs (the driver fell back to sending its own)")
             if MUST_WORK:
                 pytest.fail(msg)
             pytest.skip(msg)
-    monkeypatch.setattr(_channel, "_SERVER_SHA256_IN_USE", ["0" * 64])
+    monkeypatch.setattr(_launch, "_SERVER_SHA256_IN_USE", ["0" * 64])
     with pyjail.Session() as s:
         assert s.server_info["server"] == "driver"
         assert s.run("6 * 7").value == "42"
@@ -478,3 +496,105 @@ def test_many_cells_in_a_row_keep_their_order(session):
     session.run("n = 0")
     values = [session.run("n += 1\nn").value for _ in range(50)]
     assert values == [str(i) for i in range(1, 51)]
+
+
+def _default_rootfs(pyjail_bin):
+    """The path of the installed rootfs, as `pyjail rootfs info default` names it."""
+    import subprocess
+    r = subprocess.run([pyjail_bin, "rootfs", "info", "default"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, universal_newlines=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return [l.split(None, 1)[1] for l in r.stdout.splitlines() if l.startswith("rootfs ")][0]
+
+
+def test_rootfs_by_name_or_path(pyjail_bin):
+    with pytest.raises(pyjail.JailError) as info:
+        pyjail.Session(rootfs="no-such-rootfs")
+    assert str(info.value).startswith("pyjail: ")
+    assert "no rootfs named 'no-such-rootfs'" in str(info.value)
+    with pytest.raises(pyjail.JailError, match="/nonexistent-rootfs"):
+        pyjail.Session(rootfs="/nonexistent-rootfs")
+    from pathlib import Path
+    for rootfs in (_default_rootfs(pyjail_bin), Path(_default_rootfs(pyjail_bin))):
+        with pyjail.Session(rootfs=rootfs) as s:
+            assert s.run("import sys\nsys.version_info[0]").value == "3"
+
+
+def _session_temp_files(tmp):
+    return sorted(os.listdir(tmp))
+
+
+def test_a_session_names_no_file_even_when_its_driver_is_killed(tmp_path):
+    # A driver killed with SIGKILL runs no clean-up: a session, and run() with files,
+    # keep their report and pyjail's stderr in unnamed files, so nothing is left behind.
+    from pyjail_testing import REPO
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    code = ("import sys, threading, time, pyjail\n"
+            "s = pyjail.Session()\n"
+            "s.run('x = 1')\n"
+            "threading.Thread(target=pyjail.run, args=('import time; time.sleep(60)',),\n"
+            "                 kwargs={'files': {'in': 'x'}}, daemon=True).start()\n"
+            "time.sleep(1.5)\n"
+            "print('ready', flush=True)\n"
+            "time.sleep(60)\n")
+    env = dict(os.environ, TMPDIR=str(tmp), PYTHONPATH=str(REPO / "python"))
+    import subprocess
+    import sys
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        assert proc.stdout.readline() == b"ready\n", proc.stderr.read()
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert _session_temp_files(tmp) == []
+
+
+def test_a_session_closed_from_another_thread_or_killed_leaves_nothing_behind(tmp_path,
+                                                                             monkeypatch):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    s = pyjail.Session()
+    threading.Timer(1.0, s.close).start()
+    with pytest.raises(pyjail.SessionClosedError):
+        s.run("import time\ntime.sleep(60)")
+    assert _session_temp_files(tmp) == []
+    with pyjail.Session() as s:
+        os.kill(s.pid, signal.SIGKILL)
+        assert wait_until(lambda: s._proc.poll() is not None)
+        r = s.run("1")
+        assert r.restarted and r.error.type == "InterpreterDied"
+        assert s.run("2").value == "2"
+    assert _session_temp_files(tmp) == []
+    # An exception while launching: the binary cannot be run.
+    bad = tmp_path / "pyjail"
+    bad.write_bytes(b"\x7fELF garbage")
+    bad.chmod(0o755)
+    with pytest.raises(pyjail.JailError, match="cannot run"):
+        pyjail.Session(binary=str(bad))
+    with pytest.raises(pyjail.JailError, match="cannot run"):
+        pyjail.run("print(1)", binary=str(bad))
+    with pytest.raises(pyjail.JailError, match="cannot run"):
+        pyjail.run("print(1)", binary=str(bad), files={"a": "b"})
+    assert _session_temp_files(tmp) == []
+    assert not pyjail_children()
+
+
+def test_a_host_function_error_without_a_builtin_is_the_cells_host_function_error(session):
+    class QuotaExceeded(Exception):
+        pass
+
+    def spend():
+        raise QuotaExceeded("over quota")
+
+    session.expose({"spend": spend})
+    r = session.run("spend()")
+    # The host catches nothing: the cell's error says what happened.
+    assert r.error.type == "HostFunctionError"
+    assert r.error.message == "QuotaExceeded: over quota"
+    r = session.run("try:\n    spend()\nexcept Exception as e:\n    print(type(e).__name__, e)")
+    assert r.stdout == "HostFunctionError QuotaExceeded: over quota\n"

@@ -3,7 +3,7 @@
 
 import pytest
 
-from conftest import import_or_skip
+from pyjail_testing.package import import_or_skip
 
 import_or_skip("smolagents")
 
@@ -125,3 +125,18 @@ def test_shared_session_stays_open():
         ex("kept = 'here'")
         ex.cleanup()
         assert not s.closed and s.run("kept").value == "'here'"
+
+
+def test_rootfs_by_name_or_path(pyjail_bin):
+    import subprocess
+    import pyjail
+    with pytest.raises(pyjail.JailError, match="no rootfs named 'no-such-rootfs'"):
+        PyjailExecutor(rootfs="no-such-rootfs")
+    out = subprocess.run([pyjail_bin, "rootfs", "info", "default"], stdout=subprocess.PIPE,
+                         universal_newlines=True, timeout=60).stdout
+    path = [l.split(None, 1)[1] for l in out.splitlines() if l.startswith("rootfs ")][0]
+    executor = PyjailExecutor(rootfs=path)
+    try:
+        assert "3" in executor("import sys\nprint(sys.version_info[0])").logs
+    finally:
+        executor.cleanup()

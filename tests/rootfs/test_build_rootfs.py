@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[2]
 BUILDER = REPO / "rootfs" / "build-rootfs.py"
@@ -119,11 +120,8 @@ def _bwrap():
     """Skips a test that needs bwrap where it cannot run; under PYJAIL_MUST_WORK=1 (CI,
     where tests/run.sh installs bubblewrap) that is a failure instead."""
     problem = bwrap_works()
-    if problem is None:
-        return
-    if os.environ.get("PYJAIL_MUST_WORK") == "1":
-        pytest.fail("PYJAIL_MUST_WORK=1, but " + problem, pytrace=False)
-    pytest.skip(problem)
+    if problem is not None:
+        skip_or_fail(problem)
 
 
 needs_bwrap = pytest.mark.usefixtures("_bwrap")
@@ -354,7 +352,7 @@ WITH_PKG = find_with_package()
 @pytest.fixture(scope="module")
 def with_root(tmp_path_factory):
     if WITH_PKG is None:
-        pytest.skip("neither yaml nor numpy is importable by %s" % TARGET_PYTHON)
+        skip_or_fail("neither yaml nor numpy is importable by %s" % TARGET_PYTHON)
     out = tmp_path_factory.mktemp("w") / "rootfs"
     proc = build(out, "--with", WITH_PKG)
     assert proc.returncode == 0, proc.stderr

@@ -30,9 +30,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[2]
-MUST_WORK = os.environ.get("PYJAIL_MUST_WORK") == "1"
 TARGET_PYTHON = "/usr/bin/python3"
 WHEEL_CACHE = Path(os.environ.get("PYJAIL_WHEEL_CACHE", "/tmp/pyjail-wheel-cache"))
 UNPRIVILEGED = 65534
@@ -54,12 +54,6 @@ import editdistance
 print(editdistance.eval("kitten", "sitting"), editdistance.eval([1, 2, 3], [1, 3]))
 """
 REQUIREMENTS = "# compiled wheels, and what they depend on\ncffi\neditdistance\n"
-
-
-def skip_or_fail(reason):
-    if MUST_WORK:
-        pytest.fail("PYJAIL_MUST_WORK=1, but: " + reason, pytrace=False)
-    pytest.skip(reason)
 
 
 def pyjail_bin() -> Path:

@@ -27,8 +27,10 @@ TEST_CASE("wait status to exit status") {
 }
 
 TEST_CASE("the signals that start --kill-grace") {
-    for (int s : {SIGTERM, SIGHUP, SIGINT, SIGQUIT}) CHECK(is_terminating_signal(s));
-    for (int s : {SIGUSR1, SIGUSR2, SIGCHLD, SIGWINCH, 0}) CHECK_FALSE(is_terminating_signal(s));
+    for (int s : {SIGTERM, SIGHUP, SIGQUIT}) CHECK(is_terminating_signal(s));
+    // SIGINT interrupts: a program that handles KeyboardInterrupt goes on running.
+    for (int s : {SIGINT, SIGUSR1, SIGUSR2, SIGCHLD, SIGWINCH, 0})
+        CHECK_FALSE(is_terminating_signal(s));
 }
 
 TEST_CASE("descriptions") {
@@ -44,4 +46,61 @@ TEST_CASE("descriptions") {
     g.signal = SIGTERM;
     CHECK(describe(g, 0, 1.5) == "the jail was still running 1.5s after SIGTERM (--kill-grace); "
                                  "it and every process in it were killed");
+}
+
+TEST_CASE("a run's status decides its report name, exit code and message") {
+    Outcome exited3 = outcome_from_wait_status(3 << 8);
+    Outcome killed = outcome_from_wait_status(SIGKILL);
+    Outcome xcpu = outcome_from_wait_status(SIGXCPU);
+    Outcome term = outcome_from_wait_status(SIGTERM);
+    Outcome wall;
+    wall.kind = Outcome::Kind::WallTimeout;
+    Outcome grace;
+    grace.kind = Outcome::Kind::GraceTimeout;
+    grace.signal = SIGTERM;
+    EndLimits limits{2, 1.5, 3, 4096};
+    struct Row {
+        RunStatus status;
+        Outcome outcome;
+        const char* name;
+        int exit_code;
+        const char* message;
+        bool shown_quietly;  // printed without --verbose
+    };
+    const Row rows[] = {
+        {RunStatus::Ok, outcome_from_wait_status(0), "ok", 0, "", true},
+        {RunStatus::Exit, exited3, "exit", 3, "", true},
+        {RunStatus::Signal, term, "signal", 128 + SIGTERM,
+         "the program was killed by signal 15 (SIGTERM)", false},
+        {RunStatus::Signal, killed, "signal", 137, "the program was killed by signal 9 (SIGKILL)",
+         true},
+        {RunStatus::WallTimeout, wall, "wall-timeout", 124,
+         "wall time limit of 2s reached; the jail and every process in it were killed", true},
+        {RunStatus::GraceTimeout, grace, "grace-timeout", 137,
+         "the jail was still running 1.5s after SIGTERM (--kill-grace); it and every process in "
+         "it were killed",
+         true},
+        // The cgroup's count (the jail was killed) and RLIMIT_CPU's SIGXCPU end alike.
+        {RunStatus::CpuTimeout, killed, "cpu-timeout", 124,
+         "CPU time limit of 3s reached; the jail was killed", true},
+        {RunStatus::CpuTimeout, xcpu, "cpu-timeout", 124,
+         "CPU time limit of 3s reached; the jail was killed", true},
+        {RunStatus::Oom, killed, "oom", 137,
+         "out of memory: the jail reached its memory limit and was killed", true},
+        {RunStatus::PidsLimit, exited3, "pids-limit", 3, "", true},
+        {RunStatus::OutputLimit, killed, "output-limit", 137,
+         "output limit of 4096 bytes reached; the jail was killed", true},
+        {RunStatus::SeccompDenied, exited3, "seccomp-denied", 3, "", true},
+        {RunStatus::SeccompDenied, outcome_from_wait_status(SIGSYS), "seccomp-denied",
+         128 + SIGSYS, "the program was killed by signal 31 (SIGSYS)", true},
+        {RunStatus::SetupError, Outcome{}, "setup-error", 125, "", true},
+    };
+    for (const Row& r : rows) {
+        CAPTURE(r.name);
+        CHECK(status_name(r.status) == r.name);
+        CHECK(exit_code_for(r.status, r.outcome) == r.exit_code);
+        CHECK(status_message(r.status, r.outcome, limits) == r.message);
+        CHECK(status_message_wanted(r.status, r.outcome, false) == r.shown_quietly);
+        CHECK(status_message_wanted(r.status, r.outcome, true));
+    }
 }

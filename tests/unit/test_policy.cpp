@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "cli.hpp"
+#include "environment.hpp"
 #include "error.hpp"
 #include "policy.hpp"
 #include "profile.hpp"

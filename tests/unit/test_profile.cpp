@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <fmt/format.h>
 
 #include "cli.hpp"
 #include "error.hpp"
@@ -151,6 +152,24 @@ TEST_CASE("cli: values, repeats and mistakes") {
     CHECK_THROWS_WITH_AS(parse_cli({"--memry", "1G"}), "unknown option --memry", UsageError);
     CHECK_THROWS_WITH_AS(parse_cli({"--verbose=yes"}), "--verbose takes no value", UsageError);
     CHECK_THROWS_WITH_AS(parse_cli({"-x"}), "unknown option -x", UsageError);
+    // `--name=` is an empty value, also before another option, and never touches the command.
+    CHECK(parse_cli({"--memory=", "--net", "none", "x"}).given.at("memory") ==
+          std::vector<std::string>{""});
+    CHECK(parse_cli({"--env=", "--env", "A=1", "x"}).given.at("env") ==
+          std::vector<std::string>{"", "A=1"});
+    CHECK(parse_cli({"x", "--memory=", "--verbose="}).command ==
+          std::vector<std::string>{"x", "--memory=", "--verbose="});
+    CHECK_THROWS_WITH_AS(parse_cli({"--verbose="}), "--verbose takes no value", UsageError);
+    CHECK_THROWS_WITH_AS(parse_cli({"--explain=true"}), "--explain takes no value", UsageError);
+    CHECK(parse_cli({"--quiet", "--quiet", "x"}).given.at("quiet") == std::vector<std::string>{"true"});
+    CHECK_THROWS_WITH_AS(parse_cli({"--net", "none", "--frob=1", "x"}), "unknown option --frob",
+                         UsageError);
+    CHECK(parse_cli({"--", "--frob"}).command == std::vector<std::string>{"--frob"});
+    CHECK(parse_cli({"--explain", "--"}).command.empty());
+    // --help lists every option of the table.
+    std::string help = parse_cli({"--help"}).output;
+    for (const auto& o : option_table())
+        CHECK_MESSAGE(help.find(fmt::format("  --{} ", o.name)) != std::string::npos, o.name);
     try {
         parse_cli({"--wall-tim=3"});
     } catch (const UsageError& e) {

@@ -33,39 +33,19 @@ import sys
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import vm  # noqa: E402
 
-MUST_WORK = os.environ.get("PYJAIL_MUST_WORK") == "1"
 DEFAULT_SCENARIO_TIMEOUT = 60
 BOOT_ALLOWANCE = 180  # seconds for the VM to boot and power off, on top of the scenarios'
-
-
-def skip_or_fail(reason: str) -> None:
-    """Skips the current test for lack of something on the host, or fails it under
-    PYJAIL_MUST_WORK=1."""
-    if MUST_WORK:
-        pytest.fail(f"PYJAIL_MUST_WORK=1, but: {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "vm(script, timeout=60): a shell snippet that runs as root in the cgroup v2 "
                    "VM; the test gets its result from the vm_run fixture")
-
-
-@pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_makereport(item, call):
-    # Under PYJAIL_MUST_WORK=1 any skip of a VM test, however it came, is a failure.
-    outcome = yield
-    report = outcome.get_result()
-    if MUST_WORK and report.skipped and not hasattr(report, "wasxfail") \
-            and item.get_closest_marker("vm") is not None:
-        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
-        report.outcome = "failed"
-        report.longrepr = f"PYJAIL_MUST_WORK=1, but the test was skipped: {reason}"
 
 
 @dataclasses.dataclass

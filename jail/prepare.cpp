@@ -1,0 +1,181 @@
+#include "prepare.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+#include "compiled_filter.hpp"
+#include "environment.hpp"
+#include "error.hpp"
+#include "exposure.hpp"
+#include "hostopen.hpp"
+#include "rootfs.hpp"
+
+namespace pyjail::setup {
+
+namespace {
+
+std::string current_dir() {
+    char buf[PATH_MAX];
+    if (::getcwd(buf, sizeof buf) == nullptr)
+        throw JailError("cwd", "cannot read the current directory", errno);
+    return buf;
+}
+
+std::string fd_path(int fd) {
+    char buf[PATH_MAX];
+    ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", fd).c_str(), buf, sizeof buf - 1);
+    return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
+}
+
+// The host user root's jails run as (--host-user).
+std::pair<uid_t, gid_t> resolve_host_user(const HostUser& u) {
+    if (u.uid && u.gid) return {*u.uid, *u.gid};
+    // /etc/passwd is read directly, not through NSS: pyjail is linked statically, and a
+    // static binary cannot rely on loading NSS modules.
+    std::string passwd;
+    (void)try_read_file("/etc/passwd", passwd);
+    if (u.uid) {
+        auto pw = find_passwd_entry(passwd, "", u.uid);
+        return {*u.uid, pw ? pw->second : static_cast<gid_t>(*u.uid)};
+    }
+    auto pw = find_passwd_entry(passwd, u.name, std::nullopt);
+    if (!pw)
+        throw UsageError(fmt::format("--host-user: no user named '{}' in /etc/passwd", u.name),
+                         "give UID:GID, e.g. 65534:65534");
+    if (pw->first == 0 || pw->second == 0)
+        throw UsageError(fmt::format("--host-user: '{}' is root", u.name));
+    return *pw;
+}
+
+// What `path` (absolute, in the jail) names for the jail: through a bind, or in the rootfs.
+FileKind probe_in_jail(int rootfs_fd, const std::vector<BindSpec>& binds, const std::string& path) {
+    for (const auto& b : binds) {
+        if (path == b.target || path.rfind(b.target + "/", 0) == 0) {
+            std::string host = b.source + path.substr(b.target.size());
+            struct stat st {};
+            if (::stat(host.c_str(), &st) != 0) return FileKind::Missing;
+            return S_ISREG(st.st_mode) && (st.st_mode & 0111) ? FileKind::Executable
+                                                               : FileKind::NotExecutable;
+        }
+    }
+    return probe_in_rootfs(rootfs_fd, path);
+}
+
+// Bind sources are checked now, so a missing one fails before any process exists; the child
+// opens them again in its own mount namespace, as the jail user.
+BindFacts bind_facts(const BindSpec& b, int rootfs_fd) {
+    UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
+    if (!fd)
+        throw JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), errno,
+                        "the source of a bind must exist on the host");
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
+    BindFacts f;
+    f.is_dir = S_ISDIR(st.st_mode);
+    f.real_source = fd_path(fd.get());
+    f.locked_flags = locked_flags_of(fd.get());
+    bool target_is_dir = false;
+    f.target_in_rootfs = exists_in_rootfs(rootfs_fd, b.target, target_is_dir) &&
+                         target_is_dir == f.is_dir;
+    if (f.is_dir) f.credentials = credentials_in(fd.get());
+    return f;
+}
+
+// The filter is ready before any process exists: compiled at build time for exactly this
+// set, or compiled here, so that a broken set fails now.
+void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
+    const Policy& policy = p.policy;
+    if (policy.seccomp == "off") return;
+    FoundFile set = read_seccomp_set(policy.seccomp, dirs);
+    std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
+    FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), policy.net};
+    std::string file;
+    if (auto compiled = load_compiled_filter(dirs, in, file)) {
+        p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
+                               std::move(compiled->deny)};
+        p.seccomp_filter = std::move(compiled->program);
+        p.seccomp_compiled_at = file;
+    } else {
+        p.seccomp = parse_seccomp_set(in.set_text, set.path, in.groups_text, groups_path);
+        p.seccomp->name = policy.seccomp;
+        p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
+    }
+}
+
+// Limits: cgroup v2 where a delegated cgroup can be had, rlimits otherwise.
+void plan_cgroup_and_limits(RunPlan& p) {
+    const Policy& policy = p.policy;
+    const Limits& l = policy.limits;
+    bool wants_cgroup = l.memory || l.pids || l.cpus || l.cpu_time > 0;
+    if (policy.cgroup != CgroupMode::Off) {
+        std::vector<std::string> controllers;
+        if (l.memory) controllers.push_back("memory");
+        if (l.pids) controllers.push_back("pids");
+        if (l.cpus) controllers.push_back("cpu");
+        p.cgroup = find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
+        if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
+            throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
+                            0, "or run with --cgroup auto to fall back to rlimits");
+    }  // --cgroup off: rlimits by choice, nothing to explain
+    if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
+    p.limits = plan_limits(l, p.cgroup.ok);
+}
+
+}  // namespace
+
+PreparedRun prepare_run(Policy policy, const DataDirs& dirs) {
+    PreparedRun prepared;
+    RunPlan& p = prepared.plan;
+    p.invoker = {::geteuid(), ::getegid()};
+    std::string cwd = current_dir();
+    p.rootfs = policy.rootfs.empty() ? dirs.rootfs : resolve_rootfs(policy.rootfs, dirs);
+    // Open while planning only: what the jail finds there is read through it.
+    UniqueFd rootfs_fd = open_rootfs(p.rootfs);
+    p.binds = all_binds(policy);
+
+    MountFacts facts;
+    facts.rootfs_top = list_rootfs_top(rootfs_fd.get());
+    facts.rootfs_locked_flags = locked_flags_of(rootfs_fd.get());
+    for (const auto& b : p.binds) facts.binds.push_back(bind_facts(b, rootfs_fd.get()));
+    facts.home_dirs = home_dirs();
+
+    if (!policy.command.empty()) {
+        p.command = resolve_command(
+            policy.command,
+            [&](const std::string& path) { return probe_in_jail(rootfs_fd.get(), p.binds, path); },
+            pythons_in_rootfs(rootfs_fd.get()));
+    }
+    p.argv = policy.command;
+
+    uid_t root_uid = 0;
+    gid_t root_gid = 0;
+    if (p.invoker.is_root()) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
+
+    std::optional<std::string> script;
+    if (p.command.script_index) {
+        std::string host = absolute_path(p.argv[*p.command.script_index], cwd);
+        // Opened with the rights of the jail's host user (hostopen.hpp): root must not read a
+        // file for the jail through a link another user planted.
+        std::optional<HostUserIds> as_host_user;
+        if (p.invoker.is_root()) as_host_user = HostUserIds{root_uid, root_gid};
+        prepared.fds.script = open_script(host, p.argv[*p.command.script_index], as_host_user);
+        facts.script_real_path = fd_path(prepared.fds.script.get());
+        script = host;
+    }
+
+    p.mounts = plan_mounts(policy, p.rootfs, facts, script);
+    if (p.mounts.script_jail_path) p.argv[*p.command.script_index] = *p.mounts.script_jail_path;
+    p.ids = plan_idmaps(p.invoker.uid, p.invoker.gid, root_uid, root_gid);
+    p.env = jail_environment(policy);
+    p.policy = std::move(policy);
+    plan_seccomp(p, dirs);
+    plan_cgroup_and_limits(p);
+    return prepared;
+}
+
+}  // namespace pyjail::setup

@@ -1,0 +1,74 @@
+// Parent-only set-up (namespace setup): from a validated Policy to one immutable plan of the
+// run, before any process exists. Anything that can fail on user input fails here. The plan
+// is values only; the one descriptor the jail needs from the host (the script) is owned
+// apart from it, in RunFds.
+#pragma once
+
+#include <linux/filter.h>
+#include <sys/types.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cgroup.hpp"
+#include "command.hpp"
+#include "idmap.hpp"
+#include "limits.hpp"
+#include "mountplan.hpp"
+#include "paths.hpp"
+#include "policy.hpp"
+#include "seccomp.hpp"
+#include "sys.hpp"
+
+namespace pyjail {
+
+// Who runs pyjail, asked once: root maps another user (--host-user), opens host files with
+// that user's rights, and writes the jail's id maps itself.
+struct Invoker {
+    uid_t uid = 0;
+    gid_t gid = 0;
+    bool is_root() const { return uid == 0; }
+};
+
+// Everything a run will do, decided before any process exists.
+struct RunPlan {
+    Policy policy;
+    Invoker invoker;
+    std::string rootfs;
+    ResolvedCommand command;
+    std::vector<std::string> argv;  // as the program gets it (script path made in-jail)
+    std::vector<std::string> env;
+    std::vector<BindSpec> binds;    // every bind, the profile's and the command line's
+    MountPlan mounts;
+    IdMaps ids;
+    std::optional<SeccompSet> seccomp;        // none: --seccomp off
+    std::vector<sock_filter> seccomp_filter;  // ready before any process exists
+    std::string seccomp_compiled_at;          // the build-time file it came from, or ""
+    CgroupSite cgroup;              // where the jail's cgroup goes, or why it cannot
+    LimitPlan limits;               // every limit and the mechanism enforcing it
+};
+
+// The host descriptors the plan refers to, open until the jail has what it needs of them.
+struct RunFds {
+    // The script, opened with the jail's host user's rights: what the plan's content sources
+    // (mounts.sources[i].content) are copied from. None without a script.
+    UniqueFd script;
+};
+
+struct PreparedRun {
+    RunPlan plan;
+    RunFds fds;
+};
+
+namespace setup {
+
+// Gathers the host's facts (the rootfs, the bind sources, the script), plans the mounts, ids,
+// environment, filter and limits. Only plans: nothing is printed, no kernel feature probed
+// (see supervisor::check_host_before_run), so --explain shows the plan and nothing else.
+// Throws JailError.
+PreparedRun prepare_run(Policy policy, const DataDirs& dirs);
+
+}  // namespace setup
+
+}  // namespace pyjail

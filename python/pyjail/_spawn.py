@@ -1,0 +1,143 @@
+"""The in-jail half of ``pyjail.run`` with files (installed in the rootfs as
+``/usr/lib/pyjail/pyjail_spawn.py``): the ``spawn`` operation of the in-jail
+server (see _wire's protocol description).
+
+The program runs as a child of the server, which has made itself
+non-dumpable before (see _server._become_unreachable): the program, though it
+has the same uid, can reach neither the channel nor the server's memory. Its
+output streams to the driver in ``out`` frames; once it has ended, nothing it
+started is left running, and the files it wrote or changed in the work
+directory go back in one ``exited`` frame, within the driver's caps. The
+server then exits with the program's status. Runs only in the jail; standard
+library only.
+"""
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
+    from ._wire import HEADER_FROM_JAIL, SKIPPED_LIMIT, WORKDIR, _encode_json, list_files
+else:               # in the jail, as pyjail_spawn (see _wire.JAIL_MODULES)
+    from pyjail_wire import HEADER_FROM_JAIL, SKIPPED_LIMIT, WORKDIR, _encode_json, list_files
+
+
+def serve_spawn(server, rid, header, body):
+    """Run the program of ``header["argv"]`` ("{python}" is this interpreter)
+    with ``body`` as its stdin, stream its output, then send its status and
+    the files it wrote; set ``server.exit_status``."""
+    import subprocess
+    import threading
+    signal = server.signal
+    argv = [sys.executable if a == "{python}" else a for a in header["argv"]]
+    child = [None]
+
+    def forward(signum, frame):
+        if child[0] is not None:
+            try:
+                child[0].send_signal(signum)
+            except OSError:
+                pass
+
+    # pyjail relays SIGINT and SIGTERM to this process: pass them on.
+    signal.signal(signal.SIGINT, forward)
+    signal.signal(signal.SIGTERM, forward)
+    try:
+        proc = child[0] = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
+                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           close_fds=True)
+    except OSError as e:
+        server.reply_error(rid, e)
+        server.exit_status = 127
+        return
+
+    def pump(src, stream):
+        while True:
+            data = os.read(src.fileno(), 1 << 16)
+            if not data:
+                return
+            server.send({"op": "out", "stream": stream}, data)
+
+    def feed():
+        try:
+            proc.stdin.write(body)
+        except OSError:
+            pass
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+    threads = [threading.Thread(target=pump, args=(proc.stdout, 1)),
+               threading.Thread(target=pump, args=(proc.stderr, 2)),
+               threading.Thread(target=feed)]
+    for t in threads:
+        t.daemon = True
+        t.start()
+    status = proc.wait()
+    # As after a plain run, nothing the program started outlives it.
+    server.kill_others()
+    for t in threads[:2]:
+        t.join()
+    files, skipped, blobs = _collect(header) if header.get("collect") else ([], [], [])
+    # Set first: the driver closes the channel as soon as it has this frame.
+    server.exit_status = status
+    server.send({"op": "exited", "id": rid, "status": status, "files": files,
+                 "skipped": skipped}, b"".join(blobs))
+
+
+def _collect(header):
+    """The files under the work directory that match ``collect`` and that the
+    program created or changed, within the caps: ([name, size] entries, skipped
+    [name, size, why] entries, their contents)."""
+    files, skipped, blobs = [], [], []
+    collect = header["collect"]
+    budget = header["max_bytes"]
+    max_files = header["max_files"]
+    inputs = {k: tuple(v) for k, v in header["inputs"].items()}
+    patterns = None if collect is True else list(collect)
+    # The names must fit in one header the driver accepts.
+    names_room = HEADER_FROM_JAIL // 2
+    skipped_room = HEADER_FROM_JAIL // 4
+
+    def skip(rel, size, why):
+        nonlocal skipped_room
+        entry = [rel, size, why]
+        skipped_room -= len(_encode_json(entry)) + 1
+        if skipped_room >= 0 and len(skipped) < SKIPPED_LIMIT:
+            skipped.append(entry)
+
+    for rel, size in list_files(WORKDIR, patterns, 100000):
+        path = os.path.join(WORKDIR, rel)
+        try:
+            st = os.stat(path)
+        except OSError:
+            continue
+        if inputs.get(rel) == (st.st_size, st.st_mtime_ns):
+            continue   # an input the program did not change
+        if rel == header["script"]:
+            continue
+        if len(files) >= max_files:
+            skip(rel, size, "more than %d files" % max_files)
+            continue
+        if size > budget:
+            skip(rel, size, "over the size budget")
+            continue
+        room = len(_encode_json([rel, size])) + 1
+        if room > names_room:
+            skip(rel, size, "the list of names is full")
+            continue
+        try:
+            with open(path, "rb") as f:
+                data = f.read(budget + 1)
+        except OSError as e:
+            skip(rel, size, "unreadable: %s" % e.strerror)
+            continue
+        if len(data) > budget:
+            skip(rel, len(data), "over the size budget")
+            continue
+        budget -= len(data)
+        names_room -= room
+        files.append([rel, len(data)])
+        blobs.append(data)
+    return files, skipped, blobs

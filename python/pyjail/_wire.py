@@ -1,0 +1,540 @@
+"""The protocol between the driver (the host's ``pyjail`` package) and the
+in-jail server: framing, the table of operations, the checked decoder of
+frames from the jail, and the plain-data codec. Both sides import this module:
+the driver as ``pyjail._wire``, the jail as ``pyjail_wire`` (see JAIL_MODULES).
+Standard library only; Python 3.9 or newer.
+
+The protocol
+------------
+The channel is the jail's stdin (driver to jail) and stdout (jail to driver).
+A frame is ``MAGIC`` (4 bytes), the header's and the body's lengths (big-endian
+uint32), the header (a JSON object, at most HEADER_FROM_JAIL bytes when the jail
+sends it) and the body (raw bytes, never parsed: files, output, sources).
+
+Start-up: the jail's program is ``python -I -c BOOT HASH`` (BOOT is built by
+``pyjail._launch`` from the constants here). If the rootfs's copies of
+JAIL_MODULES under JAIL_DIR hash to HASH, it imports them; otherwise it sends a
+``need-source`` frame and the driver answers with one ``source`` frame holding
+every module (so a driver never talks to a server of another version). The
+server then says ``hello`` (or ``refused``: it could not make itself safe).
+
+Requests carry an ``id``; the answer to one carries the same ``id``. Every
+operation, who sends it and the fields of its header are in OPS, and nothing
+else is accepted from the jail: ``decode_header_from_jail`` checks each frame
+against it, and the server dispatches the driver's requests through it.
+
+A Session: ``ping`` -> ``pong``; ``exec`` (a cell) -> ``result``, with ``call``
+-> ``reply`` for each host function the cell calls on the way; ``expose``,
+``set``, ``put``, ``list``, ``killall`` -> ``ok``; ``get`` -> ``file``; any
+request -> ``error`` when it fails; ``bye`` ends the server. ``pyjail.run``
+with files: ``put`` each input, then ``spawn`` -> ``out`` frames (the program's
+output) and one ``exited`` (its status and the files it wrote); the jail then
+ends with the program's status.
+
+Values (a cell's result, host-function arguments and results, variables) cross
+as JSON trees (encode_value, decode_value): the driver may send a pickle to the
+jail, the jail never makes the driver unpickle anything.
+"""
+
+import base64
+import binascii
+import json
+import os
+import select
+import struct
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+PROTOCOL = 1
+MAGIC = b"PJF1"
+FRAME = struct.Struct(">4sII")
+# Where the rootfs holds the in-jail modules, and which: (in-jail module name,
+# this package's file), in the order they are loaded. The server is the last.
+JAIL_DIR = "/usr/lib/pyjail"
+JAIL_MODULES = (("pyjail_wire", "_wire.py"), ("pyjail_spawn", "_spawn.py"),
+                ("pyjail_server", "_server.py"))
+WORKDIR = "/work"
+MAX_HEADER = 16 << 20       # what the server accepts as a frame's header (from the host)
+# What the driver accepts as a frame's header from the jail, and so the most
+# this server ever sends: a jail's JSON costs the host up to ~25 times its size
+# once decoded (`[{},{},...]`), so the cap keeps that to tens of MiB. Bulk data
+# (files, output) travels in bodies, which are never parsed.
+HEADER_FROM_JAIL = 1 << 20
+REPR_LIMIT = 64 << 10       # characters of a value's repr sent back
+ERROR_LIMIT = 4096          # characters of an error message sent back
+SKIPPED_LIMIT = 1000        # files named as left out of pyjail.run's outputs
+TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
+DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
+ID_LIMIT = 64               # characters of a request's id
+
+
+# ---------------------------------------------------------------- operations
+
+DRIVER, JAIL = "driver", "jail"
+
+# A field's kind: the JSON types it may have. Integers are never bools, and a
+# NAT is an integer >= 0 (a size, a count).
+STR, INT, NAT, BOOL, LIST, DICT, ANY = "str", "int", "nat", "bool", "list", "dict", "any"
+NULL = "null"
+
+
+class Op:
+    """One operation: who sends it, and its header's fields: {name: kinds},
+    kinds separated by '|', a name ending in '_' for an optional field."""
+
+    __slots__ = ("name", "sender", "required", "fields")
+
+    def __init__(self, op: str, sender: str, /, **fields: str) -> None:
+        self.name, self.sender = op, sender
+        self.fields: Dict[str, Tuple[str, ...]] = {}
+        self.required: Tuple[str, ...] = ()
+        for key, kinds in fields.items():
+            optional = key.endswith("_")
+            key = key.rstrip("_")
+            self.fields[key] = tuple(kinds.split("|"))
+            if not optional:
+                self.required += (key,)
+
+
+_ops = [
+    # driver -> jail
+    Op("source", DRIVER, modules=LIST),          # body: the modules' sources, in order
+    Op("ping", DRIVER, id=STR),
+    Op("bye", DRIVER),
+    Op("exec", DRIVER, id=STR, code=STR, output_limit_=NAT, kill_failed_=BOOL, data_=BOOL,
+       str_=BOOL, name_=STR),
+    Op("expose", DRIVER, id=STR, functions=DICT, ends_cell=LIST),
+    Op("set", DRIVER, id=STR, variables=DICT),
+    Op("put", DRIVER, id=STR, path=STR, mode_=NAT),   # body: the file
+    Op("get", DRIVER, id=STR, path=STR, max_bytes=NAT),
+    Op("list", DRIVER, id=STR, path=STR, patterns="list|null", max_entries=NAT),
+    Op("killall", DRIVER, id=STR),
+    Op("spawn", DRIVER, id=STR, argv=LIST, script=STR, collect="bool|list", max_files=NAT,
+       max_bytes=NAT, inputs=DICT),               # body: the program's stdin
+    Op("reply", DRIVER, id=STR, value_=ANY, token_=STR, error_=STR, type_=STR),
+    # jail -> driver
+    Op("need-source", JAIL),
+    Op("refused", JAIL, error=STR),
+    Op("hello", JAIL, protocol=INT, pid=NAT, python_=STR, server_=STR),
+    Op("pong", JAIL, id=STR),
+    Op("result", JAIL, id=STR, error="dict|null", value="str|null", stdout=LIST, stderr=LIST,
+       value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT),  # body: the output
+    Op("error", JAIL, id="str|null", error=STR, errno_=INT, strerror_=STR, too_large_=NAT),
+    Op("ok", JAIL, id=STR, size_=NAT, mtime_ns_=INT, entries_=LIST, truncated_=BOOL,
+       failed_=DICT, killed_=NAT),
+    Op("file", JAIL, id=STR),                     # body: the file
+    Op("call", JAIL, id=STR, name=STR, args=ANY, kwargs=ANY),
+    Op("out", JAIL, stream=NAT),                  # body: output of run()'s program
+    Op("exited", JAIL, id=STR, status=INT, files=LIST, skipped=LIST),  # body: the files
+]
+OPS: Dict[str, Op] = {op.name: op for op in _ops}
+del _ops
+
+
+def _kind_of(value: Any) -> str:
+    t = type(value)
+    if t is str:
+        return STR
+    if t is bool:
+        return BOOL
+    if t is int:
+        return NAT if value >= 0 else INT
+    if t is list:
+        return LIST
+    if t is dict:
+        return DICT
+    if value is None:
+        return NULL
+    return "float"
+
+
+def check_header(header: "Dict[str, Any]", sender: str) -> Op:
+    """The operation of a decoded header that ``sender`` sent, checked against
+    OPS: a known operation of that sender, every required field there, no
+    other field, each of its kind, and an ``id`` of at most ID_LIMIT characters.
+    ValueError otherwise."""
+    name = header.get("op")
+    op = OPS.get(name) if type(name) is str else None
+    if op is None or op.sender != sender:
+        raise ValueError("unknown operation %r" % (str(name)[:40],))
+    fields = op.fields
+    for key, value in header.items():
+        if key == "op":
+            continue
+        kinds = fields.get(key)
+        if kinds is None:
+            raise ValueError("a %s frame with an unknown field %r" % (name, str(key)[:40]))
+        if ANY in kinds:
+            continue
+        kind = _kind_of(value)
+        if kind not in kinds and not (kind == NAT and INT in kinds):
+            raise ValueError("a %s frame whose %s is %s, not %s"
+                             % (name, key, kind, " or ".join(kinds)))
+    for key in op.required:
+        if key not in header:
+            raise ValueError("a %s frame without %s" % (name, key))
+    rid = header.get("id")
+    if type(rid) is str and len(rid) > ID_LIMIT:
+        raise ValueError("a %s frame with an id of %d characters" % (name, len(rid)))
+    return op
+
+
+# ---------------------------------------------------------------- framing
+
+# One encoder for every frame: json.dumps with options builds a new one per call.
+_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+
+def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
+    head = _encode_json(header).encode("utf-8")
+    return FRAME.pack(MAGIC, len(head), len(body)) + head + bytes(body)
+
+
+def parse_frame(buf: bytearray, max_body: "Optional[int]" = None,
+                max_header: int = MAX_HEADER) -> "Optional[Tuple[bytes, bytes]]":
+    """The first frame in ``buf`` as (header bytes, body), taken out of ``buf``;
+    None while ``buf`` does not hold all of it yet. Its sizes are checked (the
+    header's against ``max_header``, the body's against ``max_body`` if given)
+    before anything is allocated for it: ValueError if they, or its magic, are
+    wrong."""
+    if len(buf) < FRAME.size:
+        return None
+    magic, hlen, blen = FRAME.unpack_from(buf)
+    if magic != MAGIC:
+        raise ValueError("bad frame magic %r" % bytes(magic))
+    if hlen > max_header:
+        raise ValueError("frame header of %d bytes (at most %d accepted)" % (hlen, max_header))
+    if max_body is not None and blen > max_body:
+        raise ValueError("frame body of %d bytes (at most %d expected)" % (blen, max_body))
+    end = FRAME.size + hlen + blen
+    if len(buf) < end:
+        return None
+    with memoryview(buf) as view:
+        head = bytes(view[FRAME.size:FRAME.size + hlen])
+        body = bytes(view[FRAME.size + hlen:end])
+    del buf[:end]
+    return head, body
+
+
+# Integers of more digits than this are refused from the jail: int() of n
+# digits costs O(n**2) where Python does not cap it itself (before 3.11), so a
+# jail's megabyte-long number would cost the host seconds.
+INT_DIGITS_FROM_JAIL = 4300
+
+
+def _bounded_int(text: str) -> int:
+    if len(text) > INT_DIGITS_FROM_JAIL:
+        raise ValueError("an integer of %d digits" % len(text))
+    return int(text)
+
+
+# One decoder for every header from the jail (json.loads with options builds a
+# new one per call).
+_decode_jail_json = json.JSONDecoder(parse_int=_bounded_int).decode
+
+
+def decode_header_from_jail(head: bytes) -> "Dict[str, Any]":
+    """A frame header sent by the jail, parsed at a cost the host can bear and
+    checked against OPS (check_header): ValueError unless it is a JSON object
+    that is a well-formed frame of the jail's. Every host-side reader of the
+    jail's frames goes through this. Its size is capped before this
+    (parse_frame with HEADER_FROM_JAIL), which bounds the objects JSON builds
+    (~25 times its size at worst); its keys are str, whose hashes are salted
+    per host process, so no jail can make them collide; its nesting is bounded
+    by the interpreter's recursion limit, and numbers by INT_DIGITS_FROM_JAIL."""
+    try:
+        header = _decode_jail_json(head.decode("utf-8"))
+    except RecursionError:
+        raise ValueError("frame header nested too deeply")
+    if not isinstance(header, dict):
+        raise ValueError("frame header is not a JSON object")
+    check_header(header, JAIL)
+    return header
+
+
+# ---------------------------------------------------------------- waiting
+
+# Waiting for the other side's next frame. A process asleep on a pipe is often
+# woken on another CPU, and on a VM that halts idle vCPUs (no guest halt
+# polling) each such wake-up costs ~30 µs, two per round trip: more than a
+# trivial cell's whole work. So both sides poll without sleeping for up to
+# SPIN_S before they sleep. A spin that ends without a frame (a slow cell, an
+# idle session, or a CPU shared with the other side or other work, which the
+# spin only holds up) has the next 1, 2, 4, ... up to MAX_SKIP waits sleep at
+# once; a spin that gets its frame starts that over. With a single CPU there
+# is no spinning.
+SPIN_S = 100e-6
+MAX_SKIP = 64
+
+
+class Spinner:
+    """Spins (see SPIN_S) before a wait for ``fd`` to be readable."""
+
+    def __init__(self, fd: int) -> None:
+        self.poller = select.poll()
+        self.poller.register(fd, select.POLLIN)
+        try:
+            self.enabled = len(os.sched_getaffinity(0)) > 1
+        except (AttributeError, OSError):
+            self.enabled = False
+        self.skip = 0       # waits left that sleep at once
+        self.backoff = 1    # how many the next spin that fails skips
+
+    def spin(self, deadline: "Optional[float]" = None) -> bool:
+        """Poll for at most SPIN_S without sleeping: True once ``fd`` is
+        readable, False when the caller is to sleep."""
+        if not self.enabled:
+            return False
+        if self.skip:
+            self.skip -= 1
+            return False
+        end = time.monotonic() + SPIN_S
+        if deadline is not None and deadline < end:
+            return False        # too close to the deadline to be worth it
+        poll = self.poller.poll
+        while not poll(0):
+            if time.monotonic() >= end:
+                self.skip, self.backoff = self.backoff, min(2 * self.backoff, MAX_SKIP)
+                return False
+        self.backoff = 1
+        return True
+
+
+# ---------------------------------------------------------------- plain data
+
+class PlainDataError(TypeError):
+    """A value that cannot cross the jail's boundary as plain data."""
+
+
+def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIMIT) -> "Any":
+    """Encode plain data (None, bool, int, float, str, bytes, list, tuple, dict,
+    set, frozenset) as a JSON-compatible tree; anything else raises
+    PlainDataError unless allow_pickle (host to jail only: the jail never sends
+    a pickle, and the driver never loads one)."""
+    budget = [limit]
+
+    def charge(n: int) -> None:
+        budget[0] -= n
+        if budget[0] < 0:
+            raise PlainDataError("value larger than %d bytes" % limit)
+
+    def enc(v: Any, depth: int) -> Any:
+        if depth > 100:
+            raise PlainDataError("value nested too deeply")
+        if v is None or isinstance(v, bool):
+            charge(5)
+            return v
+        t = type(v)
+        # Subclasses (a str subclass such as smolagents' AgentText, a
+        # namedtuple, an OrderedDict) cross as their plain base type.
+        if isinstance(v, int):
+            charge(24)
+            v = int.__int__(v)
+            return v if -(1 << 63) <= v < (1 << 63) else {"$i": str(v)}
+        if isinstance(v, float):
+            charge(24)
+            v = float.__float__(v)
+            if v != v or v in (float("inf"), float("-inf")):
+                return {"$f": repr(v)}
+            return v
+        if isinstance(v, str):
+            charge(len(v) + 2)
+            return str.__str__(v)
+        if isinstance(v, (bytes, bytearray)):
+            charge(len(v) * 4 // 3 + 8)
+            return {"$b": base64.b64encode(bytes(v)).decode("ascii")}
+        if isinstance(v, list):
+            charge(2)
+            return [enc(x, depth + 1) for x in v]
+        if isinstance(v, tuple):
+            charge(8)
+            return {"$t": [enc(x, depth + 1) for x in v]}
+        if isinstance(v, (set, frozenset)):
+            charge(8)
+            return {"$fs" if isinstance(v, frozenset) else "$s": [enc(x, depth + 1) for x in v]}
+        if isinstance(v, dict):
+            charge(8)
+            return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if allow_pickle:
+            import pickle
+            try:
+                blob = pickle.dumps(v, protocol=4)
+            except Exception as e:
+                raise PlainDataError("%s cannot be pickled: %s" % (t.__name__, e))
+            charge(len(blob) * 4 // 3)
+            try:
+                text = str(v)[:REPR_LIMIT]
+            except Exception:
+                text = "<%s>" % t.__name__
+            return {"$p": base64.b64encode(blob).decode("ascii"), "$r": text}
+        raise PlainDataError("%s is not plain data" % t.__name__)
+
+    return enc(value, 0)
+
+
+# What a value decoded from the jail (a cell's data, a host function's
+# arguments) may hold: this many values in all, and at most SAME_HASH_LIMIT
+# keys of one set or dict with the same hash.
+ITEMS_FROM_JAIL = 1 << 17
+SAME_HASH_LIMIT = 8
+
+
+def _refuse_colliding_keys(keys: "List[Any]") -> None:
+    """ValueError when more than SAME_HASH_LIMIT of the keys of a set or dict
+    share a hash. Keys with one hash make each insertion compare with all the
+    others before it: n keys a jail chose to collide (ints that are multiples
+    of 2**61-1 all hash to 0) would cost the host n**2/2 comparisons. str and
+    bytes hashes are salted per host process, but those of ints, floats and
+    tuples of them are not. Counted by sorting, without a hash table."""
+    hashes = sorted(map(hash, keys))
+    run = 1
+    for i in range(1, len(hashes)):
+        run = run + 1 if hashes[i] == hashes[i - 1] else 1
+        if run > SAME_HASH_LIMIT:
+            raise ValueError("more than %d keys with the same hash" % SAME_HASH_LIMIT)
+
+
+def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool = True,
+                 from_jail: bool = False) -> "Any":
+    """The inverse of encode_value. Raises ValueError on anything malformed. A
+    pickled object that cannot be rebuilt (its class is not importable here)
+    becomes its str() if pickle_fallback, else raises ValueError.
+
+    ``from_jail`` (the driver, decoding what the jail sent): the cost stays
+    linear in the tree's size: at most ITEMS_FROM_JAIL values, integers of at
+    most INT_DIGITS_FROM_JAIL digits, and sets and dicts whose keys do not
+    collide (see _refuse_colliding_keys); anything else raises ValueError."""
+    budget = [ITEMS_FROM_JAIL if from_jail else -1]
+
+    def keyed(items: Iterable[Any]) -> List[Any]:
+        items = list(items)
+        if from_jail:
+            _refuse_colliding_keys(items)
+        return items
+
+    def dec(v: Any, depth: int) -> Any:
+        if depth > 110:
+            raise ValueError("value nested too deeply")
+        if from_jail:
+            budget[0] -= 1
+            if budget[0] < 0:
+                raise ValueError("more than %d values" % ITEMS_FROM_JAIL)
+        if v is None or isinstance(v, (bool, int, float, str)):
+            return v
+        if isinstance(v, list):
+            return [dec(x, depth + 1) for x in v]
+        if not isinstance(v, dict) or len(v) not in (1, 2):
+            raise ValueError("malformed value")
+        if "$p" in v:
+            if not allow_pickle:
+                raise ValueError("a pickled value is not accepted here")
+            import pickle
+            try:
+                return pickle.loads(base64.b64decode(v["$p"]))
+            except Exception as e:
+                if pickle_fallback:
+                    return v.get("$r")
+                raise ValueError("cannot rebuild it here: %s: %s" % (type(e).__name__, e))
+        (tag, x), = v.items()
+        if tag == "$i" and isinstance(x, str):
+            return _bounded_int(x) if from_jail else int(x)
+        if tag == "$f" and x in ("nan", "inf", "-inf"):
+            return float(x)
+        if tag == "$b" and isinstance(x, str):
+            return base64.b64decode(x.encode("ascii"), validate=True)
+        if isinstance(x, list):
+            if tag == "$t":
+                return tuple(dec(i, depth + 1) for i in x)
+            if tag == "$s":
+                return set(keyed(dec(i, depth + 1) for i in x))
+            if tag == "$fs":
+                return frozenset(keyed(dec(i, depth + 1) for i in x))
+            if tag == "$d":
+                keys, values = [], []
+                for pair in x:
+                    if not isinstance(pair, list) or len(pair) != 2:
+                        raise ValueError("malformed dict entry")
+                    keys.append(dec(pair[0], depth + 1))
+                    values.append(dec(pair[1], depth + 1))
+                return dict(zip(keyed(keys), values))
+        raise ValueError("malformed value (tag %r)" % (tag,))
+
+    try:
+        return dec(tree, 0)
+    except (TypeError, RecursionError, binascii.Error) as e:
+        raise ValueError("malformed value: %s" % e)
+
+
+# ---------------------------------------------------------------- file names
+
+def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:
+    """Whether a file's relative name matches one of the glob patterns (its
+    whole name or its base name), or any name when ``patterns`` is None. The
+    server picks the files to send back with it, and the driver checks them."""
+    import fnmatch
+    if patterns is None:
+        return True
+    base = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
+
+
+def list_files(root: str, patterns: "Optional[List[str]]",
+               max_entries: int) -> "List[List[Any]]":
+    """Regular files under ``root`` as [relative name, size] (sorted), filtered
+    by matches_patterns: what the server lists and sends back."""
+    import stat
+    out: "List[List[Any]]" = []
+    root = os.path.normpath(root)
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames.sort()
+        for fn in sorted(filenames):
+            full = os.path.join(dirpath, fn)
+            rel = os.path.relpath(full, root)
+            if not matches_patterns(rel, patterns):
+                continue
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            out.append([rel, st.st_size])
+            if len(out) >= max_entries:
+                return out
+    return out
+
+
+# ---------------------------------------------------------------- capped output
+
+class Capture:
+    """Bytes written to a stream, capped: the first three quarters of the
+    limit are kept from the start, the last quarter from the end; the count
+    of bytes in between is remembered."""
+
+    def __init__(self, limit: int) -> None:
+        self.set_limit(limit)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.total = 0
+
+    def set_limit(self, limit: int) -> None:
+        self.limit = max(int(limit), 0)
+        self.tail_limit = self.limit // 4
+        self.head_limit = self.limit - self.tail_limit
+
+    def add(self, data: bytes) -> None:
+        self.total += len(data)
+        room = self.head_limit - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if data and self.tail_limit:
+            self.tail += data
+            excess = len(self.tail) - self.tail_limit
+            if excess > 0:
+                del self.tail[:excess]
+
+    @property
+    def omitted(self) -> int:
+        return self.total - len(self.head) - len(self.tail)
+
+

@@ -1,0 +1,172 @@
+"""Rebuilding a rootfs in place, while jails run in it.
+
+A build or rebuild makes the new tree beside the old one (DIR.tmp-XXXXXXXX) and swaps the two
+with one rename, so DIR is always a whole tree. The old tree is then deleted -- unless a running
+jail still has it mounted: deleting it would pull the files out from under that jail (a module it
+has not imported yet would be gone). Such a tree is kept as DIR.old-XXXXXXXX, and every later
+build or rebuild of DIR deletes the kept trees that no jail uses any more.
+
+Whether a jail uses a tree is read from /proc/PID/mountinfo, which every user may read: a jail's
+mount namespace holds a bind mount of its rootfs (or of its top-level directories), whose root
+field is the tree's path on its file system -- after a rename, the new path.
+
+What a rebuild repeats is recorded by the build (inputs()) in the sources record
+(rootfs_sources.py).
+
+Only the standard library of any python3 >= 3.9 is used.
+"""
+
+import errno
+import os
+import re
+import shutil
+
+# What a build leaves beside DIR while it runs (tmp, pip) or keeps for running jails (old):
+# never a rootfs of its own (pyjail rootfs list skips them).
+SIBLING_RE = re.compile(r"\.(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
+
+# Build options that say where the tree goes or how loudly, or which pyjail binary builds it:
+# not inputs of the tree.
+NOT_INPUTS = ("out", "name", "named_dir", "quiet", "requirements", "pyjail_binary")
+
+
+def inputs(args, epoch):
+    """The build options a rebuild repeats, as recorded (JSON). Paths are made absolute. The
+    requirement files are not recorded: a rebuild installs the locked versions (the lock has
+    them, with their wheels' hashes)."""
+    out = {}
+    for key, value in sorted(vars(args).items()):
+        if key in NOT_INPUTS:
+            continue
+        if key == "find_links":
+            value = [v if "://" in v else os.path.abspath(v) for v in value]
+        elif key in ("from_venv", "python") and value and "/" in value:
+            value = os.path.abspath(value)
+        out[key] = value
+    out["source_date_epoch"] = epoch
+    return out
+
+
+def unescape(field):
+    """mountinfo escapes space, tab, newline and backslash as \\ooo."""
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
+
+
+def mountinfo(pid="self"):
+    """[(major:minor, root, mount point, super options)] of a process's mount namespace."""
+    rows = []
+    with open("/proc/%s/mountinfo" % pid, encoding="utf-8", errors="surrogateescape") as f:
+        for line in f:
+            fields = line.split()
+            if len(fields) < 10 or "-" not in fields:
+                continue
+            dash = fields.index("-")
+            rows.append((fields[2], unescape(fields[3]), unescape(fields[4]),
+                         fields[dash + 3] if len(fields) > dash + 3 else ""))
+    return rows
+
+
+def fs_key(path):
+    """(major:minor, path of `path` on its file system), as other namespaces' mountinfo name
+    it: from the mount of this namespace that holds it."""
+    real = os.path.realpath(path)
+    st = os.stat(real)
+    dev = "%d:%d" % (os.major(st.st_dev), os.minor(st.st_dev))
+    best = None
+    for mdev, root, point, _ in mountinfo():
+        under = real == point or real.startswith(point.rstrip("/") + "/")
+        if not under:
+            continue
+        # The longest mount point that holds it; one of its device first (btrfs subvolumes
+        # report another device in stat than in mountinfo).
+        rank = (mdev == dev, len(point))
+        if best is None or rank > best[0]:
+            best = (rank, mdev, root, point)
+    if best is None:
+        return None
+    _, mdev, root, point = best
+    rest = real[len(point.rstrip("/")):]
+    return mdev, (root.rstrip("/") + rest) or "/"
+
+
+def user(path):
+    """Why `path` may be in use by a jail ("" when nothing uses it, as far as this process can
+    see)."""
+    try:
+        key = fs_key(path)
+    except OSError as e:
+        return "cannot tell (%s)" % e.strerror
+    if key is None:
+        return "cannot tell (no mount holds it)"
+    dev, rel = key
+    # Other users' mount namespaces are read too (a jail of theirs may run in a tree of ours).
+    # A mount they make to look like ours can only make us keep a tree, never delete one in use.
+    if os.geteuid() != 0 and any(p == "/proc" and "hidepid=" in opts and not re.search(
+            r"hidepid=(0|off)\b", opts) for _, _, p, opts in mountinfo()):
+        return "cannot tell (/proc hides other users' processes)"
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            rows = mountinfo(pid)
+        except (FileNotFoundError, ProcessLookupError):
+            continue        # it has exited
+        except OSError as e:
+            if e.errno == errno.EINVAL:
+                continue    # a zombie, or exiting: it has no mount namespace any more
+            return "cannot tell (/proc/%s/mountinfo: %s)" % (pid, e.strerror)
+        for mdev, root, _, _ in rows:
+            if mdev == dev and (root == rel or root.startswith(rel.rstrip("/") + "/")):
+                return "process %s has it mounted" % pid
+    return ""
+
+
+def retire(old, out, say):
+    """`old`, the tree `out` had before the swap: deleted, or kept for the jails that run in
+    it."""
+    why = user(old)
+    if not why:
+        shutil.rmtree(old, ignore_errors=True)
+        return
+    m = re.search(r"\.tmp-([A-Za-z0-9_]{8})", os.path.basename(old))
+    kept = out + ".old-" + (m.group(1) if m else "00000000")
+    os.rename(old, kept)
+    say("the previous tree is kept as %s for the jails still running in it (%s); the next "
+        "build or rebuild of %s deletes it once they have ended" % (kept, why, out))
+
+
+def sweep(out):
+    """Delete the trees kept for jails (out.old-*) that no jail uses any more."""
+    parent, base = os.path.split(out)
+    try:
+        names = os.listdir(parent)
+    except OSError:
+        return
+    for name in sorted(names):
+        if not name.startswith(base + ".old-") or not SIBLING_RE.search(name[len(base):]):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.isdir(path) and not os.path.islink(path) and not user(path):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def targets(paths, all_, default, dirs):
+    """The rootfs directories a rebuild names: `paths`, and with --all the default one and
+    every named one in `dirs` ([(where, directory)]), as `pyjail rootfs list` shows them."""
+    found = []
+    if all_:
+        found = [default] if default else []
+        for _, d in dirs:
+            try:
+                names = sorted(os.listdir(d))
+            except OSError:
+                continue
+            found += [os.path.join(d, n) for n in names if not SIBLING_RE.search(n)]
+        found = [p for p in found if os.path.isfile(os.path.join(p, "etc/pyjail-rootfs"))]
+    seen, unique = set(), []
+    for p in list(paths) + found:
+        real = os.path.realpath(p)
+        if real not in seen:
+            seen.add(real)
+            unique.append(p)
+    return unique

@@ -1,0 +1,108 @@
+#include "targets.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <iterator>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+#include "error.hpp"
+#include "options.hpp"
+#include "policy.hpp"
+#include "profile.hpp"
+#include "seccomp.hpp"
+
+namespace pyjail::fuzz {
+
+namespace {
+
+[[noreturn]] void broken(const char* what) {
+    std::fprintf(stderr, "fuzz: %s\n", what);
+    std::abort();
+}
+
+void expect(bool ok, const char* what) {
+    if (!ok) broken(what);
+}
+
+// The jail's settings, validated as a run would: only pure checks, no file is opened.
+void validate(const Settings& settings, std::vector<std::string> command) {
+    (void)make_policy(settings, std::move(command), "/fuzz/cwd");
+}
+
+const std::string& shipped_groups() {
+    static const std::string text = [] {
+        std::ifstream f(std::string(PYJAIL_SOURCE_DIR) + "/profiles/seccomp/groups.toml");
+        std::stringstream ss;
+        ss << f.rdbuf();
+        if (ss.str().empty()) broken("cannot read profiles/seccomp/groups.toml");
+        return ss.str();
+    }();
+    return text;
+}
+
+bool sorted_unique(const std::vector<std::string>& v) {
+    return std::adjacent_find(v.begin(), v.end(), std::greater_equal<>()) == v.end();
+}
+
+}  // namespace
+
+void profile(std::string_view input) {
+    try {
+        Profile p = parse_profile(input, "fuzz.toml");
+        for (const auto& e : p.entries) {
+            expect(e.line >= 1, "an entry without a line number");
+            expect(e.is_list || e.values.size() == 1, "a single value that is not one value");
+        }
+        Settings settings = default_settings();
+        apply_profile(settings, p);
+        validate(settings, {"python3"});
+    } catch (const JailError&) {
+        // Refused with a message: what a bad profile should get.
+    }
+}
+
+void seccomp_set(std::string_view input) {
+    std::string_view set = input.substr(0, input.find('\0'));
+    std::string groups = set.size() < input.size() ? std::string(input.substr(set.size() + 1))
+                                                   : shipped_groups();
+    try {
+        SeccompSet s = parse_seccomp_set(std::string(set), "fuzz.toml", groups, "groups.toml");
+        expect(sorted_unique(s.allow) && sorted_unique(s.deny), "lists not sorted and unique");
+        std::vector<std::string> both;
+        std::set_intersection(s.allow.begin(), s.allow.end(), s.deny.begin(), s.deny.end(),
+                              std::back_inserter(both));
+        expect(both.empty(), "a syscall both allowed and denied");
+    } catch (const JailError&) {
+    }
+}
+
+void cli(std::string_view input) {
+    std::vector<std::string> args;
+    for (std::size_t start = 0; start <= input.size();) {
+        std::size_t end = std::min(input.find('\0', start), input.size());
+        args.emplace_back(input.substr(start, end - start));
+        start = end + 1;
+    }
+    try {
+        CliArgs parsed = parse_cli(args);
+        if (parsed.exit_now) return;
+        for (const auto& [name, values] : parsed.given)
+            expect(find_option(name) != nullptr && !values.empty(), "an unknown option given");
+        // The command is a tail of the arguments, unchanged.
+        expect(parsed.command.size() <= args.size() &&
+                   std::equal(parsed.command.rbegin(), parsed.command.rend(), args.rbegin()),
+               "the command is not the arguments' tail");
+        Settings settings = default_settings();
+        apply_cli(settings, parsed);
+        validate(settings, parsed.command);
+    } catch (const JailError&) {
+    }
+}
+
+}  // namespace pyjail::fuzz

@@ -1,0 +1,23 @@
+// What the fuzz targets run, one function per parser of untrusted text. Each takes one input,
+// lets the parser refuse it (a JailError: the one-line error a user would see), and aborts on
+// anything else: another exception (which would reach main() as "internal error"), or a
+// result that breaks what the rest of pyjail relies on. The same functions replay the
+// corpora in the unit tests (tests/unit/test_fuzz_corpus.cpp), so a crash found by fuzzing
+// stays fixed once its input is added to tests/fuzz/corpus/TARGET/.
+#pragma once
+
+#include <string_view>
+
+namespace pyjail::fuzz {
+
+// A profile file: parse_profile, apply_profile, make_policy.
+void profile(std::string_view input);
+
+// A seccomp set file, and, after a NUL byte if there is one, the groups file it is read
+// against (else the shipped profiles/seccomp/groups.toml).
+void seccomp_set(std::string_view input);
+
+// A command line: its arguments separated by NUL bytes; parse_cli, apply_cli, make_policy.
+void cli(std::string_view input);
+
+}  // namespace pyjail::fuzz
