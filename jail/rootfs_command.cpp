@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 
 #include "error.hpp"
@@ -18,7 +19,8 @@ namespace {
 constexpr const char* kUsage =
     "Usage: pyjail rootfs build (--out DIR | --name NAME) [--requirements FILE] [--pip SPEC...]\n"
     "                           [--find-links DIR] [--no-index] [--from-venv DIR]\n"
-    "                           [--python PATH] [--with PKG] [--allow-build] [--quiet]\n"
+    "                           [--python PATH] [--with PKG] [--allow-build]\n"
+    "                           [--shell-tools] [--quiet]\n"
     "       pyjail rootfs rebuild [--if-stale] [--quiet] (ROOTFS... | --all)\n"
     "       pyjail rootfs info ROOTFS [--json]\n"
     "       pyjail rootfs list\n"
@@ -51,6 +53,14 @@ std::vector<std::string> rootfs_dirs_args(const DataDirs& dirs) {
                     "install python3 (3.9 or newer)");
 }
 
+// The builder runs matplotlib's first import (for its font cache) in a jail of this binary.
+std::string own_binary() {
+    char self[PATH_MAX];
+    ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) throw JailError("rootfs", "cannot find pyjail's own path", errno);
+    return std::string(self, static_cast<std::size_t>(n));
+}
+
 }  // namespace
 
 std::vector<std::string> rootfs_builder_argv(const DataDirs& dirs,
@@ -77,7 +87,7 @@ int run_rootfs_command(const std::vector<std::string>& args) {
     std::vector<std::string> rest(args.begin() + 2, args.end());
     if (sub == "build") {
         std::string dir = rootfs_build_dir(::geteuid(), dirs.rootfs_user, dirs.rootfs_installed);
-        rest.insert(rest.begin(), {"build", "--named-dir", dir});
+        rest.insert(rest.begin(), {"build", "--named-dir", dir, "--pyjail-binary", own_binary()});
         exec_builder(dirs, rest);
     }
     if (sub == "info") {
@@ -98,7 +108,7 @@ int run_rootfs_command(const std::vector<std::string>& args) {
         // checked the same way: only root and the invoking user may be able to change it).
         for (auto& a : rest)
             if (!a.empty() && a[0] != '-') a = resolve_rootfs(a, dirs);
-        std::vector<std::string> rebuild = {"rebuild"};
+        std::vector<std::string> rebuild = {"rebuild", "--pyjail-binary", own_binary()};
         for (auto& a : rootfs_dirs_args(dirs)) rebuild.push_back(a);
         rebuild.insert(rebuild.end(), rest.begin(), rest.end());
         exec_builder(dirs, rebuild);

@@ -21,6 +21,7 @@ in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
                   [--no-index] [--from-venv DIR] [--allow-build] [--with PKG ...]
+                  [--shell-tools]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
   build-rootfs.py info ROOTFS
@@ -109,6 +110,36 @@ ZONEINFO_EXCLUDE = ("right", "localtime")
 # ctypes.util.find_library() runs `/sbin/ldconfig -p` and reads the library names from its
 # output (its other ways need gcc or ld). Debian's ldconfig is a static binary of 1 MB.
 LDCONFIG = ("/sbin/ldconfig.real", "/sbin/ldconfig", "/usr/sbin/ldconfig")
+
+# --shell-tools: Debian's static busybox (package busybox-static), with a link for each tool
+# code run by agents calls through subprocess or os.system. Tools the rootfs already has
+# (/bin/sh is dash) keep their own binary.
+BUSYBOX = ("/bin/busybox", "/usr/bin/busybox")
+SHELL_TOOLS = (
+    "sh", "ls", "cat", "grep", "egrep", "fgrep", "head", "tail", "wc", "sort", "uniq", "sed",
+    "awk", "find", "xargs", "cut", "tr", "env", "echo", "printf", "pwd", "mkdir", "rmdir",
+    "rm", "cp", "mv", "ln", "touch", "chmod", "stat", "du", "df", "basename", "dirname",
+    "realpath", "readlink", "date", "sleep", "tee", "diff", "cmp", "comm", "paste", "split",
+    "tac", "rev", "nl", "fold", "od", "hexdump", "xxd", "md5sum", "sha1sum", "sha256sum",
+    "sha512sum", "base64", "seq", "expr", "test", "[", "true", "false", "yes", "which",
+    "id", "whoami", "uname", "hostname", "nproc", "ps", "kill", "timeout", "tar", "gzip",
+    "gunzip", "zcat", "bzip2", "bunzip2", "xz", "unxz", "unzip", "bc", "dc", "less", "more",
+    "file", "strings", "truncate", "mktemp", "install", "sync", "usleep", "free", "uptime",
+)
+
+# A rootfs with matplotlib gets its font cache, built at build time in a jail on the new tree,
+# and a start-up hook that points matplotlib at it (pyjail_matplotlib.py says why).
+MATPLOTLIB_DIR = "/usr/lib/pyjail/matplotlib"
+MATPLOTLIB_HOOK = "_pyjail_matplotlib"
+MATPLOTLIB_FONTLIST = r"""
+import json, os, sys
+import matplotlib, matplotlib.font_manager as fm
+path = os.path.join(matplotlib.get_cachedir(), "fontlist-v%s.json" % fm.FontManager.__version__)
+with open(path, encoding="utf-8") as f:
+    text = f.read()
+json.loads(text)
+sys.stdout.write(json.dumps({"name": os.path.basename(path), "text": text}))
+"""
 
 # A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/rootfs_name.cpp).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -393,6 +424,24 @@ class Builder:
         self.warn("no dash on this host: the jail will have no /bin/sh (os.system and "
                   "shell=True will fail); apt-get install dash")
 
+    def copy_shell_tools(self):
+        """--shell-tools: busybox, static (it needs no library), and a link per tool."""
+        if not self.args.shell_tools:
+            return
+        src = next((p for p in BUSYBOX if os.path.isfile(p) and is_elf(p)), None)
+        if src is None:
+            raise BuildError("--shell-tools", "no busybox on this host",
+                             "install Debian's static one (apt-get install busybox-static), "
+                             "or leave --shell-tools out")
+        proc = self.run([src, "--list"], "%s --list" % src,
+                        "install Debian's busybox-static")
+        applets = set(proc.stdout.split())
+        self.copy_file(os.path.realpath(src), "/usr/bin/busybox")
+        tools = [t for t in SHELL_TOOLS if t in applets]
+        for tool in tools:
+            self.symlink("/usr/bin/" + tool, "busybox")  # keeps what is there (dash's sh)
+        self.say("shell tools: busybox with %d of them" % len(tools))
+
     def copy_stdlib(self):
         stdlib = self.info["stdlib"]
         dynload = os.path.realpath(self.info["dynload"])
@@ -649,6 +698,46 @@ class Builder:
         if self.site_dir() not in self.package_compile:
             self.package_compile.append(self.site_dir())
 
+    def add_matplotlib_cache(self):
+        """matplotlib's font cache and rc file, and the hook that makes it read them: the cache
+        is built by matplotlib itself, in a jail on the new tree (its code runs nowhere else),
+        so it lists the fonts as the jail sees them."""
+        site = self.site_dir()
+        if not os.path.isfile(self.dest(site + "/matplotlib/__init__.py")):
+            return
+        pyjail = self.args.pyjail_binary
+        if not pyjail:
+            self.warn("matplotlib's font cache is not built (only `pyjail rootfs build` runs "
+                      "it in a jail): every run that imports it builds it again")
+            return
+        self.say("building matplotlib's font cache in a jail on the new tree")
+        os.chmod(self.root, 0o755)   # the jail's host user reads it (nobody, for root)
+        # PYTHONHASHSEED: the font list comes from a set, in hash order; fixed, it is
+        # reproducible. MPLCONFIGDIR: a private, writable /tmp for matplotlib to write into.
+        cmd = [pyjail, "--profile", "strict", "--quiet", "--rootfs", self.root,
+               "--env", "PYTHONHASHSEED=0", "--env", "MPLCONFIGDIR=/tmp/matplotlib",
+               "--", "python", "-c", MATPLOTLIB_FONTLIST]
+        fix = ("check that this host can run jails (pyjail doctor), and, as root, that the "
+               "jail's host user (nobody) can read the output directory %s"
+               % os.path.dirname(self.out))
+        proc = self.run(cmd, "build matplotlib's font cache in a jail", fix)
+        try:
+            out = json.loads(proc.stdout)
+            name = out["name"]
+            if not re.match(r"^fontlist-v[0-9A-Za-z.]+\.json$", name) or \
+                    "_version" not in json.loads(out["text"]):
+                raise ValueError(name)
+        except (ValueError, KeyError, TypeError):
+            raise BuildError("build matplotlib's font cache in a jail",
+                             "unexpected output %r" % one_line(proc.stdout, 80), fix)
+        self.write_text(MATPLOTLIB_DIR + "/" + name, out["text"])
+        self.write_text(MATPLOTLIB_DIR + "/matplotlibrc", "backend: Agg\n")
+        here = os.path.dirname(os.path.realpath(__file__))
+        self.copy_file(os.path.join(here, "pyjail_matplotlib.py"),
+                       "%s/%s.py" % (site, MATPLOTLIB_HOOK))
+        self.write_text("%s/%s.pth" % (site, MATPLOTLIB_HOOK), "import %s\n" % MATPLOTLIB_HOOK)
+        self.compile(["%s/%s.py" % (site, MATPLOTLIB_HOOK)], strict=True)
+
     def resolve_package_libraries(self):
         """The libraries the packages' ELF files need, from their DT_NEEDED entries:
         vendored ones (NAME.libs, found through $ORIGIN) are in the tree already, the
@@ -656,24 +745,33 @@ class Builder:
         if not self.package_elfs:
             return
         resolver = rootfs_elf.Resolver()
-        pending, seen, missing = sorted(self.package_elfs), set(), []
+        # (file, DT_RPATH directories of the files that load it): a library in the tree is
+        # looked at once per chain of loaders, whose DT_RPATH the loader searches too.
+        pending = [(p, ()) for p in sorted(self.package_elfs)]
+        seen, missing, found_once = set(), [], set()
         while pending:
-            path = pending.pop()
-            if path in seen:
+            path, loaders_rpath = pending.pop()
+            if (path, loaders_rpath) in seen:
                 continue
-            seen.add(path)
+            seen.add((path, loaders_rpath))
             info = resolver.info(path)
             if info is None:
                 continue
             for name in info.needed:
-                found = resolver.resolve(path, name, info)
+                found = resolver.resolve(path, name, info, loaders_rpath)
                 if found is None:
                     missing.append((path, name))
                 elif inside(os.path.realpath(found), self.root):
-                    pending.append(os.path.realpath(found))
+                    chain = tuple(resolver.rpath_dirs(path, info)) + loaders_rpath
+                    # Each directory once: a loop of libraries with $ORIGIN paths must end.
+                    chain = tuple(dict.fromkeys(os.path.normpath(d) for d in chain))
+                    pending.append((os.path.realpath(found), chain))
+                    found_once.add((path, name))
                 else:
                     self.package_libs.add(found)
-        for path, name in missing:
+                    found_once.add((path, name))
+        # Missing only if no chain of loaders finds it.
+        for path, name in sorted(set(missing) - found_once):
             self.warn("%s needs %s, which this host does not have: importing it fails in the "
                       "jail as it does on the host (install the library, then rebuild)"
                       % ("/" + os.path.relpath(path, self.root), name))
@@ -1049,6 +1147,7 @@ class Builder:
         self.say("interpreter %s (Python %s)" % (self.binary, self.info["version"]))
         self.copy_interpreter()
         self.copy_shell()
+        self.copy_shell_tools()
         self.copy_stdlib()
         self.copy_packages()
         self.install_wheels()
@@ -1064,6 +1163,7 @@ class Builder:
         self.say("byte-compiling")
         self.compile(self.compile_dirs, strict=True)
         self.compile(self.package_compile, strict=False)
+        self.add_matplotlib_cache()
         self.finalize()
         self.install()
         self.made_parent = None
@@ -1184,6 +1284,11 @@ def parse_build_args(argv, prog):
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
                    help="also copy this importable package of the host interpreter "
                         "(repeatable, dependencies not followed)")
+    p.add_argument("--shell-tools", action="store_true",
+                   help="add busybox (static) with ls, cat, grep, sed, awk, find, ... for "
+                        "subprocess and os.system")
+    # Given by pyjail: its own binary, to run matplotlib in a jail for its font cache.
+    p.add_argument("--pyjail-binary", help=argparse.SUPPRESS)
     p.add_argument("--jail-uid", type=int, default=1000, metavar="UID",
                    help="uid of the 'jail' user in etc/passwd (default: %(default)s)")
     p.add_argument("--jail-gid", type=int, default=1000, metavar="GID",
@@ -1267,7 +1372,7 @@ def run_sources(argv, prog):
     return 0
 
 
-def rebuild_builder(root, if_stale, quiet, prog):
+def rebuild_builder(root, if_stale, quiet, prog, pyjail_binary=None):
     """A Builder that rebuilds the rootfs at `root` in place from what its build recorded:
     the same options, the locked pip packages, the host's files as they are now. None when
     --if-stale and nothing changed."""
@@ -1285,6 +1390,7 @@ def rebuild_builder(root, if_stale, quiet, prog):
     for key, value in rec["inputs"].items():
         if hasattr(args, key) and key not in rootfs_rebuild.NOT_INPUTS:
             setattr(args, key, value)
+    args.pyjail_binary = pyjail_binary
     os.environ["SOURCE_DATE_EPOCH"] = str(rec["inputs"]["source_date_epoch"])
     builder = Builder(args)
     # Its pip packages are the lock's, pinned (Builder.locked_pins), not --pip's again.
@@ -1304,6 +1410,7 @@ def run_rebuild(argv, prog):
     p.add_argument("--quiet", action="store_true", help="print only summary lines and errors")
     p.add_argument("--dir", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--default", help=argparse.SUPPRESS)
+    p.add_argument("--pyjail-binary", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if not args.rootfs and not args.all:
         p.error("name the rootfs to rebuild, or pass --all")
@@ -1317,7 +1424,7 @@ def run_rebuild(argv, prog):
             continue    # another user's (root's installed ones, for a user): theirs to rebuild
         done += 1
         status = run_guarded(lambda root=root: rebuild_builder(
-            root, args.if_stale, args.quiet, prog) or NoBuild()) or status
+            root, args.if_stale, args.quiet, prog, args.pyjail_binary) or NoBuild()) or status
     if not done:
         print("rootfs: no rootfs of yours to rebuild (pyjail rootfs list shows them all)",
               flush=True)

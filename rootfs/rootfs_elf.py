@@ -134,8 +134,19 @@ class Resolver:
         got = self.info(path)
         return got is not None and got.machine == want.machine and got.elfclass == want.elfclass
 
-    def resolve(self, path, name, info):
-        """Host path of library `name` needed by ELF file `path`, or None."""
+    @staticmethod
+    def rpath_dirs(path, info):
+        """The DT_RPATH directories of `path`, $ORIGIN expanded: searched for its own
+        libraries and, without a DT_RUNPATH there, for those of every library it loads."""
+        origin = os.path.dirname(os.path.abspath(path))
+        return [re.sub(r"\$(ORIGIN\b|\{ORIGIN\})", origin.replace("\\", "\\\\"), d)
+                for d in info.rpath]
+
+    def resolve(self, path, name, info, loaders_rpath=()):
+        """Host path of library `name` needed by ELF file `path`, or None. loaders_rpath:
+        the DT_RPATH directories of the files that loaded `path`, nearest first (auditwheel
+        gives a wheel's extension modules a DT_RPATH to NAME.libs, and a library there may
+        need another one of them without a path of its own)."""
         if "/" in name:
             return name if os.path.isfile(name) and self.matches(name, info) else None
         origin = os.path.dirname(os.path.abspath(path))
@@ -143,7 +154,8 @@ class Resolver:
         def expand(d):
             return re.sub(r"\$(ORIGIN\b|\{ORIGIN\})", origin.replace("\\", "\\\\"), d)
 
-        dirs = [] if info.runpath else [expand(d) for d in info.rpath]
+        # As glibc's loader: DT_RUNPATH turns off every DT_RPATH, the loaders' included.
+        dirs = [] if info.runpath else self.rpath_dirs(path, info) + list(loaders_rpath)
         dirs += [expand(d) for d in info.runpath]
         for d in dirs:
             candidate = os.path.join(d, name)

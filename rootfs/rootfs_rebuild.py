@@ -25,8 +25,9 @@ import shutil
 # never a rootfs of its own (pyjail rootfs list skips them).
 SIBLING_RE = re.compile(r"\.(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
 
-# Build options that say where the tree goes or how loudly: not inputs of the tree.
-NOT_INPUTS = ("out", "name", "named_dir", "quiet", "requirements")
+# Build options that say where the tree goes or how loudly, or which pyjail binary builds it:
+# not inputs of the tree.
+NOT_INPUTS = ("out", "name", "named_dir", "quiet", "requirements", "pyjail_binary")
 
 
 def inputs(args, epoch):

@@ -23,6 +23,10 @@ debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev li
 say "building ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null
 cmake --build "$build"
+# The data rootfs, for tests/integration/test_data_rootfs.py: its wheels are downloaded from
+# PyPI once, into $build/data-wheels, and taken from there afterwards.
+say "building the data rootfs"
+cmake --build "$build" --target rootfs-data
 
 say "unit tests"
 (cd "$build" && ctest --output-on-failure)

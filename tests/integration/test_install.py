@@ -64,7 +64,8 @@ def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
     libdir = prefix / "lib/pyjail"
     for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
                  "rootfs_sources.py", "rootfs_rebuild.py",
-                 "pyjail_server.py", "pyjail_spawn.py", "pyjail_wire.py"):
+                 "pyjail_server.py", "pyjail_spawn.py", "pyjail_wire.py",
+                 "pyjail_matplotlib.py"):
         assert (libdir / name).is_file(), name
     run = lambda *args: subprocess.run([*as_user.prefix, str(pyjail_bin), *args],
                                        capture_output=True, text=True, timeout=60, cwd="/")

@@ -431,3 +431,51 @@ def test_loader_uses_ld_cache(root):
     assert "search cache=/etc/ld.so.cache" in proc.stderr, proc.stderr[-2000:]
     tried = [l for l in proc.stderr.splitlines() if "trying file=" in l]
     assert tried and not [l for l in tried if "glibc-hwcaps" in l or "/tls/" in l], tried
+
+
+# ------------------------------------------------------------------- --shell-tools
+
+
+@pytest.fixture(scope="module")
+def tools_root(tmp_path_factory):
+    if not os.path.isfile("/bin/busybox"):
+        if os.environ.get("PYJAIL_MUST_WORK") == "1":
+            pytest.fail("PYJAIL_MUST_WORK=1, but there is no /bin/busybox (apt-get install "
+                        "busybox-static)", pytrace=False)
+        pytest.skip("no /bin/busybox (apt-get install busybox-static)")
+    out = tmp_path_factory.mktemp("tools") / "rootfs"
+    proc = build(out, "--shell-tools")
+    assert proc.returncode == 0, proc.stderr
+    return out
+
+
+def test_default_rootfs_has_no_shell_tools(root):
+    assert not (root / "usr/bin/busybox").exists()
+    assert not (root / "usr/bin/ls").exists()
+    assert os.readlink(root / "usr/bin/sh") == "dash"
+
+
+def test_shell_tools_are_busybox_links(tools_root):
+    busybox = tools_root / "usr/bin/busybox"
+    data = busybox.read_bytes()
+    assert data[:4] == b"\x7fELF"
+    assert b"/lib64/ld-linux" not in data   # static: it needs no library of the tree
+    for tool in ("ls", "cat", "grep", "head", "tail", "wc", "sort", "uniq", "sed", "awk",
+                 "find", "xargs", "cut", "tr", "env"):
+        assert os.readlink(tools_root / "usr/bin" / tool) == "busybox", tool
+    # What the tree has already keeps its own binary.
+    assert os.readlink(tools_root / "usr/bin/sh") == "dash"
+    assert not (tools_root / "usr/bin/python3").resolve().samefile(busybox)
+    manifest = (tools_root / "etc/pyjail-manifest.symlinks").read_text()
+    assert "./usr/bin/awk -> busybox\n" in manifest
+
+
+@needs_bwrap
+def test_shell_tools_run_through_subprocess(tools_root):
+    proc = jail(tools_root, "import subprocess\n"
+                            "r = subprocess.run('ls /usr/bin | grep -c ^busybox$; "
+                            "echo b a | tr \" \" \"\\\\n\" | sort | head -1', shell=True, "
+                            "capture_output=True, text=True)\n"
+                            "print(r.returncode, r.stdout.split(), r.stderr)")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "0 ['1', 'a'] \n"

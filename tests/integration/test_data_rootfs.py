@@ -1,0 +1,183 @@
+"""The `data` rootfs (rootfs/data-requirements.txt, built with --shell-tools): real work with
+numpy, pandas, matplotlib, scipy and scikit-learn under --profile strict, shell tools through
+subprocess, and nothing written or printed by the imports themselves (matplotlib reads the font
+cache built with the rootfs).
+
+The rootfs is built by `cmake --build build --target rootfs-data` (tests/run.sh does it before
+these tests) and found by name, as `pyjail --rootfs data`; without it these tests skip, or
+fail under PYJAIL_MUST_WORK=1.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+# This directory's conftest by its path (as test_root_attacks.py does): `from conftest import`
+# may find another test directory's conftest first when several directories run in one pytest.
+if "integration_conftest" not in sys.modules:
+    _spec = importlib.util.spec_from_file_location("integration_conftest",
+                                                   Path(__file__).with_name("conftest.py"))
+    _module = importlib.util.module_from_spec(_spec)
+    sys.modules[_spec.name] = _module  # dataclasses look their module up there
+    _spec.loader.exec_module(_module)
+_conftest = sys.modules["integration_conftest"]
+describe, skip_or_fail = _conftest.describe, _conftest.skip_or_fail
+without_notices = _conftest.without_notices
+
+REQUIREMENTS = Path(__file__).resolve().parents[2] / "rootfs" / "data-requirements.txt"
+STRICT_DATA = ("--profile", "strict", "--rootfs", "data")
+# Imports of these sizes take a while on a loaded 2-CPU machine.
+TIMEOUT = 180
+
+
+@pytest.fixture
+def data_rootfs(run_jail, current_user):
+    r = run_jail(["--rootfs", "data", "--explain"], user=current_user)
+    if r.returncode != 0:
+        skip_or_fail("no data rootfs (cmake --build build --target rootfs-data, then install "
+                     "or stage it): " + r.stderr.strip())
+
+
+def run_data(run_py, code, user, opts=STRICT_DATA, **kwargs):
+    """Runs code on the data rootfs; it must succeed and print nothing on stderr."""
+    r = run_py(code, user=user, opts=opts, timeout=TIMEOUT, **kwargs)
+    assert without_notices(r.stderr) == "", describe(r)
+    return r.result
+
+
+def test_numpy_linear_algebra_and_fft(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        import numpy as np
+        rng = np.random.default_rng(7)
+        a = rng.normal(size=(200, 200)) + 200 * np.eye(200)
+        x = rng.normal(size=200)
+        solved = np.linalg.solve(a, a @ x)
+        t = np.arange(1024) / 1024
+        peak = int(np.argmax(np.abs(np.fft.rfft(np.sin(2 * np.pi * 50 * t)))))
+        emit([bool(np.allclose(solved, x)), peak, np.__version__])
+    """, as_user)
+    assert result[:2] == [True, 50]
+    assert "numpy==%s" % result[2] in REQUIREMENTS.read_text()
+
+
+def test_pandas_groupby_csv_and_time_zones(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        import io
+        import pandas as pd
+        df = pd.DataFrame({"city": ["Paris", "Oslo", "Paris", "Lima", "Oslo"],
+                           "sales": [10, 20, 30, 40, 50],
+                           "when": pd.date_range("2024-07-01 12:00", periods=5, freq="D",
+                                                 tz="UTC")})
+        totals = df.groupby("city")["sales"].sum().sort_index()
+        back = pd.read_csv(io.StringIO(df.to_csv(index=False)), parse_dates=["when"])
+        local = df["when"].dt.tz_convert("Europe/Paris").dt.hour.tolist()
+        emit([{k: int(v) for k, v in totals.items()}, int(back["sales"].sum()), int(local[0])])
+    """, as_user)
+    assert result == [{"Lima": 40, "Oslo": 70, "Paris": 40}, 150, 14]
+
+
+def test_matplotlib_draws_a_png_and_its_import_writes_nothing(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        import os
+        def files():
+            return sorted(os.path.join(d, f) for top in ("/tmp", "/work")
+                          for d, _, fs in os.walk(top) for f in fs)
+        before = files()
+        import matplotlib
+        import matplotlib.pyplot as plt
+        after_import = files()
+        fig, ax = plt.subplots()
+        ax.plot([1, 2, 3], [1, 4, 9], label="squares")
+        ax.set_title("in a jail")
+        ax.legend()
+        fig.savefig("plot.png")
+        with open("plot.png", "rb") as f:
+            head = f.read(8)
+        emit([before == after_import, matplotlib.get_backend(), head == b"\\x89PNG\\r\\n\\x1a\\n",
+              os.path.getsize("plot.png") > 5000, [p for p in files() if p not in before]])
+    """, as_user)
+    assert result == [True, "Agg", True, True, ["/work/plot.png"]]
+
+
+def test_batch_keeps_the_png(data_rootfs, run_jail, world_tmp, as_user):
+    work = world_tmp.dir(mode=0o777)  # batch: the jail's host user writes here
+    code = ("import pandas as pd, matplotlib.pyplot as plt\n"
+            "df = pd.DataFrame({'x': range(10), 'y': [v * v for v in range(10)]})\n"
+            "df.plot(x='x', y='y').get_figure().savefig('squares.png')\n")
+    r = run_jail(["--profile", "batch", "--rootfs", "data", "--", "python", "-c", code],
+                 user=as_user, cwd=work, timeout=TIMEOUT)
+    assert r.returncode == 0, describe(r)
+    assert without_notices(r.stderr) == "", describe(r)
+    png = work / "squares.png"
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    assert sorted(p.name for p in work.iterdir()) == ["squares.png"]
+
+
+def test_scipy_optimize_integrate_and_stats(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        import numpy as np
+        from scipy import integrate, optimize, stats
+        best = optimize.minimize(lambda v: (v[0] - 3) ** 2 + (v[1] + 1) ** 2, [0, 0])
+        area, _ = integrate.quad(np.sin, 0, np.pi)
+        t = stats.ttest_ind([1.0, 2.0, 3.0, 4.0, 5.0], [6.0, 7.0, 8.0, 9.0, 10.0])
+        emit([np.round(best.x, 3).tolist(), round(area, 6), bool(t.pvalue < 0.01)])
+    """, as_user)
+    assert result == [[3.0, -1.0], 2.0, True]
+
+
+def test_sklearn_fits_and_predicts(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        from sklearn.datasets import load_iris
+        from sklearn.linear_model import LogisticRegression
+        from sklearn.model_selection import train_test_split
+        x, y = load_iris(return_X_y=True)
+        xtr, xte, ytr, yte = train_test_split(x, y, test_size=0.3, random_state=0, stratify=y)
+        model = LogisticRegression(max_iter=500).fit(xtr, ytr)
+        emit(round(float(model.score(xte, yte)), 2))
+    """, as_user)
+    assert result >= 0.9
+
+
+def test_shell_tools_through_subprocess(data_rootfs, run_py, as_user):
+    result = run_data(run_py, """
+        import subprocess
+        def sh(cmd):
+            r = subprocess.run(cmd, shell=True, capture_output=True, text=True)
+            return [r.returncode, r.stdout, r.stderr]
+        with open("data.txt", "w") as f:
+            f.write("pear 3\\napple 1\\npear 2\\nfig 5\\n")
+        emit([sh("ls"),
+              sh("sort data.txt | uniq -c | wc -l"),
+              sh("grep pear data.txt | awk '{s += $2} END {print s}'"),
+              sh("sed -n 's/^fig /figs: /p' data.txt"),
+              sh("find /work -name '*.txt' | xargs cat | cut -d' ' -f1 | tr a-z A-Z | head -1"),
+              sh("env | grep -c '^HOME=/tmp$'")])
+    """, as_user)
+    assert result == [[0, "data.txt\n", ""], [0, "4\n", ""], [0, "5\n", ""],
+                      [0, "figs: 5\n", ""], [0, "PEAR\n", ""], [0, "1\n", ""]]
+
+
+def test_default_rootfs_has_no_shell_tools(run_py, as_user):
+    """--shell-tools is the data rootfs's: the default one stays minimal (a shell, no tools)."""
+    r = run_py("""
+        import subprocess
+        r = subprocess.run("ls /", shell=True, capture_output=True, text=True)
+        emit([r.returncode, "not found" in r.stderr])
+    """, user=as_user)
+    assert r.result == [127, True]
+
+
+def test_lock_has_the_pinned_versions(data_rootfs, run_jail, current_user):
+    r = run_jail(["rootfs", "info", "data", "--json"], user=current_user)
+    assert r.returncode == 0, describe(r)
+    pins = {name.lower(): version for name, version in
+            re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", REQUIREMENTS.read_text(), re.M)}
+    got = {p["name"].lower(): p["version"] for p in json.loads(r.stdout)["lock"]["packages"]}
+    # Every pin, and nothing else: the requirements file holds the whole closure.
+    assert got == pins
