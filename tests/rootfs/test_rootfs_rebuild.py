@@ -180,7 +180,8 @@ def test_changed_files_no_package_owns_are_reported(tmp_path):
     lib.mkdir()
     for f in (REPO / "rootfs").glob("*.py"):
         shutil.copy(f, lib)
-    shutil.copy(REPO / "python/pyjail/_server.py", lib / "pyjail_server.py")
+    for module in ("server", "spawn", "wire"):
+        shutil.copy(REPO / f"python/pyjail/_{module}.py", lib / f"pyjail_{module}.py")
     (tmp_path / "dpkg").mkdir()
     env = dict(os.environ, DPKG_ADMINDIR=str(tmp_path / "dpkg"))
 
