@@ -8,6 +8,7 @@ library fails instead.
 
 import os
 import shutil
+import subprocess
 import sys
 
 import pytest
@@ -28,6 +29,17 @@ def pyjail_bin():
     path = _find_bin()
     need(path is not None, "no pyjail binary ($PYJAIL_BIN or pyjail on PATH)")
     return path
+
+
+@pytest.fixture(scope="session")
+def data_rootfs(pyjail_bin):
+    """The name of the installed `data` rootfs (numpy, pandas, ...), which tests/run.sh
+    builds (cmake --build build --target rootfs-data)."""
+    r = subprocess.run([pyjail_bin, "rootfs", "info", "data"], stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    need(r.returncode == 0, "no data rootfs installed (cmake --build build --target "
+                            "rootfs-data, then install): %s" % r.stderr.strip())
+    return "data"
 
 
 @pytest.fixture(autouse=True)

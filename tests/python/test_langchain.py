@@ -223,3 +223,23 @@ def test_rootfs_by_name_or_path(pyjail_bin):
             "--rootfs") + 1] == path
     finally:
         tool.close()
+
+
+PANDAS_CELL = """\
+import pandas as pd
+sales = pd.DataFrame({"item": ["apple", "pear", "apple"], "qty": [3, 1, 2],
+                      "price": [1.25, 2.0, 1.25]})
+sales["total"] = sales.qty * sales.price
+by_item = sales.groupby("item").total.sum()
+print(by_item.to_dict())
+"""
+
+
+def test_a_pandas_cell_on_the_data_rootfs(data_rootfs):
+    tool = PythonREPLTool(python_repl=PythonREPL(rootfs=data_rootfs, timeout=60))
+    try:
+        assert tool.run(PANDAS_CELL) == "{'apple': 6.25, 'pear': 2.0}\n"
+        # The DataFrame is kept for the next call, as in LangChain's own REPL.
+        assert tool.run("print(sales.qty.sum(), round(by_item.mean(), 3))") == "6 4.125\n"
+    finally:
+        tool.close()

@@ -118,6 +118,22 @@ def test_final_answer_tool_result_reaches_the_agent_unchanged():
     assert out == (marker, [1, 2, 3])
 
 
+def test_a_pandas_step_on_the_data_rootfs(data_rootfs):
+    actions = [
+        "import pandas as pd\n"
+        "df = pd.DataFrame({'city': ['Oslo', 'Rome', 'Oslo'], 'rain_mm': [12.5, 3.0, 7.5]})\n"
+        "print(df.groupby('city').rain_mm.mean().to_dict())",
+        "final_answer(float(df.rain_mm.sum()))",
+    ]
+    model = ScriptedModel(actions)
+    with PyjailExecutor(rootfs=data_rootfs, timeout=60) as executor:
+        agent = CodeAgent(tools=[], model=model, executor=executor, verbosity_level=0)
+        answer = agent.run("How much rain fell in all?")
+    assert answer == 23.0
+    steps = steps_of(agent)
+    assert "{'Oslo': 10.0, 'Rome': 3.0}" in steps[0].observations
+
+
 def test_shared_session_stays_open():
     import pyjail
     with pyjail.Session() as s:
