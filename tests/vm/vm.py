@@ -415,12 +415,14 @@ class Tree:
     def chardev(self, path: str, major: int, minor: int, mode: int = 0o600) -> None:
         self.add(path, Entry("chardev", mode, rdev=(major, minor)))
 
-    def copy_tree(self, guest_dir: str, host_dir: Path) -> None:
-        """A host directory tree as it is: files, directories, symlinks (not followed)."""
+    def copy_tree(self, guest_dir: str, host_dir: Path, skip: tuple[str, ...] = ()) -> None:
+        """A host directory tree as it is: files, directories, symlinks (not followed); the
+        directories `skip` names (relative to host_dir) are left out."""
         self.dir(guest_dir, stat.S_IMODE(host_dir.stat().st_mode))
         for root, dirs, files in os.walk(host_dir):
-            dirs.sort()
             rel_root = os.path.relpath(root, host_dir)
+            dirs[:] = sorted(d for d in dirs
+                             if os.path.normpath(os.path.join(rel_root, d)) not in skip)
             for name in sorted(dirs) + sorted(files):
                 host = os.path.join(root, name)
                 guest = os.path.normpath(os.path.join(guest_dir, rel_root, name))
@@ -509,7 +511,9 @@ def base_tree(prefix: Path, guest_prefix: str) -> Tree:
         for lib in shared_libraries(binary):
             t.copy(str(lib), lib)
 
-    t.copy_tree(guest_prefix, prefix)
+    # The named rootfses (the data rootfs is some 600 MiB) would not fit in the VM's memory;
+    # the tests run on the default rootfs.
+    t.copy_tree(guest_prefix, prefix, skip=("lib/pyjail/rootfs.d",))
 
     t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
            f"nobody:x:{UNPRIVILEGED_ID}:{UNPRIVILEGED_ID}:nobody:/nonexistent:/bin/false\n")
