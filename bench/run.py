@@ -92,6 +92,8 @@ def environment(args, s: startup.Setup) -> list[str]:
         f"| kernel | {platform.release()} |",
         f"| CPUs | {os.cpu_count()} |",
         f"| pyjail | {version([args.pyjail, '--version'])} (`{shown([args.pyjail])}`) |",
+        *([f"| baseline pyjail | {version([args.baseline, '--version'])} "
+            f"(`{shown([args.baseline])}`) |"] if args.baseline else []),
         f"| bubblewrap | {bwrap} |",
         f"| Python | {version([args.python, '-V'])} (`{args.python}`, also the rootfs's) |",
         f"| start-up | {args.rounds} interleaved rounds |",
@@ -307,6 +309,8 @@ def parse_args() -> argparse.Namespace:
                     help=f"per configuration ({FULL['throughput_seconds']:g})")
     ap.add_argument("--memory-runs", type=int, help=f"({FULL['memory_runs']})")
     ap.add_argument("--markdown", help="also write the report to this file")
+    ap.add_argument("--baseline", help="another pyjail binary (e.g. the last release's build): "
+                                       "its start-up lines are paired with --pyjail's")
     args = ap.parse_args()
     for key, value in (QUICK if args.quick else FULL).items():
         if getattr(args, key) is None:
@@ -316,7 +320,7 @@ def parse_args() -> argparse.Namespace:
 
 def main() -> int:
     args = parse_args()
-    s = startup.setup(args.pyjail, args.python)
+    s = startup.setup(args.pyjail, args.python, args.baseline)
     for note in s.notes:
         print("bench:", note, file=sys.stderr)
     cases, samples = startup.measure(s, args.rounds)

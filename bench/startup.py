@@ -48,6 +48,8 @@ JAIL_LEAN_NO_SECCOMP = "pyjail strict --seccomp off: python -I -S -c pass"
 JAIL_PLAIN = "pyjail strict: python -c pass"
 JAIL_IMPORTS = "pyjail strict: python -c 'import json, re, decimal'"
 VERSION = "pyjail --version"
+BASELINE_LEAN = "baseline pyjail strict: python -I -S -c pass"
+BASELINE_VERSION = "baseline pyjail --version"
 EXEC_ONLY = "exec only (no C library)"
 EMPTY_STATIC = "empty static glibc program"
 BWRAP_LEAN = "bwrap + seccomp: python3 -I -S -c pass"
@@ -201,6 +203,7 @@ class Setup:
     floor: dict[str, str] = field(default_factory=dict)  # case name -> probe binary
     minimal_jail: list[str] | None = None  # the checked probe's argv up to the program
     unprivileged: list[str] | None = None  # setpriv's argv, when root runs the benchmark
+    baseline: str | None = None  # another pyjail (e.g. the last release) paired with this one
     notes: list[str] = field(default_factory=list)
 
 
@@ -244,9 +247,9 @@ def checked_minimal_jail(s: Setup, bpf: bytes) -> list[str] | None:
     return prefix
 
 
-def setup(pyjail: str, python: str) -> Setup:
+def setup(pyjail: str, python: str, baseline: str | None = None) -> Setup:
     rootfs, profiles = jail_dirs(pyjail)
-    s = Setup(pyjail, python, rootfs, bwrap=shutil.which("bwrap") is not None)
+    s = Setup(pyjail, python, rootfs, bwrap=shutil.which("bwrap") is not None, baseline=baseline)
     s.floor = build_floor_probes(s.notes)
     found = find_python_filter(pyjail, profiles)
     if found is None:
@@ -300,6 +303,9 @@ def startup_cases(s: Setup) -> list[Case]:
         Case(JAIL_IMPORTS, strict(s.pyjail, ["python"] + IMPORTS), BARE_IMPORTS),
         Case(VERSION, [s.pyjail, "--version"], TRUE),
     ]
+    if s.baseline:  # paired with this build's lines: the difference is what a change cost
+        cases += [Case(BASELINE_LEAN, strict(s.baseline, ["python"] + LEAN), JAIL_LEAN),
+                  Case(BASELINE_VERSION, [s.baseline, "--version"], VERSION)]
     if EXEC_ONLY in s.floor:
         cases.append(Case(EXEC_ONLY, [s.floor[EXEC_ONLY]]))
     if EMPTY_STATIC in s.floor:
@@ -531,9 +537,10 @@ def main() -> int:
     ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--rounds", type=int, default=300)
+    ap.add_argument("--baseline", help="another pyjail binary to pair with --pyjail's lines")
     args = ap.parse_args()
 
-    s = setup(args.pyjail, args.python)
+    s = setup(args.pyjail, args.python, args.baseline)
     for note in s.notes:
         print("startup.py:", note, file=sys.stderr)
     cases, samples = measure(s, args.rounds)
