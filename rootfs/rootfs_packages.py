@@ -57,13 +57,17 @@ def pip_command(python, target, report, requirements, specs, find_links, no_inde
            # The builder compiles the bytecode itself, reproducibly (unchecked-hash).
            "--no-compile",
            "--report", report]
-    if no_index:
-        cmd.append("--no-index")
+    return cmd + source_args(no_index, find_links, requirements) + list(extra) + list(specs)
+
+
+def source_args(no_index, find_links, requirements):
+    """pip's options naming where packages come from and which are asked for."""
+    args = ["--no-index"] if no_index else []
     for d in find_links:
-        cmd += ["--find-links", d]
+        args += ["--find-links", d]
     for r in requirements:
-        cmd += ["--requirement", r]
-    return cmd + list(extra) + list(specs)
+        args += ["--requirement", r]
+    return args
 
 
 def explain_pip_failure(log, python_desc):
@@ -160,13 +164,7 @@ def build_wheels(python, python_desc, wheel_dir, requirements, specs, find_links
     # (so "Created wheel for" names every distribution built, for the lock).
     cmd = [python, "-I", "-m", "pip", "wheel", "-vv", "--disable-pip-version-check",
            "--no-input", "--no-cache-dir", "--wheel-dir", wheel_dir]
-    if no_index:
-        cmd.append("--no-index")
-    for d in find_links:
-        cmd += ["--find-links", d]
-    for r in requirements:
-        cmd += ["--requirement", r]
-    proc = pip_run(cmd + list(extra) + list(specs))
+    proc = pip_run(cmd + source_args(no_index, find_links, requirements) + list(extra) + list(specs))
     log = proc.stdout
     if proc.returncode != 0:
         if "subprocess-exited-with-error" in log or "Failed building wheel" in log:
