@@ -73,6 +73,9 @@ int exit_code_for(RunStatus s, const Outcome& o) {
     switch (s) {
         case RunStatus::CpuTimeout: return kExitWallTimeout;
         case RunStatus::SetupError: return kExitJailError;
+        // The supervisor killed the jail: as after SIGKILL, whatever pid 1's end looked like
+        // (it was reported as a jail that died, which read as pyjail's own error, 125).
+        case RunStatus::OutputLimit: return 128 + SIGKILL;
         default: return exit_code_for(o);
     }
 }

@@ -714,7 +714,12 @@ class Builder:
         os.chmod(self.root, 0o755)   # the jail's host user reads it (nobody, for root)
         # PYTHONHASHSEED: the font list comes from a set, in hash order; fixed, it is
         # reproducible. MPLCONFIGDIR: a private, writable /tmp for matplotlib to write into.
-        cmd = [pyjail, "--profile", "strict", "--quiet", "--rootfs", self.root,
+        # --output-limit: the package's code runs in that jail and its stdout is read into the
+        # builder's memory; a font list is a few hundred KiB, a flood is cut off at 16 MiB.
+        # Not --quiet: it would hide pyjail's message for that (and for a timeout), which is
+        # the last line of stderr that a failure is reported with.
+        cmd = [pyjail, "--profile", "strict", "--rootfs", self.root,
+               "--output-limit", "16M",
                "--env", "PYTHONHASHSEED=0", "--env", "MPLCONFIGDIR=/tmp/matplotlib",
                "--", "python", "-c", MATPLOTLIB_FONTLIST]
         fix = ("check that this host can run jails (pyjail doctor), and, as root, that the "

@@ -76,6 +76,7 @@ def test_output_limit_stops_the_program(run_jail, world_tmp, as_user):
                         ["--output-limit", "1000", "--", "python3", "-c",
                          "import sys\nwhile True: sys.stdout.write('x' * 4096)"], as_user)
     assert r.report["status"] == "output-limit"
+    assert r.returncode == 137, r.stderr  # as documented: killed, not a jail error (125)
     assert r.stdout == "x" * 1000
     assert r.report["limits"]["output"]["mechanism"] == "supervisor"
     assert "output limit of 1000 bytes reached" in r.stderr

@@ -468,3 +468,24 @@ def test_a_changed_virtualenv_is_reported_and_rebuilt(binary, users, links):
         assert json.loads(r.stdout)["sources"]["state"] == "fresh"
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_flood_from_the_jail_that_builds_the_font_cache_is_cut_off(binary, users):
+    # The font cache is built by the package's own code, in a jail, and its stdout is read
+    # into the builder's memory: a "matplotlib" that floods it must end the build at pyjail's
+    # output limit, not fill the host's memory.
+    top = world_dir()
+    try:
+        links = top / "links"
+        links.mkdir()
+        make_wheel(links, "matplotlib", "9.0",
+                   "import os\nchunk = b'x' * (1 << 20)\nfor _ in range(48):\n"
+                   "    os.write(1, chunk)\n", module="matplotlib/__init__.py")
+        out = top / "r"
+        r = run(binary, current(users), "rootfs", "build", "--out", out, "--pip", "matplotlib",
+                "--no-index", "--find-links", links, "--quiet")
+        one_error(r, r"build matplotlib's font cache in a jail: pyjail exited 137: "
+                     r"pyjail: output limit of 16777216 bytes reached")
+        assert sorted(p.name for p in top.iterdir()) == ["links"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -13,8 +13,8 @@ from pathlib import Path
 WHEEL_WRITER = r'''
 import base64, hashlib, os, zipfile
 
-def write_wheel(directory, name, version, code, requires=()):
-    files = {name + ".py": code.encode()}
+def write_wheel(directory, name, version, code, requires=(), module=None):
+    files = {(module or name + ".py"): code.encode()}
     info = "%s-%s.dist-info/" % (name, version)
     files[info + "METADATA"] = ("Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s" % (
         name, version, "".join("Requires-Dist: %s\n" % r for r in requires))).encode()
@@ -46,10 +46,12 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def make_wheel(directory, name, version, code="VALUE = 42\n", requires=()):
+def make_wheel(directory, name, version, code="VALUE = 42\n", requires=(), module=None):
+    """module: the file the code goes in (NAME.py unless given, e.g. "NAME/__init__.py")."""
     scope = {}
     exec(WHEEL_WRITER, scope)
-    return Path(directory) / scope["write_wheel"](str(directory), name, version, code, requires)
+    return Path(directory) / scope["write_wheel"](str(directory), name, version, code, requires,
+                                                  module)
 
 
 def make_sdist(directory, name, version, code="VALUE = 42\n", fail=False):
