@@ -320,7 +320,7 @@ CgroupLeaf::CgroupLeaf(const CgroupSite& site,
 }
 
 CgroupLeaf::~CgroupLeaf() {
-    if (path_.empty()) return;
+    if (path_.empty() || !owner_) return;
     kill_all();
     dir_.reset();
     remove_leaf(path_);

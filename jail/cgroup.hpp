@@ -50,11 +50,16 @@ public:
     // Throws JailError naming the file that could not be written.
     CgroupLeaf(const CgroupSite& site,
                const std::vector<std::pair<std::string, std::string>>& files);
+    // Another process's leaf (a run's, made by `pyjail serve`): read and killed through its
+    // path, never removed by this handle.
+    struct Observed {};
+    CgroupLeaf(std::string path, std::string mount, Observed) : path_(std::move(path)), mount_(std::move(mount)), owner_(false) {}
     CgroupLeaf(const CgroupLeaf&) = delete;
     CgroupLeaf& operator=(const CgroupLeaf&) = delete;
     ~CgroupLeaf();
 
     int dir_fd() const { return dir_.get(); }  // for clone3's CLONE_INTO_CGROUP
+    const std::string& mount() const { return mount_; }
     const std::string& path() const { return path_; }
     std::string relative_path() const;  // as /proc/PID/cgroup would name it
 
@@ -68,6 +73,7 @@ private:
     std::string path_;
     std::string mount_;
     UniqueFd dir_;
+    bool owner_ = true;
 };
 
 }  // namespace supervisor

@@ -42,6 +42,9 @@ struct ChildPlan {
     // host's own descriptor stays.
     int stdio_fds[3] = {-1, -1, -1};
     std::vector<UsernsLimit> userns_limits;   // the jail's user namespace's /proc/sys/user
+    // A template of `pyjail serve` (forked_run.hpp): the program keeps the few capabilities
+    // (of the jail's user namespace) it needs to make each run a jail of its own.
+    bool template_capabilities = false;
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

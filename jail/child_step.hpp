@@ -43,6 +43,9 @@ enum class ChildStep : std::uint32_t {
     Seccomp,       // installing the filter, handing its listener to pyjail
     Fork,          // starting the program's process
     Exec,          // executing the program
+    // A run from a template (forked_run.cpp):
+    RunCgroup,     // joining the run's cgroup leaf
+    RunNamespaces, // the run's own mount, net, ipc, uts and cgroup namespaces
 };
 
 // One name per step, in the enum's order (checked below).
@@ -82,12 +85,14 @@ inline constexpr struct {
     {ChildStep::Seccomp, "seccomp"},
     {ChildStep::Fork, "fork"},
     {ChildStep::Exec, "exec"},
+    {ChildStep::RunCgroup, "run cgroup"},
+    {ChildStep::RunNamespaces, "run namespaces"},
 };
 
 constexpr bool child_steps_in_order() {
     for (std::size_t i = 0; i < std::size(kChildSteps); ++i)
         if (static_cast<std::size_t>(kChildSteps[i].step) != i) return false;
-    return static_cast<std::size_t>(ChildStep::Exec) + 1 == std::size(kChildSteps);
+    return static_cast<std::size_t>(ChildStep::RunNamespaces) + 1 == std::size(kChildSteps);
 }
 static_assert(child_steps_in_order(), "kChildSteps lists every ChildStep once, in order");
 

@@ -1,6 +1,7 @@
 #include "init.hpp"
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -37,8 +38,18 @@ bool reap_all() {
     return false;
 }
 
-[[noreturn]] void reap_all_and_exit() {
-    ::_exit(reap_all() ? kInitReapedAll : kInitLeftSome);
+[[noreturn]] void reap_all_and_exit(int report_fd) {
+    JailMessage m{};
+    m.kind = MsgKind::Reaped;
+    m.exit_code = reap_all() ? kInitReapedAll : kInitLeftSome;
+    rusage ru{};
+    if (::getrusage(RUSAGE_CHILDREN, &ru) == 0) {
+        m.user_us = static_cast<std::int64_t>(ru.ru_utime.tv_sec) * 1000000 + ru.ru_utime.tv_usec;
+        m.system_us = static_cast<std::int64_t>(ru.ru_stime.tv_sec) * 1000000 + ru.ru_stime.tv_usec;
+        m.maxrss_kb = ru.ru_maxrss;
+    }
+    (void)::send(report_fd, &m, sizeof m, MSG_NOSIGNAL);
+    ::_exit(m.exit_code);
 }
 
 }  // namespace
@@ -71,7 +82,7 @@ void run_reaper(pid_t program, int report_fd) noexcept {
             // SI_USER with si_pid 0. The program's kill(1, ...) carries its pid, and it cannot
             // forge SI_USER for another process (rt_sigqueueinfo refuses si_code >= 0): it
             // cannot make pid 1 exit without reporting the program's status.
-            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit();
+            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit(report_fd);
             continue;
         }
         if (sig != SIGCHLD) {
@@ -90,7 +101,7 @@ void run_reaper(pid_t program, int report_fd) noexcept {
             m.wait_status = status;
             (void)::send(report_fd, &m, sizeof m, MSG_NOSIGNAL);
             // What the program left ends with it.
-            reap_all_and_exit();
+            reap_all_and_exit(report_fd);
         }
     }
 }

@@ -23,6 +23,7 @@
 #include "profile.hpp"
 #include "report.hpp"
 #include "rootfs_command.hpp"
+#include "serve.hpp"
 #include "spawn.hpp"
 #include "sys.hpp"
 
@@ -85,10 +86,25 @@ void write_error_report(const ReportTarget& report, RunFacts& facts, const JailE
     report.write(facts);
 }
 
+// What `pyjail serve` runs: a template jail (serve.hpp) from the same settings a run would
+// use, its program the template's boot, its extension module bound in.
+std::vector<std::string> serve_template_settings(Settings& settings, const DataDirs& dirs) {
+    std::vector<std::string> preload;
+    for (const auto& item : settings.at("preload")) preload.push_back(item.value);
+    settings["ro-bind"].push_back(
+        {dirs.template_dir + ":" + serve::kTemplateDirInJail, Source::Default, "pyjail serve"});
+    // The template lives as long as the server; each run brings its own time limits.
+    settings["wall-time"].push_back({"0", Source::Default, "pyjail serve"});
+    settings["cpu-time"].push_back({"0", Source::Default, "pyjail serve"});
+    return preload;
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     if (!args.empty() && args[0] == "doctor") return run_doctor(args);
     if (!args.empty() && args[0] == "rootfs") return run_rootfs_command(args);
+    const bool serving = !args.empty() && args[0] == "serve";
+    if (serving) args.erase(args.begin());
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);
@@ -114,8 +130,30 @@ int run(int argc, char** argv) {
         FoundFile profile = read_profile(profile_name, dirs);
         apply_profile(settings, parse_profile(profile.text, profile.path));
         apply_cli(settings, cli);
+        std::string socket;
+        if (auto it = cli.given.find("socket"); it != cli.given.end()) socket = it->second.back();
+        if (serving) {
+            if (!cli.command.empty())
+                throw UsageError("pyjail serve takes no command: its runs bring theirs",
+                                 "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
+            if (socket.empty())
+                throw UsageError("pyjail serve needs --socket PATH",
+                                 "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
+            std::vector<std::string> preload = serve_template_settings(settings, dirs);
+            Policy policy = make_policy(settings, serve::template_command(preload), cwd);
+            PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
+            prepared.plan.is_template = true;
+            return serve::serve(prepared, absolute_path(socket, cwd), preload, argv);
+        }
+        if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
         Policy policy = make_policy(settings, cli.command, cwd);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
+        if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
+            int code = supervisor::run_via(absolute_path(it->second.back(), cwd), std::move(policy), dirs,
+                                           argv, facts);
+            report.write(facts);
+            return code;
+        }
         const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
         if (plan.policy.explain) {

@@ -63,6 +63,13 @@ const std::vector<OptionSpec>& option_table() {
          "explicit, loud opt-out)", true},
         {"host-user", OptKind::Text, "nobody", "USER|UID[:GID]",
          "When pyjail runs as root: the unprivileged host user the jailed program runs as", true},
+        {"via", OptKind::Text, "", "SOCKET",
+         "Run the program as a fork of the template `pyjail serve --socket SOCKET` holds: a jail "
+         "of its own, with the template's modules already imported", false},
+        {"preload", OptKind::List, "", "MODULE",
+         "pyjail serve: a module the template imports from the rootfs before any run, e.g. numpy",
+         true},
+        {"socket", OptKind::Text, "", "PATH", "pyjail serve: the socket to listen on for runs", false},
         {"explain", OptKind::Flag, "false", "",
          "Print the effective policy, where each setting came from, and run nothing", false},
         {"verbose", OptKind::Flag, "false", "", "Say what the jail is doing on stderr", false},

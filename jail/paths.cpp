@@ -54,11 +54,13 @@ DataDirs find_data_dirs() {
         d.compiled_filters = std::string(PYJAIL_BUILD_DIR) + "/seccomp-filters";
         d.rootfs_installed = std::string(PYJAIL_BUILD_DIR) + "/rootfs.d";
         d.builder = std::string(PYJAIL_SOURCE_DIR) + "/rootfs/build-rootfs.py";
+        d.template_dir = std::string(PYJAIL_BUILD_DIR) + "/template";
     } else if (is_dir(installed_profiles)) {
         d.profiles = installed_profiles;
         d.rootfs = dir + "/" + PYJAIL_REL_ROOTFS;
         d.rootfs_installed = dir + "/" + PYJAIL_REL_LIBDIR + "/rootfs.d";
         d.builder = dir + "/" + PYJAIL_REL_LIBDIR + "/build-rootfs.py";
+        d.template_dir = dir + "/" + PYJAIL_REL_LIBDIR + "/template";
     } else {
         throw JailError("data",
                         fmt::format("{} finds no profiles next to it ({}), and it is not the binary "

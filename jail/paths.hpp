@@ -20,6 +20,9 @@ struct DataDirs {
     std::string rootfs_installed;  // named rootfses installed by root (rootfs_name.hpp)
     std::string rootfs_user;       // the invoking user's own named rootfses ("" without HOME)
     std::string builder;           // the rootfs builder script (`pyjail rootfs`)
+    // The template's extension module and boot (`pyjail serve`), bound into a template;
+    // checked where it is used.
+    std::string template_dir;
 };
 
 // Throws JailError (step "data") when there is no data for this binary, or others could

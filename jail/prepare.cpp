@@ -108,7 +108,7 @@ void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
 }
 
 // Limits: cgroup v2 where a delegated cgroup can be had, rlimits otherwise.
-void plan_cgroup_and_limits(RunPlan& p) {
+void plan_cgroup_and_limits(RunPlan& p, const CgroupSite* given) {
     const Policy& policy = p.policy;
     const Limits& l = policy.limits;
     bool wants_cgroup = l.memory || l.pids || l.cpus || l.cpu_time > 0;
@@ -117,7 +117,7 @@ void plan_cgroup_and_limits(RunPlan& p) {
         if (l.memory) controllers.push_back("memory");
         if (l.pids) controllers.push_back("pids");
         if (l.cpus) controllers.push_back("cpu");
-        p.cgroup = find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
+        p.cgroup = given != nullptr ? *given : find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
         if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
             throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
                             0, "or run with --cgroup auto to fall back to rlimits");
@@ -128,7 +128,7 @@ void plan_cgroup_and_limits(RunPlan& p) {
 
 }  // namespace
 
-PreparedRun prepare_run(Policy policy, const DataDirs& dirs) {
+PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* cgroup_site) {
     PreparedRun prepared;
     RunPlan& p = prepared.plan;
     p.invoker = {::geteuid(), ::getegid()};
@@ -174,7 +174,7 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs) {
     p.env = jail_environment(policy);
     p.policy = std::move(policy);
     plan_seccomp(p, dirs);
-    plan_cgroup_and_limits(p);
+    plan_cgroup_and_limits(p, cgroup_site);
     return prepared;
 }
 

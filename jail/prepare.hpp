@@ -47,6 +47,9 @@ struct RunPlan {
     std::string seccomp_compiled_at;          // the build-time file it came from, or ""
     CgroupSite cgroup;              // where the jail's cgroup goes, or why it cannot
     LimitPlan limits;               // every limit and the mechanism enforcing it
+    // The jail is a template of `pyjail serve` (serve.cpp): it keeps the capabilities its
+    // runs need, has no filter of its own (each run installs its own) and lives on.
+    bool is_template = false;
 };
 
 // The host descriptors the plan refers to, open until the jail has what it needs of them.
@@ -67,7 +70,9 @@ namespace setup {
 // environment, filter and limits. Only plans: nothing is printed, no kernel feature probed
 // (see supervisor::check_host_before_run), so --explain shows the plan and nothing else.
 // Throws JailError.
-PreparedRun prepare_run(Policy policy, const DataDirs& dirs);
+// `cgroup_site`: where the limits' cgroup is, when another process decided it (a run from a
+// template: `pyjail serve`'s); otherwise found here.
+PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* cgroup_site = nullptr);
 
 }  // namespace setup
 

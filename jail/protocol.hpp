@@ -14,6 +14,9 @@ enum class MsgKind : std::uint32_t {
     Ready = 2,   // the jail is set up; the program is being started. Carries the seccomp
                  // notification fd (SCM_RIGHTS) when there is a filter
     Status = 3,  // the program ended: wait_status
+    Reaped = 4,  // pid 1 is about to exit: exit_code (kInitReapedAll or kInitLeftSome) and
+                 // the usage of every process it waited for. Read by a supervisor that is not
+                 // pid 1's parent (a run from a template) and so cannot wait for it.
 };
 
 struct JailMessage {
@@ -22,6 +25,8 @@ struct JailMessage {
     std::int32_t wait_status;
     std::int32_t exit_code;
     ChildStep step;  // for Error: the step that failed
+    std::int64_t user_us, system_us;  // Reaped: CPU time of the processes pid 1 waited for
+    std::int64_t maxrss_kb;           // Reaped: the largest of them
     char text[400];
 };
 

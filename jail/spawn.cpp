@@ -42,6 +42,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -54,6 +55,8 @@
 
 #include "child.hpp"
 #include "error.hpp"
+#include "run_request.hpp"
+#include "template_protocol.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
 #include "init.hpp"
@@ -188,7 +191,7 @@ void check_host_before_run(const RunPlan& p) {
         if (int e = seccomp_user_notif_errno(); e != 0)
             throw JailError("seccomp", "this kernel cannot filter syscalls with user notification",
                             e, child_step_hint(ChildStep::Seccomp, e == EOPNOTSUPP ? EINVAL : e));
-    } else {  // loud even under --quiet: the one protection that is explicitly gone
+    } else if (!p.is_template) {  // loud even under --quiet: the one protection explicitly gone
         std::fprintf(stderr, "pyjail: WARNING: --seccomp off: the program can make every syscall "
                              "the kernel allows in a user namespace\n");
     }
@@ -212,6 +215,36 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
                                                                            : "by " + e.detail);
     std::fprintf(stderr, "pyjail: no cgroup v2 for the limits (%s); falling back: %s\n",
                  p.cgroup.why_not.c_str(), fallback.c_str());
+}
+
+// A template (`pyjail serve`) is a jail whose program forks the runs: each run applies its own
+// client's limits and filter (forked_run.cpp), so the template keeps only those that hold for
+// every run, and may create the namespaces its runs need.
+// Namespaces of each kind a template's runs may hold at once (each run holds one of each).
+constexpr std::uint64_t kTemplateNamespaces = 4096;
+
+void adapt_for_template(ChildPlan& c) {
+    c.template_capabilities = true;
+    // No filter of its own: the template runs only the rootfs's trusted code, and every run
+    // installs its client's filter (forked_run.cpp) before its program exists. One filter
+    // stack may notify only one listener: the run's.
+    c.seccomp_filter.clear();
+    // Limits a run sets for itself cannot be raised again: the template keeps none of them.
+    std::vector<RlimitValue> kept;
+    for (const auto& r : c.rlimits)
+        if (r.resource == RLIMIT_CORE || r.resource == RLIMIT_NOFILE || r.resource == RLIMIT_RTPRIO ||
+            r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK)
+            kept.push_back(r);
+    c.rlimits = std::move(kept);
+    // Each run creates a mount, pid, net, ipc, uts and cgroup namespace in the template's user
+    // namespace; none may create a user or time namespace (and no run keeps the capability
+    // to create any).
+    for (auto& l : c.userns_limits) {
+        std::string_view name = l.name;
+        if (name != "max_user_namespaces" && name != "max_time_namespaces" &&
+            name.substr(0, 4) == "max_" && name.find("_namespaces") != std::string_view::npos)
+            l.value = kTemplateNamespaces;
+    }
 }
 
 // What the jail's pid 1 gets: pointers into the plan's own strings, and the descriptors it
@@ -238,6 +271,7 @@ ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& 
     c.rlimits = p.limits.rlimits;
     c.userns_limits = p.limits.userns_limits;
     for (int fd = 0; fd < 3; ++fd) c.stdio_fds[fd] = ch.relay ? ch.relay->jail_end(fd) : -1;
+    if (p.is_template) adapt_for_template(c);
     // execve's argv and envp are char* for historical reasons; it never writes through them.
     for (const auto& a : p.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
     c.argv.push_back(nullptr);
@@ -419,6 +453,143 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
 
     static_cast<JailEnd&>(facts) = s.end;
     static_cast<Usage&>(facts) = collect_usage(leaf, s);
+    return report_end(p, s, facts);
+}
+
+
+namespace {
+
+// A connection to `pyjail serve`, and what it said first.
+struct ServeConnection {
+    UniqueFd fd;
+    ServeHello hello{};
+};
+
+std::string via_hint(const std::string& socket) {
+    return fmt::format("is `pyjail serve --socket {}` running, and yours?", socket);
+}
+
+ServeConnection connect_to_server(const std::string& socket) {
+    ServeConnection c;
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (socket.size() >= sizeof addr.sun_path)
+        throw UsageError(fmt::format("--via: the socket path is longer than {} bytes", sizeof addr.sun_path - 1));
+    std::memcpy(addr.sun_path, socket.c_str(), socket.size() + 1);
+    c.fd.reset(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+    if (!c.fd) throw JailError("via", "cannot create a socket", errno);
+    if (::connect(c.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+        throw JailError("via", fmt::format("cannot connect to the template at {}", socket), errno,
+                        via_hint(socket));
+    ssize_t n;
+    do n = ::recv(c.fd.get(), &c.hello, sizeof c.hello, 0);
+    while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(sizeof c.hello) || c.hello.version != kServeProtocolVersion)
+        throw JailError("via", fmt::format("{} did not answer as a pyjail server of this version", socket),
+                        n < 0 ? errno : 0, "restart `pyjail serve` with this pyjail");
+    c.hello.rootfs[sizeof c.hello.rootfs - 1] = '\0';
+    c.hello.why_not[sizeof c.hello.why_not - 1] = '\0';
+    return c;
+}
+
+// What the client asks the template for: the plan a fresh jail would get, as far as a run from
+// a template can have it (run_request.hpp).
+RunRequest make_run_request(const RunPlan& p, bool has_script) {
+    RunRequest r;
+    r.argv = p.argv;
+    r.env = p.env;
+    r.cwd = p.mounts.cwd;
+    r.hostname = p.policy.hostname;
+    r.loopback_up = p.policy.net == NetMode::Loopback;
+    r.rlimits = p.limits.rlimits;
+    r.mounts = plan_forked_mounts(p.mounts);
+    r.seccomp_filter = p.seccomp_filter;
+    if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
+    r.rootfs = p.rootfs;
+    r.has_script = has_script;
+    return r;
+}
+
+}  // namespace
+
+int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts) {
+    (void)host_argv;
+    ServeConnection server = connect_to_server(socket);
+    CgroupSite site;
+    site.ok = server.hello.cgroup_ok != 0;
+    site.why_not = server.hello.why_not;
+    const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs, &site);
+    const RunPlan& p = prepared.plan;
+    facts.limits = p.limits.entries;
+    if (p.command.exec_path.rfind("python") == std::string::npos)
+        throw UsageError(fmt::format("--via runs Python programs only, not {}", p.command.exec_path),
+                         "run it as `pyjail --via SOCKET -- python ...`, or without --via");
+    char real[PATH_MAX];
+    if (::realpath(p.rootfs.c_str(), real) == nullptr || std::string(real) != server.hello.rootfs)
+        throw UsageError(fmt::format("--via: the template at {} runs the rootfs {}; this run asks for {}",
+                                     socket, server.hello.rootfs, p.rootfs),
+                         "give the --rootfs (or profile) the server was started with");
+    check_host_before_run(p);
+    RunRequest request = make_run_request(p, static_cast<bool>(prepared.fds.script));
+    std::string bytes = encode_request(request);
+    if (bytes.size() > kMaxRequestBytes)
+        throw UsageError(fmt::format("--via: the command and environment take {} bytes, more than {}",
+                                     bytes.size(), kMaxRequestBytes),
+                         "put the program in a file instead of -c");
+    Channels channels(p);
+    std::vector<int> fds = {channels.child_end.get()};
+    for (int fd = 0; fd < 3; ++fd) {
+        int relayed = channels.relay ? channels.relay->jail_end(fd) : -1;
+        fds.push_back(relayed >= 0 ? relayed : fd);
+    }
+    if (prepared.fds.script) fds.push_back(prepared.fds.script.get());
+
+    TerminalSettings terminal;
+    const double started_ms = monotonic_ms();
+    if (int e = send_with_fds(server.fd.get(), bytes.data(), bytes.size(), fds.data(),
+                              static_cast<int>(fds.size()));
+        e != 0)
+        throw JailError("via", fmt::format("cannot send the run to {}", socket), e, via_hint(socket));
+    TemplateReply reply{};
+    int pidfd = -1;
+    ssize_t n;
+    do n = recv_with_fd(server.fd.get(), &reply, sizeof reply, pidfd, 0);
+    while (n < 0 && errno == EINTR);
+    UniqueFd pidfd_owner(pidfd);
+    reply.text[sizeof reply.text - 1] = '\0';
+    if (n != static_cast<ssize_t>(sizeof reply))
+        throw JailError("via", fmt::format("the server at {} ended before the run started", socket),
+                        n < 0 ? errno : 0, "its stderr says why");
+    if (reply.kind != TemplateReplyKind::Started || !pidfd_owner)
+        throw JailError("via", fmt::format("the template at {} cannot start the run: {}", socket, reply.text));
+    if (reply.restarted != 0 && !p.policy.quiet)
+        std::fprintf(stderr, "pyjail: the template at %s had ended; it was started again for this run\n",
+                     socket.c_str());
+    channels.close_jail_ends();
+
+    // The run's leaf, made (and removed, when this connection closes) by the server.
+    std::optional<CgroupLeaf> leaf;
+    if (p.cgroup.ok && reply.text[0] == '/') {
+        leaf.emplace(std::string(reply.text), std::string(), CgroupLeaf::Observed{});
+        facts.cgroup = leaf->path();
+    }
+    // The run's pid 1 is the template's child, not ours: the supervisor watches it through
+    // the pidfd, reads how it ended from its messages, and kills it through the pidfd.
+    JailHandle jail(pidfd_owner.release(), reply.pid);
+    Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
+    jail.mark_reaped();
+    terminal.restore();
+    finish_output(p, channels);
+
+    static_cast<JailEnd&>(facts) = s.end;
+    Usage u = collect_usage(leaf, s);
+    if (!leaf && s.reaped) {  // not RUSAGE_CHILDREN: pid 1 is not our child
+        u.user_s = static_cast<double>(s.reaped->user_us) / 1e6;
+        u.system_s = static_cast<double>(s.reaped->system_us) / 1e6;
+        u.memory_peak = static_cast<std::uint64_t>(s.reaped->maxrss_kb) * 1024;
+        u.memory_peak_source = "ru_maxrss (largest single process)";
+    }
+    static_cast<Usage&>(facts) = u;
     return report_end(p, s, facts);
 }
 

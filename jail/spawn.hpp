@@ -1,6 +1,9 @@
 // The run (namespace supervisor): from a prepared plan (prepare.hpp) to pyjail's exit status.
 #pragma once
 
+#include <string>
+
+#include "paths.hpp"
 #include "prepare.hpp"
 #include "report.hpp"
 
@@ -11,5 +14,11 @@ namespace pyjail::supervisor {
 // set-up (also the child's, reported over the sync socket), with `facts` filled as far as
 // the run got.
 int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts);
+
+// The same run as a fork of the template `pyjail serve` holds at `socket` (serve.hpp): planned
+// here against what the server says (its rootfs, whether runs get a cgroup), started by the
+// template, supervised here as run_jail supervises a fresh jail, with the same report.
+int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv,
+            RunFacts& facts);
 
 }  // namespace pyjail::supervisor

@@ -142,6 +142,7 @@ private:
                     if (passed && !listener_) listener_ = std::move(passed);
                     break;
                 case MsgKind::Status: status_ = m.wait_status; break;
+                case MsgKind::Reaped: result_.reaped = m; break;
             }
         }
     }
@@ -236,9 +237,17 @@ private:
     // pid 1 is gone: reap it, and say how the run ended.
     Supervised reap() {
         siginfo_t info{};
-        while (::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a_.pidfd), &info,
-                        WEXITED) != 0 &&
+        int waited;
+        while ((waited = ::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(a_.pidfd), &info,
+                                  WEXITED)) != 0 &&
                errno == EINTR) {
+        }
+        // Not our child (a run from a template, whose pid 1 the template reaps): pid 1 said
+        // how it ended before it exited, or it was killed.
+        if (waited != 0 && errno == ECHILD) {
+            drain_messages();
+            info.si_code = result_.reaped ? CLD_EXITED : CLD_KILLED;
+            info.si_status = result_.reaped ? result_.reaped->exit_code : SIGKILL;
         }
         Supervised s = std::move(result_);
         JailEnd& e = s.end;

@@ -31,6 +31,8 @@ struct Supervised {
     // every process of the jail), or not (killed).
     bool pid1_exited = false;
     int pid1_code = 0;
+    // pid 1's last message: how it ended and the usage of what it waited for.
+    std::optional<JailMessage> reaped;
 };
 
 struct SuperviseArgs {

@@ -38,27 +38,35 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept {
     return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
 }
 
-int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept {
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds) noexcept {
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+    if (nfds < 0 || nfds > kMaxPassedFds) return EINVAL;
     iovec iov{const_cast<void*>(data), len};
     msghdr msg{};
     msg.msg_iov = &iov;
     msg.msg_iovlen = 1;
-    if (fd >= 0) {
+    if (nfds > 0) {
         msg.msg_control = control;
-        msg.msg_controllen = sizeof control;
+        msg.msg_controllen = CMSG_SPACE(sizeof(int) * static_cast<std::size_t>(nfds));
         cmsghdr* c = CMSG_FIRSTHDR(&msg);
         c->cmsg_level = SOL_SOCKET;
         c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof(int));
-        std::memcpy(CMSG_DATA(c), &fd, sizeof fd);
+        c->cmsg_len = CMSG_LEN(sizeof(int) * static_cast<std::size_t>(nfds));
+        std::memcpy(CMSG_DATA(c), fds, sizeof(int) * static_cast<std::size_t>(nfds));
     }
     return ::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? errno : 0;
 }
 
-ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept {
-    fd = -1;
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept {
+    return send_with_fds(sock, data, len, &fd, fd >= 0 ? 1 : 0);
+}
+
+ssize_t recv_with_fds(int sock, void* data, std::size_t len, int* fds, int max_fds, int& got,
+                      int flags) noexcept {
+    got = 0;
+    // Room for more than asked for: descriptors beyond `max_fds` are received (the kernel
+    // installs all it can) and closed, never leaked.
+    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
     iovec iov{data, len};
     msghdr msg{};
     msg.msg_iov = &iov;
@@ -67,9 +75,24 @@ ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) 
     msg.msg_controllen = sizeof control;
     ssize_t n = ::recvmsg(sock, &msg, flags | MSG_CMSG_CLOEXEC);
     if (n < 0) return n;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
-            std::memcpy(&fd, CMSG_DATA(c), sizeof fd);
+    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (std::size_t k = 0; k < count; ++k) {
+            int fd;
+            std::memcpy(&fd, CMSG_DATA(c) + k * sizeof(int), sizeof fd);
+            if (got < max_fds) fds[got++] = fd;
+            else ::close(fd);
+        }
+    }
+    return n;
+}
+
+ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept {
+    int got = 0;
+    fd = -1;
+    ssize_t n = recv_with_fds(sock, data, len, &fd, 1, got, flags);
+    if (got == 0) fd = -1;
     return n;
 }
 

@@ -66,6 +66,12 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
 // (SCM_RIGHTS). send: returns 0 or an errno. recv: returns the bytes read (-1 with errno),
 // and the passed descriptor (close-on-exec) or -1 in `fd`.
 int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept;
+// The same with up to kMaxPassedFds descriptors; recv closes any beyond `max_fds` and returns
+// how many it kept in `got`.
+inline constexpr int kMaxPassedFds = 8;
+int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds) noexcept;
+ssize_t recv_with_fds(int sock, void* data, std::size_t len, int* fds, int max_fds, int& got,
+                      int flags) noexcept;
 ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept;
 
 // Whether seccomp filters can notify a supervisor (SECCOMP_RET_USER_NOTIF): 0, or an errno.

@@ -1,0 +1,50 @@
+// A run from a template: the template (a jailed interpreter that has imported trusted modules
+// and waits, `pyjail serve`) forks, and the fork becomes a jail of its own before any byte of
+// the run's program exists in it. Called by the template's extension module
+// (zygote/module.cpp), which supplies the interpreter's fork hooks.
+//
+//   template (namespace zygote)        run's pid 1 (pid1::)               the program
+//   unshare(CLONE_NEWPID), fork ---->  join the run's cgroup leaf;
+//   back to its own pid namespace      new mount, net, ipc, uts, cgroup
+//   (setns); reply {pid, pidfd}        namespaces; its own /tmp, /work,
+//                                      /dev/shm, /dev/pts, /proc (masked);
+//                                      hostname, lo, rlimits, stdio,
+//                                      setsid, close fds, drop every
+//                                      capability, no_new_privs, keyring,
+//                                      the run's filter, "ready"; fork -> returns into the
+//                                      then reaps and reports (init.cpp)   interpreter, which
+//                                                                          runs the program
+//
+// The same steps as a fresh jail's (steps.cpp), from the same plan the client computed; what
+// differs is documented in man pyjail(1), TEMPLATES: the user namespace, the rootfs mount and
+// the interpreter's state at fork (address-space layout, hash seed) are the template's.
+#pragma once
+
+#include <sys/types.h>
+
+#include <string>
+
+#include "run_request.hpp"
+
+namespace pyjail::zygote {
+
+// The interpreter's own fork bookkeeping (CPython's PyOS_BeforeFork and friends): its locks,
+// and the at-fork hooks that reseed `random`.
+struct ForkHooks {
+    void (*before)() = nullptr;
+    void (*after_parent)() = nullptr;
+    void (*after_child)() = nullptr;
+};
+
+// Called once when the template starts, before it changes any signal: the dispositions and
+// mask each run's program starts with (the interpreter's own handlers, e.g. SIGINT's).
+void save_program_signals();
+
+// Forks `request`'s run. `fds` as request_fd_count says: report socket, fds 0-2, [script],
+// [cgroup.procs]; `own_pidns` an fd of the template's pid namespace. Returns the run's pid 1
+// (> 0) in the template, -1 with `error` set if it could not fork, and 0 in the run's program,
+// ready to run. The run's pid 1 never returns.
+pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
+               std::string& error);
+
+}  // namespace pyjail::zygote

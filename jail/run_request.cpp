@@ -1,0 +1,253 @@
+#include "run_request.hpp"
+
+#include <sys/resource.h>
+
+#include <cstring>
+
+#include "error.hpp"
+
+namespace pyjail {
+
+namespace {
+
+constexpr std::string_view kMagic = "PYJAIL-RUN/1";
+constexpr std::uint32_t kMaxItems = 4096;        // argv, env, rlimits, mounts, cgroup files
+constexpr std::uint32_t kMaxFilter = 4096;       // BPF_MAXINSNS
+
+class Writer {
+public:
+    void u32(std::uint32_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+    void u64(std::uint64_t v) { out_.append(reinterpret_cast<const char*>(&v), sizeof v); }
+    void str(std::string_view s) {
+        u32(static_cast<std::uint32_t>(s.size()));
+        out_.append(s);
+    }
+    void strs(const std::vector<std::string>& v) {
+        u32(static_cast<std::uint32_t>(v.size()));
+        for (const auto& s : v) str(s);
+    }
+    std::string take() { return std::move(out_); }
+
+private:
+    std::string out_;
+};
+
+// Every read is bounds-checked; a short or inconsistent message is a BadRequest, never a read
+// past its end.
+class Reader {
+public:
+    explicit Reader(std::string_view in) : in_(in) {}
+    std::uint32_t u32() {
+        std::uint32_t v;
+        take(&v, sizeof v);
+        return v;
+    }
+    std::uint64_t u64() {
+        std::uint64_t v;
+        take(&v, sizeof v);
+        return v;
+    }
+    std::string str(const char* what) {
+        std::uint32_t n = u32();
+        if (n > in_.size() - pos_) throw BadRequest(std::string(what) + " runs past the end of the request");
+        std::string s(in_.substr(pos_, n));
+        pos_ += n;
+        if (s.find('\0') != std::string::npos) throw BadRequest(std::string(what) + " holds a NUL byte");
+        return s;
+    }
+    std::uint32_t count(const char* what, std::uint32_t max) {
+        std::uint32_t n = u32();
+        if (n > max) throw BadRequest(std::string("too many ") + what);
+        return n;
+    }
+    std::vector<std::string> strs(const char* what) {
+        std::vector<std::string> v(count(what, kMaxItems));
+        for (auto& s : v) s = str(what);
+        return v;
+    }
+    bool done() const { return pos_ == in_.size(); }
+
+private:
+    void take(void* out, std::size_t n) {
+        if (n > in_.size() - pos_) throw BadRequest("the request is cut short");
+        std::memcpy(out, in_.data() + pos_, n);
+        pos_ += n;
+    }
+    std::string_view in_;
+    std::size_t pos_ = 0;
+};
+
+// A run's mount target: below the run's own directories, relative, no "..".
+bool run_target_ok(const std::string& t) {
+    if (t.empty() || t.front() == '/' || t.back() == '/') return false;
+    std::size_t start = 0;
+    while (start <= t.size()) {
+        auto end = t.find('/', start);
+        if (end == std::string::npos) end = t.size();
+        std::string_view part(t.data() + start, end - start);
+        if (part.empty() || part == "." || part == "..") return false;
+        start = end + 1;
+    }
+    return true;
+}
+
+// The directories a run from a template makes its own; everything else is the template's
+// root (the rootfs, read-only).
+bool is_run_private(const std::string& t) {
+    for (std::string_view top : {"tmp", "work", "proc", "dev/shm", "dev/pts"})
+        if (t == top || (t.size() > top.size() && t.compare(0, top.size(), top) == 0 && t[top.size()] == '/'))
+            return true;
+    return false;
+}
+
+}  // namespace
+
+const char* rlimit_name(int resource) {
+    switch (resource) {
+        case RLIMIT_CORE: return "RLIMIT_CORE";
+        case RLIMIT_NOFILE: return "RLIMIT_NOFILE";
+        case RLIMIT_RTPRIO: return "RLIMIT_RTPRIO";
+        case RLIMIT_NICE: return "RLIMIT_NICE";
+        case RLIMIT_MEMLOCK: return "RLIMIT_MEMLOCK";
+        case RLIMIT_DATA: return "RLIMIT_DATA";
+        case RLIMIT_NPROC: return "RLIMIT_NPROC";
+        case RLIMIT_CPU: return "RLIMIT_CPU";
+        case RLIMIT_FSIZE: return "RLIMIT_FSIZE";
+        case RLIMIT_AS: return "RLIMIT_AS";
+        case RLIMIT_STACK: return "RLIMIT_STACK";
+        default: return nullptr;
+    }
+}
+
+int request_fd_count(const RunRequest& r) { return 4 + (r.has_script ? 1 : 0) + (r.into_cgroup ? 1 : 0); }
+
+std::string encode_request(const RunRequest& r) {
+    Writer w;
+    w.str(kMagic);
+    w.strs(r.argv);
+    w.strs(r.env);
+    w.str(r.cwd);
+    w.str(r.hostname);
+    w.u32(r.loopback_up ? 1 : 0);
+    w.u32(static_cast<std::uint32_t>(r.rlimits.size()));
+    for (const auto& l : r.rlimits) {
+        w.u32(static_cast<std::uint32_t>(l.resource));
+        w.u64(l.value);
+        w.u64(l.hard);
+    }
+    w.u32(static_cast<std::uint32_t>(r.mounts.size()));
+    for (const auto& op : r.mounts) {
+        w.u32(static_cast<std::uint32_t>(op.kind));
+        w.str(op.target);
+        w.str(op.source_path);
+        w.u64(op.flags);
+        w.str(op.data);
+        w.u32(op.mode);
+        w.u32(op.if_exists ? 1 : 0);
+    }
+    w.u32(static_cast<std::uint32_t>(r.seccomp_filter.size()));
+    for (const auto& f : r.seccomp_filter) {
+        w.u32(f.code);
+        w.u32(static_cast<std::uint32_t>(f.jt) | static_cast<std::uint32_t>(f.jf) << 8);
+        w.u32(f.k);
+    }
+    w.u32(static_cast<std::uint32_t>(r.cgroup_files.size()));
+    for (const auto& [file, value] : r.cgroup_files) {
+        w.str(file);
+        w.str(value);
+    }
+    w.str(r.rootfs);
+    w.u32((r.has_script ? 1u : 0u) | (r.into_cgroup ? 2u : 0u));
+    return w.take();
+}
+
+RunRequest decode_request(std::string_view bytes) {
+    if (bytes.size() > kMaxRequestBytes) throw BadRequest("the request is larger than its limit");
+    Reader in(bytes);
+    if (in.str("the magic") != kMagic) throw BadRequest("not a run request of this pyjail version");
+    RunRequest r;
+    r.argv = in.strs("argv");
+    if (r.argv.empty()) throw BadRequest("no command");
+    r.env = in.strs("env");
+    for (const auto& e : r.env)
+        if (e.find('=') == std::string::npos) throw BadRequest("an environment entry without '='");
+    r.cwd = in.str("cwd");
+    if (r.cwd.empty() || r.cwd.front() != '/') throw BadRequest("the working directory is not absolute");
+    r.hostname = in.str("hostname");
+    if (r.hostname.size() > 64) throw BadRequest("the host name is longer than 64 bytes");
+    r.loopback_up = in.u32() != 0;
+    r.rlimits.resize(in.count("rlimits", 64));
+    for (auto& l : r.rlimits) {
+        l.resource = static_cast<int>(in.u32());
+        l.name = rlimit_name(l.resource);
+        if (l.name == nullptr) throw BadRequest("an unknown rlimit");
+        l.value = in.u64();
+        l.hard = in.u64();
+    }
+    r.mounts.resize(in.count("mounts", kMaxItems));
+    for (auto& op : r.mounts) {
+        std::uint32_t kind = in.u32();
+        if (kind > static_cast<std::uint32_t>(OpKind::Copy)) throw BadRequest("an unknown mount op");
+        op.kind = static_cast<OpKind>(kind);
+        op.target = in.str("a mount target");
+        op.source_path = in.str("a mount source");
+        op.flags = in.u64();
+        op.data = in.str("mount options");
+        op.mode = in.u32() & 07777;
+        op.if_exists = in.u32() != 0;
+        // A run mounts only over its own directories, and binds only from within the jail:
+        // whatever sent this cannot make the template's run cover or expose anything else.
+        if (!run_target_ok(op.target) || !is_run_private(op.target))
+            throw BadRequest("a mount outside the run's own directories: /" + op.target);
+        // Bind sources are the template's own paths (its root is all a run can name): one
+        // of the run's directories, or a device the template has (the /proc masks).
+        if (op.kind == OpKind::Bind &&
+            (op.source_path.empty() || op.source_path.find("..") != std::string::npos))
+            throw BadRequest("a bind from an unusable source: " + op.source_path);
+        if (op.kind == OpKind::Symlink) throw BadRequest("a symlink op in a run");
+        op.source_slot = op.kind == OpKind::Copy ? 1 : -1;
+    }
+    r.seccomp_filter.resize(in.count("filter instructions", kMaxFilter));
+    for (auto& f : r.seccomp_filter) {
+        f.code = static_cast<std::uint16_t>(in.u32());
+        std::uint32_t j = in.u32();
+        f.jt = static_cast<std::uint8_t>(j & 0xff);
+        f.jf = static_cast<std::uint8_t>((j >> 8) & 0xff);
+        f.k = in.u32();
+    }
+    r.cgroup_files.resize(in.count("cgroup files", 64));
+    for (auto& [file, value] : r.cgroup_files) {
+        file = in.str("a cgroup file");
+        value = in.str("a cgroup value");
+        if (file.empty() || file.find('/') != std::string::npos || file.front() == '.')
+            throw BadRequest("a cgroup file name that is not a plain name");
+    }
+    r.rootfs = in.str("the rootfs");
+    std::uint32_t flags = in.u32();
+    r.has_script = (flags & 1) != 0;
+    r.into_cgroup = (flags & 2) != 0;
+    if (!in.done()) throw BadRequest("bytes after the end of the request");
+    for (const auto& op : r.mounts)
+        if (op.kind == OpKind::Copy && !r.has_script) throw BadRequest("a copy op without a script");
+    return r;
+}
+
+std::vector<MountOp> plan_forked_mounts(const MountPlan& plan) {
+    std::vector<MountOp> ops;
+    for (const auto& op : plan.ops) {
+        const bool host_bind = op.kind == OpKind::Bind && op.source_slot >= 0;
+        if (host_bind && !op.target.empty() && is_run_private(op.target))
+            throw UsageError("--via: a run from a template cannot bind a host path at /" + op.target,
+                             "drop --workdir; send files with the Python package's files= instead");
+        if (host_bind && op.source_slot != 0)
+            throw UsageError("--via: a run from a template cannot bind host paths (/" + op.target + ")",
+                             "drop --bind/--ro-bind, or run without --via");
+        if (op.target.empty() || !is_run_private(op.target)) continue;
+        MountOp kept = op;
+        if (kept.kind == OpKind::Copy) kept.source_slot = 1;
+        ops.push_back(std::move(kept));
+    }
+    return ops;
+}
+
+}  // namespace pyjail

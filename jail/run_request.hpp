@@ -1,0 +1,69 @@
+// A run from a template (`pyjail serve`, `pyjail --via`): what the run's jail is made of, and
+// its encoding on the way from the client to the server and from the server to the template.
+// Pure: planned by the client from the same RunPlan a fresh jail would get, decoded and
+// checked by the server and by the template (forked_run.cpp), unit-tested and fuzzed.
+//
+// The client plans, the template executes: the run's filter, limits, environment and mounts
+// are the client's (its profile and options), never the template's. What a run cannot have is
+// refused by the client with a reason (plan_forked_mounts): host binds, a rootfs other than
+// the template's.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "limits.hpp"
+#include "mountplan.hpp"
+
+namespace pyjail {
+
+struct RunRequest {
+    std::vector<std::string> argv;  // the program's, as the interpreter gets it ("python", ...)
+    std::vector<std::string> env;
+    std::string cwd = "/work";
+    std::string hostname = "pyjail";
+    bool loopback_up = false;
+    std::vector<RlimitValue> rlimits;  // `name` points into a static table once decoded
+    std::vector<MountOp> mounts;       // plan_forked_mounts's
+    std::vector<sock_filter> seccomp_filter;  // empty: --seccomp off
+    // The run's cgroup leaf's files, for the server to create it with (empty: no cgroup).
+    std::vector<std::pair<std::string, std::string>> cgroup_files;
+    std::string rootfs;  // the rootfs the client planned for (rootfs_identity)
+    // Which descriptors follow the message, in this order: the report socket and fds 0-2
+    // always, then the script (Copy ops read it) and the leaf's cgroup.procs (the server's).
+    bool has_script = false;
+    bool into_cgroup = false;
+};
+
+// Descriptors that come with a request: 4 always, and one for each flag set.
+int request_fd_count(const RunRequest& r);
+
+// The largest encoded request: one datagram on a SOCK_SEQPACKET socket.
+inline constexpr std::size_t kMaxRequestBytes = 160 * 1024;
+
+class BadRequest : public std::runtime_error {
+public:
+    using std::runtime_error::runtime_error;
+};
+
+std::string encode_request(const RunRequest& r);
+// Throws BadRequest naming what is wrong; checks every field (counts, lengths, op kinds and
+// targets, a filter's length), so what it returns can be executed as it is.
+RunRequest decode_request(std::string_view bytes);
+
+// The mount ops of a run from a template, out of the plan a fresh jail would get: the run's
+// own /tmp, /work, /dev/shm, /dev/pts and /proc (with its masks), and the script copied in.
+// The rest of the tree is the template's root, the same rootfs. Throws UsageError for what a
+// run from a template cannot have (a bind of a host path).
+std::vector<MountOp> plan_forked_mounts(const MountPlan& plan);
+
+// A name for setrlimit's resource, for messages ("RLIMIT_NOFILE").
+const char* rlimit_name(int resource);
+
+}  // namespace pyjail

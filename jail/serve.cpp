@@ -1,0 +1,404 @@
+#include "serve.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <list>
+#include <memory>
+#include <optional>
+
+#include "cgroup.hpp"
+#include "error.hpp"
+#include "exitstatus.hpp"
+#include "run_request.hpp"
+#include "spawn.hpp"
+#include "sys.hpp"
+#include "template_protocol.hpp"
+
+namespace pyjail::serve {
+
+std::vector<std::string> template_command(const std::vector<std::string>& preload) {
+    // -I: the template reads no PYTHON* variable and no user site: only the rootfs's modules.
+    std::vector<std::string> argv = {
+        "python", "-I", "-c",
+        fmt::format("import sys; sys.path.insert(0, '{}'); import pyjail_template; "
+                    "sys.exit(pyjail_template.main(sys.argv[1:]))",
+                    kTemplateDirInJail)};
+    argv.insert(argv.end(), preload.begin(), preload.end());
+    return argv;
+}
+
+namespace {
+
+// The listening socket, only for the invoking user (0600); a stale socket (no server behind
+// it) is replaced, a live one or another file is not.
+UniqueFd listen_at(const std::string& path) {
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    if (path.empty() || path.size() >= sizeof addr.sun_path)
+        throw UsageError(fmt::format("serve: --socket must be a path of 1 to {} bytes", sizeof addr.sun_path - 1));
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    struct stat st {};
+    if (::lstat(path.c_str(), &st) == 0) {
+        if (!S_ISSOCK(st.st_mode))
+            throw JailError("serve", fmt::format("{} exists and is not a socket", path), 0,
+                            "choose another --socket path");
+        UniqueFd probe(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+        if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0)
+            throw JailError("serve", fmt::format("another server listens at {}", path), 0,
+                            "stop it, or choose another --socket path");
+        ::unlink(path.c_str());
+    }
+    UniqueFd fd(::socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (!fd) throw JailError("serve", "cannot create a socket", errno);
+    mode_t old = ::umask(0177);
+    int rc = ::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+    int e = errno;
+    ::umask(old);
+    if (rc != 0) throw JailError("serve", fmt::format("cannot listen at {}", path), e, "check that its directory is yours");
+    if (::listen(fd.get(), 128) != 0) throw JailError("serve", fmt::format("cannot listen at {}", path), errno);
+    return fd;
+}
+
+void send_reply(int fd, TemplateReplyKind kind, pid_t pid, bool restarted, const std::string& text, int pass) {
+    TemplateReply r{};
+    r.kind = kind;
+    r.pid = pid;
+    r.restarted = restarted ? 1 : 0;
+    std::snprintf(r.text, sizeof r.text, "%s", text.c_str());
+    (void)send_with_fd(fd, &r, sizeof r, pass);
+}
+
+// One client's run, from its request to its connection's end.
+struct Client {
+    enum class State { AwaitRequest, Queued, Forwarded, Running };
+    UniqueFd conn;
+    State state = State::AwaitRequest;
+    std::string request;              // encoded, ready for the template
+    std::vector<UniqueFd> fds;        // the client's descriptors, then the leaf's cgroup.procs
+    std::optional<supervisor::CgroupLeaf> leaf;
+    UniqueFd pidfd;                   // the run's pid 1, once started
+    bool run_ended = false;
+};
+
+class Server {
+public:
+    Server(const PreparedRun& prepared, std::string socket, std::vector<std::string> preload, char** host_argv)
+        : prepared_(prepared), socket_(std::move(socket)), preload_(std::move(preload)), host_argv_(host_argv) {
+        // The runs' leaves go where the template's does: the cgroup pyjail serve found.
+        site_ = prepared.plan.cgroup;
+        char real[PATH_MAX];
+        rootfs_ = ::realpath(prepared.plan.rootfs.c_str(), real) != nullptr ? real : prepared.plan.rootfs;
+    }
+    ~Server() {
+        for (auto& c : clients_) kill_run(*c);
+        stop_template();
+        if (listen_) ::unlink(socket_.c_str());
+    }
+
+    int run() {
+        sigset_t set;
+        sigemptyset(&set);
+        for (int s : {SIGTERM, SIGINT, SIGHUP}) sigaddset(&set, s);
+        ::sigprocmask(SIG_BLOCK, &set, nullptr);
+        sigfd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+        ::signal(SIGPIPE, SIG_IGN);
+        listen_ = listen_at(socket_);
+        start_template();
+        while (true) {
+            std::vector<pollfd> fds = {{sigfd_.get(), POLLIN, 0}, {listen_.get(), POLLIN, 0},
+                                       {control_.get(), POLLIN, 0}, {template_pidfd_.get(), POLLIN, 0}};
+            std::vector<Client*> order;
+            for (auto& c : clients_) {
+                fds.push_back({c->conn.get(), POLLIN, 0});
+                order.push_back(c.get());
+                fds.push_back({c->run_ended ? -1 : c->pidfd.get(), POLLIN, 0});
+            }
+            if (::poll(fds.data(), fds.size(), -1) < 0) {
+                if (errno == EINTR) continue;
+                throw JailError("serve", "poll", errno);
+            }
+            if (fds[0].revents & POLLIN) {
+                std::fprintf(stderr, "pyjail serve: stopping\n");
+                return 0;
+            }
+            if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) on_template_message();
+            if (fds[3].revents & POLLIN) on_template_gone();
+            for (std::size_t i = 0; i < order.size(); ++i) {
+                Client* c = order[i];
+                if (fds[4 + 2 * i + 1].revents & POLLIN) c->run_ended = true;
+                if (fds[4 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) on_client(*c);
+            }
+            // A client is forgotten (and its leaf removed) once its connection is closed, the
+            // template has answered for it, and its run (if any) has ended.
+            clients_.remove_if([](const std::unique_ptr<Client>& c) {
+                return !c->conn && c->state != Client::State::Forwarded && (!c->pidfd || c->run_ended);
+            });
+            if (fds[1].revents & POLLIN) accept_clients();
+        }
+    }
+
+private:
+    // The template: a jail run by a child of ours (its supervisor, spawn.cpp's run_jail), with
+    // our end of a socket pair as its stdin. It dies with us (the supervisor's parent-death
+    // signal, then its jail's).
+    void start_template() {
+        int sv[2];
+        if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
+            throw JailError("serve", "cannot create the template's socket", errno);
+        UniqueFd ours(sv[0]), theirs(sv[1]);
+        std::fflush(nullptr);
+        pid_t pid = ::fork();
+        if (pid < 0) throw JailError("serve", "cannot start the template's supervisor", errno);
+        if (pid == 0) {
+            ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+            if (::getppid() == 1) ::_exit(kExitJailError);
+            ::dup2(theirs.get(), 0);
+            sys_close_range(3, ~0U, 0);
+            sigset_t none;
+            sigemptyset(&none);
+            ::sigprocmask(SIG_SETMASK, &none, nullptr);
+            ::signal(SIGPIPE, SIG_DFL);
+            int code = kExitJailError;
+            try {
+                RunFacts facts;
+                code = supervisor::run_jail(prepared_, host_argv_, facts);
+            } catch (const JailError& e) {
+                std::fprintf(stderr, "pyjail serve: the template: %s\n", e.one_line().c_str());
+            } catch (const std::exception& e) {
+                std::fprintf(stderr, "pyjail serve: the template: %s\n", e.what());
+            }
+            std::fflush(nullptr);
+            ::_exit(code);
+        }
+        template_pid_ = pid;
+        template_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
+        control_ = std::move(ours);
+        template_ready_ = false;
+        starts_++;
+    }
+
+    void stop_template() {
+        if (template_pid_ <= 0) return;
+        ::kill(template_pid_, SIGKILL);
+        ::waitpid(template_pid_, nullptr, 0);
+        template_pid_ = -1;
+        control_.reset();
+        template_pidfd_.reset();
+    }
+
+    // The template ended (its supervisor exited, or its socket closed).
+    void on_template_gone() {
+        int status = 0;
+        if (template_pid_ > 0) ::waitpid(template_pid_, &status, 0);
+        template_pid_ = -1;
+        control_.reset();
+        template_pidfd_.reset();
+        std::string how = WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
+                                            : fmt::format("signal {}", WTERMSIG(status));
+        for (Client* c : forwarded_) {
+            send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false,
+                       "the template ended while starting the run (" + how + ")", -1);
+            c->state = Client::State::Running;
+            c->conn.reset();
+        }
+        forwarded_.clear();
+        if (!ever_ready_)
+            throw JailError("serve", fmt::format("the template did not start ({}; its error is above)", how), 0,
+                            "check that the rootfs has every --preload module");
+        std::fprintf(stderr, "pyjail serve: the template ended (%s); starting another\n", how.c_str());
+        if (starts_ > 3 && !template_ready_) {
+            // Three starts in a row that never got ready: refuse runs rather than loop.
+            for (auto& c : clients_)
+                if (c->state == Client::State::Queued) {
+                    send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, "the template cannot start again", -1);
+                    c->conn.reset();
+                }
+            queued_.clear();
+            return;
+        }
+        restarted_ = true;
+        start_template();
+    }
+
+    void on_template_message() {
+        TemplateReply r{};
+        int fd = -1;
+        ssize_t n = recv_with_fd(control_.get(), &r, sizeof r, fd, MSG_DONTWAIT);
+        UniqueFd passed(fd);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (n != static_cast<ssize_t>(sizeof r)) {  // the template's end closed: it is going
+            control_.reset();
+            return;
+        }
+        r.text[sizeof r.text - 1] = '\0';
+        if (r.kind == TemplateReplyKind::Ready) {
+            template_ready_ = true;
+            starts_ = 0;
+            if (!ever_ready_) {
+                ever_ready_ = true;
+                std::string mods;
+                for (const auto& m : preload_) mods += (mods.empty() ? "" : ", ") + m;
+                std::printf("pyjail serve: ready at %s (preloaded: %s)\n", socket_.c_str(),
+                            mods.empty() ? "nothing" : mods.c_str());
+                std::fflush(stdout);
+            }
+            while (!queued_.empty()) {
+                Client* c = queued_.front();
+                queued_.pop_front();
+                forward(*c);
+            }
+            return;
+        }
+        if (forwarded_.empty()) return;
+        Client* c = forwarded_.front();
+        forwarded_.pop_front();
+        if (r.kind == TemplateReplyKind::Started && passed) {
+            c->state = Client::State::Running;
+            if (!c->conn) {  // its client left while it started
+                c->pidfd = std::move(passed);
+                kill_run(*c);
+                return;
+            }
+            std::string leaf = c->leaf ? c->leaf->path() : std::string();
+            send_reply(c->conn.get(), TemplateReplyKind::Started, r.pid, restarted_, leaf, passed.get());
+            restarted_ = false;
+            c->pidfd = std::move(passed);
+        } else {
+            c->state = Client::State::Running;  // nothing started: forgotten with its connection
+            send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, r.text, -1);
+            c->conn.reset();
+        }
+    }
+
+    void accept_clients() {
+        while (true) {
+            UniqueFd conn(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+            if (!conn) return;
+            // Only the server's own user (and root) may start runs: the socket's mode says so
+            // too, but a socket inherited or passed on must not widen it.
+            ucred cred{};
+            socklen_t len = sizeof cred;
+            if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+                (cred.uid != ::geteuid() && cred.uid != 0))
+                continue;
+            ServeHello hello{};
+            hello.version = kServeProtocolVersion;
+            hello.cgroup_ok = site_.ok ? 1 : 0;
+            std::snprintf(hello.rootfs, sizeof hello.rootfs, "%s", rootfs_.c_str());
+            std::snprintf(hello.why_not, sizeof hello.why_not, "%s", site_.why_not.c_str());
+            if (::send(conn.get(), &hello, sizeof hello, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof hello)) continue;
+            auto c = std::make_unique<Client>();
+            c->conn = std::move(conn);
+            clients_.push_back(std::move(c));
+        }
+    }
+
+    void on_client(Client& c) {
+        std::string buf(kMaxRequestBytes + 1, '\0');
+        int fds[kMaxPassedFds];
+        int got = 0;
+        ssize_t n = recv_with_fds(c.conn.get(), buf.data(), buf.size(), fds, kMaxPassedFds, got, MSG_DONTWAIT);
+        std::vector<UniqueFd> owned;
+        for (int k = 0; k < got; ++k) owned.emplace_back(fds[k]);
+        if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
+        if (n <= 0) {  // the client is gone: so is its run
+            kill_run(c);
+            c.conn.reset();
+            return;
+        }
+        if (c.state != Client::State::AwaitRequest) return;  // one request per connection
+        try {
+            RunRequest r = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+            if (got != request_fd_count(r)) throw BadRequest("the request's descriptors are missing");
+            if (!r.cgroup_files.empty()) {
+                if (!site_.ok) throw BadRequest("cgroup limits asked for, but this server has no cgroup for runs");
+                c.leaf.emplace(site_, r.cgroup_files);
+                UniqueFd procs(::open((c.leaf->path() + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+                if (!procs) throw JailError("cgroup", "cannot open the run's cgroup.procs", errno);
+                owned.push_back(std::move(procs));
+                r.into_cgroup = true;
+            }
+            c.request = encode_request(r);
+            c.fds = std::move(owned);
+        } catch (const std::exception& e) {
+            send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false, e.what(), -1);
+            c.conn.reset();
+            return;
+        }
+        if (template_ready_) {
+            forward(c);
+        } else {
+            c.state = Client::State::Queued;
+            queued_.push_back(&c);
+        }
+    }
+
+    void forward(Client& c) {
+        std::vector<int> fds;
+        for (const auto& f : c.fds) fds.push_back(f.get());
+        int e = control_ ? send_with_fds(control_.get(), c.request.data(), c.request.size(), fds.data(),
+                                         static_cast<int>(fds.size()))
+                         : EPIPE;
+        c.fds.clear();  // the template has them now
+        if (e != 0) {
+            send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false,
+                       std::string("cannot reach the template: ") + std::strerror(e), -1);
+            c.conn.reset();
+            return;
+        }
+        c.state = Client::State::Forwarded;
+        forwarded_.push_back(&c);
+    }
+
+    // A run whose client is gone must not outlive it: the client enforced its limits.
+    void kill_run(Client& c) {
+        if (c.pidfd && !c.run_ended) sys_pidfd_send_signal(c.pidfd.get(), SIGKILL);
+        if (c.leaf) c.leaf->kill_all();
+        for (auto it = queued_.begin(); it != queued_.end(); ++it)
+            if (*it == &c) {
+                queued_.erase(it);
+                break;
+            }
+    }
+
+    const PreparedRun& prepared_;
+    std::string socket_;
+    std::vector<std::string> preload_;
+    char** host_argv_;
+    CgroupSite site_;
+    std::string rootfs_;
+    UniqueFd sigfd_, listen_;
+    pid_t template_pid_ = -1;
+    UniqueFd template_pidfd_, control_;
+    bool template_ready_ = false, ever_ready_ = false, restarted_ = false;
+    int starts_ = 0;
+    std::list<std::unique_ptr<Client>> clients_;
+    std::deque<Client*> queued_;     // waiting for the template to be ready
+    std::deque<Client*> forwarded_;  // sent to the template, in order, awaiting its reply
+};
+
+}  // namespace
+
+int serve(const PreparedRun& prepared, const std::string& socket, const std::vector<std::string>& preload,
+          char** host_argv) {
+    Server server(prepared, socket, preload, host_argv);
+    return server.run();
+}
+
+}  // namespace pyjail::serve

@@ -1,0 +1,312 @@
+#include "steps.hpp"
+
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <linux/keyctl.h>
+#include <linux/seccomp.h>
+#include <linux/securebits.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/sendfile.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdarg>
+#include <cstdio>
+#include <cstring>
+
+#include "exitstatus.hpp"
+#include "init.hpp"
+#include "protocol.hpp"
+#include "sys.hpp"
+
+namespace pyjail::pid1 {
+
+namespace {
+
+int g_report_fd = -1;
+
+void mkdirs(ChildStep step, const std::string& path, unsigned mode) {
+    // Usually the parent exists: one call. Otherwise parents first; an existing directory is
+    // fine.
+    if (::mkdir(path.c_str(), mode) == 0 || errno == EEXIST) return;
+    for (std::size_t i = 1; i <= path.size(); ++i) {
+        if (i != path.size() && path[i] != '/') continue;
+        std::string part = path.substr(0, i);
+        if (::mkdir(part.c_str(), i == path.size() ? mode : 0755) != 0 && errno != EEXIST)
+            fail(step, errno, kExitJailError, "cannot create mount point /%s", part.c_str());
+    }
+}
+
+void copy_in(const MountOp& op, int src_fd) {
+    int out = ::open(op.target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (out < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "cannot create /%s", op.target.c_str());
+    while (true) {
+        ssize_t n = ::sendfile(out, src_fd, nullptr, 1 << 20);
+        if (n == 0) break;
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "copying into /%s", op.target.c_str());
+    }
+    if (::fchmod(out, op.mode) != 0) fail(ChildStep::CopyScript, errno, kExitJailError, "chmod /%s", op.target.c_str());
+    ::close(out);
+}
+
+}  // namespace
+
+void set_report_fd(int fd) noexcept { g_report_fd = fd; }
+int report_fd() noexcept { return g_report_fd; }
+
+void do_mount(ChildStep step, const char* src, const char* target, const char* type,
+              unsigned long flags, const char* data) {
+    if (::mount(src, target, type, flags, data) != 0)
+        fail(step, errno, kExitJailError, "%s on /%s", type != nullptr ? type : (src ? src : "-"), target);
+}
+
+
+// Async-signal-safe enough for a copy of a single-threaded process: no allocation, no locks.
+void fail(ChildStep step, int err, int exit_code, const char* fmt, ...) noexcept {
+    JailMessage m{};
+    m.kind = MsgKind::Error;
+    m.err = err;
+    m.exit_code = exit_code;
+    m.step = step;
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(m.text, sizeof m.text, fmt, ap);
+    va_end(ap);
+    if (g_report_fd >= 0) (void)::send(g_report_fd, &m, sizeof m, MSG_NOSIGNAL);
+    ::_exit(exit_code);
+}
+
+void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<std::string>& sources,
+                    int content_fd, const char* where) {
+    const char* t = op.target.c_str();
+    const bool root = op.target.empty();
+    struct stat st;
+    // A mask over a /proc entry this kernel does not have: nothing to hide.
+    if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) return;
+    switch (op.kind) {
+        case OpKind::Tmpfs:
+            do_mount(root ? ChildStep::MountRoot : ChildStep::MountTmpfs, "tmpfs", where, "tmpfs", op.flags,
+                     op.data.c_str());
+            break;
+        case OpKind::Proc: do_mount(ChildStep::MountProc, "proc", t, "proc", op.flags, nullptr); break;
+        case OpKind::Devpts:
+            do_mount(ChildStep::MountDevpts, "devpts", t, "devpts", op.flags, op.data.c_str());
+            break;
+        case OpKind::Mkdir:
+            mkdirs(ChildStep::Mkdir, op.target, op.mode);
+            // mkdir applies the invoker's umask: the sticky, world-writable scratch
+            // directories get their mode exactly.
+            if ((op.mode & ~0755u) != 0 && ::chmod(t, op.mode) != 0)
+                fail(ChildStep::Mkdir, errno, kExitJailError, "chmod /%s", t);
+            break;
+        case OpKind::MkFile: {
+            int fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
+            if (fd < 0 && errno == ENOENT) {  // its directory first
+                auto slash = op.target.rfind('/');
+                if (slash != std::string::npos) mkdirs(ChildStep::Mkdir, op.target.substr(0, slash), 0755);
+                fd = ::open(t, O_WRONLY | O_CREAT | O_CLOEXEC, op.mode);
+            }
+            if (fd < 0) fail(ChildStep::Mkfile, errno, kExitJailError, "cannot create mount point /%s", t);
+            ::close(fd);
+            break;
+        }
+        case OpKind::Symlink:
+            if (::symlink(op.source_path.c_str(), t) != 0)
+                fail(ChildStep::Symlink, errno, kExitJailError, "/%s -> %s", t, op.source_path.c_str());
+            break;
+        case OpKind::Bind: {
+            std::string src = op.source_path;
+            if (op.source_slot >= 0) {
+                src = sources[static_cast<std::size_t>(op.source_slot)];
+                if (!op.source_path.empty()) src += "/" + op.source_path;
+            }
+            if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0)
+                fail(op.source_slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError,
+                     "bind %s on /%s",
+                     op.source_slot >= 0
+                         ? plan.sources[static_cast<std::size_t>(op.source_slot)].host_path.c_str()
+                         : src.c_str(),
+                     t);
+            break;
+        }
+        case OpKind::Remount: do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr); break;
+        case OpKind::Copy: copy_in(op, content_fd); break;
+    }
+}
+
+void set_hostname(const std::string& hostname) {
+    if (::sethostname(hostname.data(), hostname.size()) != 0)
+        fail(ChildStep::Hostname, errno, kExitJailError, "sethostname");
+    if (::setdomainname("", 0) != 0) fail(ChildStep::Hostname, errno, kExitJailError, "setdomainname");
+}
+
+void set_up_network(bool loopback_up) {
+    // A new network namespace has only `lo`, down. --net none leaves it so: no socket can
+    // reach anything. --net loopback brings it up: a private 127.0.0.1, not the host's.
+    if (!loopback_up) return;
+    int s = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s < 0) fail(ChildStep::Network, errno, kExitJailError, "socket");
+    ifreq ifr{};
+    std::strncpy(ifr.ifr_name, "lo", IFNAMSIZ - 1);
+    if (::ioctl(s, SIOCGIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "get lo flags");
+    ifr.ifr_flags = static_cast<short>(ifr.ifr_flags | IFF_UP | IFF_RUNNING);
+    if (::ioctl(s, SIOCSIFFLAGS, &ifr) != 0) fail(ChildStep::Network, errno, kExitJailError, "bring lo up");
+    ::close(s);
+}
+
+void set_rlimits(const std::vector<RlimitValue>& rlimits) {
+    // Soft and hard alike, so the program cannot raise them. Among them RLIMIT_CORE=0: a core
+    // file would hold the program's memory outside its control.
+    for (const auto& r : rlimits) {
+        rlimit v{r.value, r.hard != 0 ? r.hard : r.value};
+        if (::setrlimit(static_cast<__rlimit_resource>(r.resource), &v) != 0)
+            fail(ChildStep::Rlimits, errno, kExitJailError, "%s=%llu", r.name,
+                 static_cast<unsigned long long>(r.value));
+    }
+}
+
+void take_stdio(const int (&fds)[3]) {
+    // A relayed stream's pipe replaces the host's descriptor, which the jail then never holds
+    // (a host file it held could be reopened for writing through /proc/self/fd or truncated).
+    // The pipes' ends are all above 2 (relay.cpp), so no dup2 here overwrites another.
+    for (int fd = 0; fd < 3; ++fd)
+        if (fds[fd] >= 0 && ::dup2(fds[fd], fd) < 0)
+            fail(ChildStep::Stdio, errno, kExitJailError, "dup2 onto fd %d", fd);
+}
+
+void new_session() {
+    // A new session has no controlling terminal: TIOCSTI cannot push keystrokes into the
+    // invoking user's shell.
+    if (::setsid() < 0) fail(ChildStep::Setsid, errno, kExitJailError, "setsid");
+}
+
+void close_inherited_fds() {
+    // Every inherited descriptor but 0, 1, 2 goes: a leaked fd to a host file or socket would
+    // be a way out of every other protection. The report socket moves to fd 3 and is close-on-
+    // exec, so the program never holds it.
+    if (g_report_fd != 3) {
+        if (::dup3(g_report_fd, 3, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
+        g_report_fd = 3;
+    }
+    if (sys_close_range(4, ~0U, 0) != 0) fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
+}
+
+void drop_capabilities() {
+    // Capabilities of the jail's user namespace still let us mount, change uid inside, etc.:
+    // drop them all, from every set, and lock it so none can come back on exec.
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+        if (::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            fail(ChildStep::Capabilities, errno, kExitJailError, "drop cap %d from the bounding set", cap);
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0)
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear ambient capabilities");
+    if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED |
+                                       SECBIT_NO_CAP_AMBIENT_RAISE |
+                                       SECBIT_NO_CAP_AMBIENT_RAISE_LOCKED) != 0)
+        fail(ChildStep::Capabilities, errno, kExitJailError, "securebits");
+    // Effective, permitted and inheritable sets emptied (capset directly: no library needed
+    // in a template's extension module).
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct none[_LINUX_CAPABILITY_U32S_3]{};
+    if (::syscall(SYS_capset, &header, none) != 0)
+        fail(ChildStep::Capabilities, errno, kExitJailError, "clear capability sets");
+}
+
+void keep_template_capabilities() {
+    // A template (`pyjail serve`) runs only trusted code: the rootfs's interpreter importing
+    // the rootfs's modules. It keeps, in its own user namespace only, what making a run a jail
+    // of its own takes (forked_run.cpp): new namespaces and mounts (SYS_ADMIN), `lo` (NET_ADMIN)
+    // and emptying the run's bounding set (SETPCAP). Every other capability goes, from every
+    // set; these four survive the interpreter's execve as ambient capabilities (the jail user
+    // is not root), and every run drops them all before its program runs.
+    constexpr int kKeep[] = {CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP};
+    auto kept = [&](int cap) {
+        for (int k : kKeep)
+            if (k == cap) return true;
+        return false;
+    };
+    for (int cap = 0; cap <= CAP_LAST_CAP; ++cap)
+        if (!kept(cap) && ::prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
+            fail(ChildStep::Capabilities, errno, kExitJailError, "drop cap %d from the bounding set", cap);
+    if (::prctl(PR_SET_SECUREBITS, SECBIT_NOROOT | SECBIT_NOROOT_LOCKED | SECBIT_NO_SETUID_FIXUP |
+                                       SECBIT_NO_SETUID_FIXUP_LOCKED | SECBIT_KEEP_CAPS_LOCKED) != 0)
+        fail(ChildStep::Capabilities, errno, kExitJailError, "securebits");
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct sets[_LINUX_CAPABILITY_U32S_3]{};
+    for (int k : kKeep) {
+        sets[k / 32].effective |= 1u << (k % 32);
+        sets[k / 32].permitted |= 1u << (k % 32);
+        sets[k / 32].inheritable |= 1u << (k % 32);
+    }
+    if (::syscall(SYS_capset, &header, sets) != 0)
+        fail(ChildStep::Capabilities, errno, kExitJailError, "set the template's capabilities");
+    for (int k : kKeep)
+        if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, k, 0, 0) != 0)
+            fail(ChildStep::Capabilities, errno, kExitJailError, "raise ambient capability %d", k);
+}
+
+void set_no_new_privs() {
+    // No exec may ever gain privileges again (setuid files, file capabilities).
+    if (::prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+        fail(ChildStep::NoNewPrivs, errno, kExitJailError, "prctl");
+}
+
+void join_new_keyring() {
+    // Keyrings are not namespaced: start the program in a new, empty session keyring, so the
+    // invoking user's session keys are not even named by it (the key syscalls are also
+    // refused by the filter). ENOSYS: a kernel without keys has nothing to hide.
+    if (::syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, nullptr) < 0 && errno != ENOSYS)
+        fail(ChildStep::Keyring, errno, kExitJailError, "cannot join a new session keyring");
+}
+
+int install_seccomp(const std::vector<sock_filter>& filter) {
+    // Last before the program, so the set-up above is not limited by it. The filter notifies
+    // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
+    // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
+    // set must allow (parse_seccomp_set checks) before it hands the listener over, with the
+    // "ready" message once its signals are set up.
+    if (filter.empty()) return -1;
+    sock_fprog prog{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
+    long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    if (listener < 0) fail(ChildStep::Seccomp, errno, kExitJailError, "cannot install the syscall filter");
+    return static_cast<int>(listener);
+}
+
+void install_init_signals() {
+    // Before the program starts, so no forwarded signal can fall between the cracks. pid 1 of
+    // a pid namespace ignores signals it has no handler for, so each gets a (no-op) handler;
+    // the signals stay blocked and are taken with sigwaitinfo.
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    sigset_t set;
+    sigemptyset(&set);
+    for (int s : kForwardedSignals) {
+        ::sigaction(s, &sa, nullptr);
+        sigaddset(&set, s);
+    }
+    for (int s : {SIGCHLD, reap_request_signal()}) {
+        ::sigaction(s, &sa, nullptr);
+        sigaddset(&set, s);
+    }
+    ::sigprocmask(SIG_BLOCK, &set, nullptr);
+}
+
+void send_ready(int listener) {
+    JailMessage ready{};
+    ready.kind = MsgKind::Ready;
+    if (int e = send_with_fd(g_report_fd, &ready, sizeof ready, listener); e != 0)
+        fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
+    if (listener >= 0) ::close(listener);
+}
+
+}  // namespace pyjail::pid1

@@ -1,0 +1,154 @@
+// _pyjail_zygote: the C half of a template (`pyjail serve`), an extension module of the
+// rootfs's interpreter, bound read-only into the template (never into a fresh jail). The
+// template's Python half (pyjail_template.py) imports the preloads, then calls serve(): from
+// there the template runs only this loop. Each request becomes a run by zygote::fork_run
+// (forked_run.cpp): the per-run isolation is C++ code, never Python.
+//
+// serve(fd) returns None when the server closes the socket (the template then exits), and
+// (argv, env) in a run's program, whose jail is complete by then.
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+
+#include "../forked_run.hpp"
+#include "../run_request.hpp"
+#include "../sys.hpp"
+#include "../template_protocol.hpp"
+
+namespace {
+
+using namespace pyjail;
+
+void reply(int control, TemplateReplyKind kind, pid_t pid, const std::string& text, int fd) {
+    TemplateReply r{};
+    r.kind = kind;
+    r.pid = pid;
+    std::snprintf(r.text, sizeof r.text, "%s", text.c_str());
+    (void)send_with_fd(control, &r, sizeof r, fd);
+}
+
+// Every run's pid 1 is our child: reaped here, so none stays a zombie.
+void reap_runs() {
+    while (::waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+}
+
+PyObject* str_list(const std::vector<std::string>& v) {
+    PyObject* list = PyList_New(static_cast<Py_ssize_t>(v.size()));
+    if (list == nullptr) return nullptr;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+        PyObject* s = PyUnicode_DecodeFSDefaultAndSize(v[i].data(), static_cast<Py_ssize_t>(v[i].size()));
+        if (s == nullptr) {
+            Py_DECREF(list);
+            return nullptr;
+        }
+        PyList_SET_ITEM(list, static_cast<Py_ssize_t>(i), s);
+    }
+    return list;
+}
+
+PyObject* serve(PyObject*, PyObject* arg) {
+    long control = PyLong_AsLong(arg);
+    if (control < 0 && PyErr_Occurred()) return nullptr;
+    const int ctl = static_cast<int>(control);
+    zygote::save_program_signals();
+    int pidns = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
+    if (pidns < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, "/proc/self/ns/pid");
+    sigset_t chld;
+    sigemptyset(&chld);
+    sigaddset(&chld, SIGCHLD);
+    ::sigprocmask(SIG_BLOCK, &chld, nullptr);
+    int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) return PyErr_SetFromErrno(PyExc_OSError);
+    const zygote::ForkHooks hooks{PyOS_BeforeFork, PyOS_AfterFork_Parent, PyOS_AfterFork_Child};
+
+    reply(ctl, TemplateReplyKind::Ready, 0, "", -1);
+    std::string buf(kMaxRequestBytes + 1, '\0');
+    while (true) {
+        pollfd p[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
+        if (::poll(p, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        if (p[1].revents & POLLIN) {
+            signalfd_siginfo si;
+            while (::read(sigfd, &si, sizeof si) > 0) {
+            }
+            reap_runs();
+        }
+        if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        int fds[kMaxPassedFds];
+        int got = 0;
+        ssize_t n = recv_with_fds(ctl, buf.data(), buf.size(), fds, kMaxPassedFds, got, MSG_DONTWAIT);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (n <= 0) {  // the server is gone: so is the template
+            for (int k = 0; k < got; ++k) ::close(fds[k]);
+            ::close(sigfd);
+            ::close(pidns);
+            Py_RETURN_NONE;
+        }
+        RunRequest request;
+        std::string error;
+        pid_t pid = -1;
+        try {
+            request = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+            if (got != request_fd_count(request)) throw BadRequest("the request's descriptors are missing");
+            pid = zygote::fork_run(request, fds, pidns, hooks, error);
+        } catch (const std::exception& e) {
+            error = e.what();
+        }
+        if (pid == 0) {
+            // The run's program: its jail is complete (fork_run), the template's descriptors
+            // are closed. Hand the interpreter its command.
+            PyObject* argv = str_list(request.argv);
+            PyObject* env = argv != nullptr ? str_list(request.env) : nullptr;
+            if (env == nullptr) {
+                Py_XDECREF(argv);
+                return nullptr;
+            }
+            return Py_BuildValue("(NN)", argv, env);
+        }
+        for (int k = 0; k < got; ++k) ::close(fds[k]);
+        if (pid < 0) {
+            reply(ctl, TemplateReplyKind::Refused, 0, error, -1);
+            continue;
+        }
+        // The server supervises the run through this: it is never the run's parent.
+        int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        if (pidfd < 0) {
+            ::kill(pid, SIGKILL);
+            reply(ctl, TemplateReplyKind::Refused, 0, std::string("pidfd_open: ") + std::strerror(errno), -1);
+            continue;
+        }
+        reply(ctl, TemplateReplyKind::Started, pid, "", pidfd);
+        ::close(pidfd);
+    }
+}
+
+PyMethodDef kMethods[] = {
+    {"serve", serve, METH_O,
+     "serve(fd): answer run requests on fd until it closes (None); in a run's program, "
+     "return (argv, env)."},
+    {nullptr, nullptr, 0, nullptr},
+};
+
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_pyjail_zygote",
+                       "The C half of a pyjail template: forks runs that are jails of their own.", -1,
+                       kMethods, nullptr, nullptr, nullptr, nullptr};
+
+}  // namespace
+
+PyMODINIT_FUNC PyInit__pyjail_zygote() { return PyModule_Create(&kModule); }

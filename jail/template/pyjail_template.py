@@ -1,0 +1,153 @@
+"""The Python half of a pyjail template (``pyjail serve``), run by the rootfs's
+interpreter in a jail as ``python -I -c BOOT MODULE...``.
+
+It imports the modules to preload (from the rootfs: the template has no other
+files and runs nothing it was sent), freezes what it built so that the runs
+share it copy-on-write, and hands over to ``_pyjail_zygote.serve``, which
+answers run requests in C++ and never returns in the template. It returns in
+each run's program, whose jail is complete by then, with the program's argv
+and environment: ``run_program`` then runs it as ``python ARGS`` would.
+
+What a run shares with the template and every other run, because it is a fork
+of the same interpreter: the address-space layout (ASLR is per template), the
+str/bytes hash seed (PYTHONHASHSEED), the interpreter's flags (``-I``), and the
+preloaded modules as they were after import. Random generators are reseeded
+in each run: ``random`` by its own at-fork hook, numpy's global generator
+here.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+USAGE = ("a run from a template runs `python FILE [ARGS]`, `python -c CODE [ARGS]`, "
+         "`python -m MODULE [ARGS]` or `python - [ARGS]` (options: -u -B -q -I -E -s)")
+
+
+def main(preload):
+    import importlib
+    for name in preload:
+        importlib.import_module(name)
+    import gc
+    gc.collect()
+    gc.freeze()        # the runs' first collection does not touch (and copy) these pages
+    sys.stdout.flush()
+    sys.stderr.flush()
+    import _pyjail_zygote
+    got = _pyjail_zygote.serve(0)
+    if got is None:    # the server has gone
+        return 0
+    return run_program(*got)
+
+
+def _reseed():
+    np_random = sys.modules.get("numpy.random")
+    if np_random is not None:
+        np_random.seed()
+
+
+def _parse(args):
+    """python's command line -> (kind, target, argv) with kind in c, m, file, stdin."""
+    unbuffered = False
+    i = 0
+    while i < len(args) and args[i].startswith("-") and args[i] != "-":
+        a = args[i]
+        if a == "-c" or a == "-m":
+            if i + 1 >= len(args):
+                raise ValueError("Argument expected for the %s option" % a)
+            return a[1], args[i + 1], args[i + 2:], unbuffered
+        if a.startswith("-c") or a.startswith("-m"):
+            return a[1], a[2:], args[i + 1:], unbuffered
+        for flag in a[1:]:
+            if flag == "u":
+                unbuffered = True
+            elif flag not in "BqIEs":
+                raise ValueError("option %s is not available in a run from a template" % a)
+        i += 1
+    if i >= len(args) or args[i] == "-":
+        return "stdin", "-", args[i + 1:], unbuffered
+    return "file", args[i], args[i + 1:], unbuffered
+
+
+def _print_exception(exc):
+    """The traceback as python prints it, without this module's frames."""
+    import traceback
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    try:
+        sys.excepthook(type(exc), exc, tb)
+    except Exception:
+        traceback.print_exception(type(exc), exc, tb)
+
+
+def _exit_code(exc):
+    code = exc.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    try:
+        sys.stderr.write(str(code) + "\n")
+    except Exception:
+        pass
+    return 1
+
+
+def run_program(argv, env):
+    """Run the program (argv[0] is the interpreter's name) in this process;
+    returns its exit status."""
+    if HERE in sys.path:
+        sys.path.remove(HERE)
+    os.environ.clear()
+    for entry in env:
+        key, _, value = entry.partition("=")
+        os.environ[key] = value
+    _reseed()
+    try:
+        kind, target, rest, unbuffered = _parse(argv[1:])
+    except ValueError as e:
+        sys.stderr.write("%s: %s\n(%s)\n" % (argv[0], e, USAGE))
+        return 2
+    if unbuffered:
+        sys.stdout.reconfigure(write_through=True)
+        sys.stderr.reconfigure(write_through=True)
+    elif os.isatty(1):
+        sys.stdout.reconfigure(line_buffering=True)
+    import runpy
+    import types
+    try:
+        if kind == "file":
+            sys.argv = [target] + rest
+            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            runpy.run_path(target, run_name="__main__")
+        elif kind == "m":
+            sys.argv = [target] + rest
+            sys.path.insert(0, os.getcwd())
+            runpy._run_module_as_main(target, alter_argv=True)
+        else:
+            if kind == "c":
+                sys.argv = ["-c"] + rest
+                source, filename = target, "<string>"
+            else:
+                sys.argv = ["-"] + rest
+                source, filename = sys.stdin.read(), "<stdin>"
+            sys.path.insert(0, "")
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = __builtins__
+            sys.modules["__main__"] = main
+            exec(compile(source, filename, "exec"), main.__dict__)
+    except SystemExit as e:
+        return _exit_code(e)
+    except KeyboardInterrupt as e:
+        _print_exception(e)
+        # As python does: end by the signal, so the caller sees it.
+        import signal
+        sys.stdout.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+        return 130
+    except BaseException as e:
+        _print_exception(e)
+        return 1
+    return 0

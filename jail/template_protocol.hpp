@@ -1,0 +1,34 @@
+// Between `pyjail serve` and its template (over the template's stdin, a SOCK_SEQPACKET
+// socket) and between `pyjail --via` and `pyjail serve` (the server's listening socket):
+// fixed-size replies, trivially copyable, never trusted to be terminated. The requests are
+// RunRequests (run_request.hpp).
+#pragma once
+
+#include <cstdint>
+
+namespace pyjail {
+
+enum class TemplateReplyKind : std::uint32_t {
+    Ready = 1,    // template -> server: the preloads are imported; runs can be asked for
+    Started = 2,  // a run's pid 1 exists: its pidfd comes with the reply (SCM_RIGHTS)
+    Refused = 3,  // the run could not be started: text says why
+};
+
+struct TemplateReply {
+    TemplateReplyKind kind;
+    std::int32_t pid;        // Started: the run's pid 1, in the template's pid namespace
+    std::uint32_t restarted; // server -> client: the template was (re)started for this run
+    char text[400];
+};
+
+// server -> client, first thing on a new connection: what the client plans the run against.
+struct ServeHello {
+    std::uint32_t version;    // kServeProtocolVersion
+    std::uint32_t cgroup_ok;  // runs get a cgroup v2 leaf each (else rlimits: why_not)
+    char rootfs[1024];        // the template's rootfs (a realpath)
+    char why_not[512];
+};
+
+inline constexpr std::uint32_t kServeProtocolVersion = 1;
+
+}  // namespace pyjail
