@@ -34,10 +34,61 @@ def main(preload):
     sys.stdout.flush()
     sys.stderr.flush()
     import _pyjail_zygote
+    global _TEMPLATE_MODULES
+    _TEMPLATE_MODULES = frozenset(sys.modules)
     got = _pyjail_zygote.serve(0)
     if got is None:    # the server has gone
         return 0
-    return run_program(*got)
+    _exit_fast(run_program(*got))
+
+
+_TEMPLATE_MODULES = frozenset()
+
+
+def _exit_fast(code):
+    """End the run's program as the interpreter's exit would, less the teardown
+    of the template's modules (a tenth of a second with pandas loaded, paid by
+    every run): wait for its threads, run its atexit functions, free what it
+    made (closing its files), flush, exit."""
+    try:
+        import threading
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    # The run's own modules (__main__ and what it imported), cleared in the order the
+    # interpreter clears a module: names with one leading underscore first, then the rest
+    # but __builtins__.
+    for name in list(sys.modules):
+        if name == "__main__" or name not in _TEMPLATE_MODULES:
+            _clear_module(sys.modules.get(name))
+    try:
+        import gc
+        gc.collect()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            if code == 0:
+                code = 120   # as python does when it cannot flush stdout
+    os._exit(code)
+
+
+def _clear_module(module):
+    try:
+        d = module.__dict__
+        for key in [k for k in d if k[:1] == "_" and k[:2] != "__"]:
+            d[key] = None
+        for key in [k for k in d if k != "__builtins__"]:
+            d[key] = None
+    except BaseException:
+        pass
 
 
 def _reseed():

@@ -22,6 +22,7 @@ counts, frames): a jail that breaks the protocol is ended, and run() raises
 
 from ._channel import ProtocolError
 from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_binary)
+from ._pool import Pool
 from ._run import Result, run
 from ._session import (CellError, CellResult, FinalCall, JailObject, Session, SessionClosedError,
                        SessionDiedError, SessionError)
@@ -29,7 +30,7 @@ from ._session import (CellError, CellResult, FinalCall, JailObject, Session, Se
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "Result", "Report",
+    "run", "Result", "Report", "Pool",
     "Session", "CellResult", "CellError", "FinalCall", "JailObject",
     "PyjailError", "BinaryNotFoundError", "JailError", "ProtocolError",
     "SessionError", "SessionClosedError", "SessionDiedError",

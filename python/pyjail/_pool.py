@@ -1,0 +1,173 @@
+"""pyjail.Pool: fresh jails with modules already imported, from templates.
+
+A Pool starts ``size`` servers (``pyjail serve``), each holding a template: a
+jailed interpreter that has imported ``preload`` from the rootfs and waits.
+Every ``Pool.run`` is a fork of a template that becomes a jail of its own
+(its own pid, mount, network, IPC, UTS and cgroup namespaces, private /work
+and /tmp, every capability dropped, no_new_privs, the profile's filter and
+limits) before the program exists: the isolation of ``pyjail.run``, without
+paying for the imports. Nothing of one run reaches the next; see man
+pyjail(1), TEMPLATES, for what a run shares with its template (address-space
+layout, hash seed).
+
+Runs are independent: any number may run at once, from threads or from
+asyncio (``await pool.arun(...)``). A template that ends (killed, out of
+memory) is started again by its server; the run that finds it gone says so
+on stderr. A program run with ``files=`` or ``outputs=`` is started by the
+in-jail file server as a new interpreter in the run's jail (same isolation,
+without the preloaded modules).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import os
+import select
+import shutil
+import signal
+import subprocess
+import tempfile
+import threading
+import time
+from typing import Any, List, Optional, Sequence, Union
+
+from ._common import JailError, find_binary
+from ._run import Result, run
+
+__all__ = ["Pool"]
+
+
+class _Server:
+    """One ``pyjail serve`` process and its socket."""
+
+    def __init__(self, binary: str, socket: str, args: List[str], timeout: float) -> None:
+        self.socket = socket
+        self._err = tempfile.TemporaryFile(prefix="pyjail-serve-")
+        self.proc = subprocess.Popen([binary, "serve", "--socket", socket] + args,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._err, close_fds=True,
+                                     start_new_session=True)
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        line = b""
+        while not line.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([self.proc.stdout], [], [], max(0.0, left))
+            if not ready:
+                self.close()
+                raise JailError("pyjail: the template did not get ready in %.0f s" % timeout)
+            chunk = os.read(self.proc.stdout.fileno(), 4096)
+            if not chunk:
+                self.proc.wait()
+                raise JailError(self.stderr().strip() or
+                                "pyjail: pyjail serve exited with status %s" % self.proc.returncode)
+            line += chunk
+
+    def stderr(self) -> str:
+        self._err.seek(0)
+        return self._err.read().decode("utf-8", "replace")[-8192:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        self._err.close()
+
+
+class Pool:
+    """Templates that fork fresh jails with ``preload`` already imported.
+
+    ``preload``: modules to import from the rootfs (e.g. ``["numpy",
+    "pandas"]``); ``size``: templates (each forks one run at a time; runs
+    themselves are concurrent either way); ``profile`` and ``rootfs`` as for
+    ``pyjail.run``; ``options``: other pyjail options for the templates (by
+    name, e.g. ``{"memory": "1G"}``), which also bound what the runs may ask
+    for. Raises JailError when a template cannot start (a module the rootfs
+    lacks, say), with pyjail's explanation.
+    """
+
+    def __init__(self, preload: Sequence[str] = (), size: int = 1, *, profile: str = "strict",
+                 rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 options: Optional[dict] = None, binary: Optional[str] = None,
+                 start_timeout: float = 300.0) -> None:
+        if size < 1:
+            raise ValueError("size must be at least 1")
+        self._binary = find_binary(binary)
+        self._profile = profile
+        self._rootfs = None if rootfs is None else os.fspath(rootfs)
+        self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
+        self._servers: List[_Server] = []
+        self._closed = False
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
+        args = ["--profile", profile]
+        if self._rootfs is not None:
+            args += ["--rootfs", self._rootfs]
+        for name in preload:
+            args += ["--preload", name]
+        for key, value in (options or {}).items():
+            args += ["--" + key] if value is True else ["--%s=%s" % (key, value)]
+        try:
+            for i in range(size):
+                self._servers.append(_Server(self._binary, os.path.join(self._dir, "t%d.sock" % i),
+                                             args, start_timeout))
+        except BaseException:
+            self.close()
+            raise
+
+    def _socket(self) -> str:
+        with self._lock:
+            if self._closed:
+                raise JailError("pyjail: this Pool is closed")
+            return self._servers[next(self._turn) % len(self._servers)].socket
+
+    def run(self, code: Optional[str] = None, **kwargs: Any) -> Result:
+        """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
+        a template: the same arguments (``files``, ``outputs``, ``stdin``,
+        ``timeout``, ``memory``, ...) and the same Result."""
+        kwargs.setdefault("profile", self._profile)
+        if self._rootfs is not None:
+            kwargs.setdefault("rootfs", self._rootfs)
+        kwargs["binary"] = self._binary
+        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
+        return run(code, **kwargs)
+
+    async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
+        """``run`` for asyncio: awaits the run in a worker thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, functools.partial(self.run, code, **kwargs))
+
+    @property
+    def sockets(self) -> List[str]:
+        """The servers' sockets, for ``pyjail --via`` from elsewhere."""
+        return [s.socket for s in self._servers]
+
+    def close(self) -> None:
+        """Stop the templates (runs in flight are ended) and remove the sockets."""
+        with self._lock:
+            self._closed = True
+            servers, self._servers = self._servers, []
+        for s in servers:
+            s.close()
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._closed:
+                self.close()
+        except Exception:
+            pass
