@@ -126,6 +126,7 @@ def _print_exception(exc):
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
         tb = tb.tb_next
+    exc.__traceback__ = tb
     try:
         sys.excepthook(type(exc), exc, tb)
     except Exception:

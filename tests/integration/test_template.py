@@ -1,0 +1,246 @@
+"""Runs from a template (`pyjail serve`, `pyjail --via`): each run is a fork of the template
+that becomes a jail of its own. These tests try to make one run reach the next, another run
+in flight, or the template, and check that a run that breaks its limits ends alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+
+import pytest
+
+from pyjail_testing.runs import describe
+
+
+@pytest.fixture
+def serve(pyjail_command, world_tmp):
+    """serve(user, *options) -> socket path of a `pyjail serve` started as `user` and ready;
+    stopped (SIGTERM) at the end of the test, when the socket must be gone."""
+    started = []
+
+    def serve(user, *options, ready=True):
+        d = world_tmp.dir(0o777)
+        sock = str(d / "t.sock")
+        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd="/")
+        started.append((p, sock))
+        if not ready:
+            return p
+        line = p.stdout.readline().decode()
+        assert line.startswith("pyjail serve: ready at " + sock), (
+            line + p.stderr.read().decode() if p.poll() is not None else line)
+        return sock
+
+    yield serve
+    for p, sock in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(15)
+        p.stdout.close()
+        p.stderr.close()
+        assert not os.path.exists(sock), "the server left its socket behind"
+
+
+def via(run_jail, user, sock, code, *opts, **kwargs):
+    return run_jail(["--quiet", *opts, "--via", sock, "--", "python", "-c", textwrap.dedent(code)],
+                    user=user, **kwargs)
+
+
+def result(r):
+    assert r.returncode == 0, describe(r)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def test_a_run_is_a_jail_of_its_own(run_jail, as_user, serve):
+    sock = serve(as_user, "--preload", "json")
+    r = via(run_jail, as_user, sock, """
+        import json, os, sys
+        status = open("/proc/self/status").read()
+        field = lambda k: status.split(k + ":")[1].split()[0]
+        print(json.dumps({"pid": os.getpid(), "uid": os.getuid(), "preloaded": "json" in sys.modules,
+                          "caps": [field(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")],
+                          "nnp": field("NoNewPrivs"), "seccomp": field("Seccomp"),
+                          "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+                          "cwd": os.getcwd(), "host": os.uname().nodename,
+                          "env": sorted(os.environ)}))
+    """)
+    got = result(r)
+    assert got["pid"] == 2 and got["procs"] == ["1", "2"], got
+    assert got["uid"] == 1000 and got["preloaded"] is True
+    assert got["caps"] == ["0000000000000000"] * 5, got
+    assert got["nnp"] == "1" and got["seccomp"] == "2"
+    assert got["cwd"] == "/work" and got["host"] == "pyjail"
+    assert "PATH" in got["env"] and "PYTHONPATH" not in got["env"]
+
+
+def test_the_exit_status_and_report_are_a_fresh_runs(run_jail, as_user, serve, world_tmp):
+    sock = serve(as_user)
+    report = world_tmp.dir(0o777) / "r.json"
+    r = run_jail(["--quiet", "--report", str(report), "--via", sock, "--", "python", "-c",
+                  "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)"], user=as_user)
+    assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n"), describe(r)
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "exit" and rep["program_exit_code"] == 7
+    assert rep["cpu_user_s"] is not None and rep["memory_peak_bytes"] > 0
+    r = via(run_jail, as_user, sock, "raise ValueError('boom')")
+    assert r.returncode == 1 and "ValueError: boom" in r.stderr and "pyjail_template" not in r.stderr, describe(r)
+
+
+def test_nothing_of_one_run_reaches_the_next(run_jail, as_user, serve):
+    sock = serve(as_user, "--preload", "json")
+    first = result(via(run_jail, as_user, sock, """
+        import json, os, random, subprocess, sys, tempfile
+        open("/tmp/left", "w").write("x"); open("/work/left", "w").write("x")
+        open("/dev/shm/left", "w").write("x")
+        json.left_behind = "state"            # a preloaded module, changed
+        os.environ["LEFT"] = "1"
+        # A process that would outlive the run, if anything could.
+        subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
+        print(json.dumps({"random": random.random(), "urandom": os.urandom(8).hex(),
+                          "tempname": next(tempfile._get_candidate_names())}))
+    """))
+    second = result(via(run_jail, as_user, sock, """
+        import json, os, random, tempfile
+        print(json.dumps({"files": [p for p in ("/tmp/left", "/work/left", "/dev/shm/left") if os.path.exists(p)],
+                          "state": hasattr(json, "left_behind"), "env": "LEFT" in os.environ,
+                          "procs": sorted(p for p in os.listdir("/proc") if p.isdigit()),
+                          "random": random.random(), "urandom": os.urandom(8).hex(),
+                          "tempname": next(tempfile._get_candidate_names())}))
+    """))
+    assert second["files"] == [] and not second["state"] and not second["env"], second
+    assert second["procs"] == ["1", "2"], second
+    for key in ("random", "urandom", "tempname"):
+        assert first[key] != second[key], (key, first, second)
+
+
+def test_concurrent_runs_cannot_see_each_other(run_jail, as_user, serve):
+    sock = serve(as_user)
+    code = """
+        import json, os, sys, time
+        me = sys.argv[1]
+        secret = ("secret-" + me) * 1000            # in this run's memory
+        open("/tmp/" + me, "w").write(me)
+        time.sleep(1.5)                               # the other run is running now
+        print(json.dumps({"tmp": sorted(os.listdir("/tmp")), "work": sorted(os.listdir("/work")),
+                          "procs": sorted(p for p in os.listdir("/proc") if p.isdigit())}))
+    """
+    results = {}
+
+    def one(name):
+        results[name] = run_jail(["--quiet", "--via", sock, "--", "python", "-c", textwrap.dedent(code), name],
+                                 user=as_user)
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for name in ("a", "b"):
+        got = result(results[name])
+        assert got["tmp"] == [name] and got["work"] == [] and got["procs"] == ["1", "2"], got
+
+
+def test_a_run_cannot_reach_the_template_or_other_runs(run_jail, as_user, serve):
+    sock = serve(as_user)
+    r = via(run_jail, as_user, sock, """
+        import ctypes, json, os, signal
+        out = {}
+        out["kill_all"] = "ok"
+        try:
+            os.kill(-1, signal.SIGKILL)              # every process this run can signal
+        except OSError as e:
+            out["kill_all"] = e.errno
+        def attempt(fn):
+            try:
+                fn(); return "ok"
+            except OSError as e:
+                return e.errno
+        out["ptrace"] = ctypes.CDLL(None, use_errno=True).ptrace(16, 1, 0, 0)  # PTRACE_ATTACH pid 1
+        out["pid1_mem"] = attempt(lambda: open("/proc/1/mem", "rb").read(1))
+        out["unshare"] = attempt(lambda: os.unshare(os.CLONE_NEWNS)) if hasattr(os, "unshare") else "n/a"
+        print(json.dumps(out))
+    """)
+    got = result(r)
+    assert got["ptrace"] == -1 and got["pid1_mem"] != "ok" and got["unshare"] != "ok", got
+    # The template and the server survived the kill(-1): the next run starts.
+    again = via(run_jail, as_user, sock, "print('still here')")
+    assert again.returncode == 0 and again.stdout == "still here\n", describe(again)
+    assert "started again" not in again.stderr
+
+
+@pytest.mark.parametrize("bomb,opts,status", [
+    ("x = bytearray(1 << 30)", ("--memory", "128M"), "any"),
+    ("import os\nwhile True:\n    os.fork()", ("--pids", "16"), "any"),
+    ("while True: pass", ("--wall-time", "1"), "wall-timeout"),
+    ("import sys\nwhile True: sys.stdout.write('x' * 65536)", ("--output-limit", "1M"), "output-limit"),
+])
+def test_a_run_that_breaks_its_limits_ends_alone(run_jail, as_user, serve, world_tmp, bomb, opts, status):
+    sock = serve(as_user)
+    report = world_tmp.dir(0o777) / "r.json"
+    # Another run is in flight the whole time, and must finish untouched.
+    neighbour = {}
+    t = threading.Thread(target=lambda: neighbour.update(r=via(
+        run_jail, as_user, sock, "import time; time.sleep(2); print('neighbour ok')")))
+    t.start()
+    r = run_jail(["--quiet", "--report", str(report), *opts, "--via", sock, "--", "python", "-c", bomb],
+                 user=as_user, timeout=60)
+    t.join()
+    rep = json.loads(report.read_text())
+    assert r.returncode != 0, describe(r)
+    if status != "any":
+        assert rep["status"] == status, rep
+    assert neighbour["r"].returncode == 0 and neighbour["r"].stdout == "neighbour ok\n", describe(neighbour["r"])
+    after = via(run_jail, as_user, sock, "print('after')")
+    assert after.returncode == 0 and after.stdout == "after\n", describe(after)
+
+
+def test_a_killed_template_is_started_again(run_jail, as_user, serve, helpers):
+    sock = serve(as_user, "--preload", "json")
+    first = via(run_jail, as_user, sock, "print('one')")
+    assert first.returncode == 0
+    # The template's supervisor is the server's child; killing it ends the template's jail.
+    servers = [pid for pid, cmd in helpers.processes_with(sock).items() if " serve " in f" {cmd} "]
+    children = set()
+    for pid in servers:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            children |= set(open(f"/proc/{pid}/task/{task}/children").read().split())
+    assert children, "found no template supervisor"
+    for child in children:
+        os.kill(int(child), signal.SIGKILL)
+    time.sleep(0.5)
+    again = run_jail(["--via", sock, "--", "python", "-c", "import sys; print('json' in sys.modules)"],
+                     user=as_user, timeout=60)
+    assert again.returncode == 0 and again.stdout == "True\n", describe(again)
+    assert "had ended; it was started again for this run" in again.stderr, describe(again)
+
+
+def test_what_a_template_run_cannot_have_is_refused(run_jail, as_user, serve, world_tmp):
+    sock = serve(as_user)
+    src = world_tmp.dir()
+    r = run_jail(["--ro-bind", f"{src}:/data", "--via", sock, "--", "python", "-c", "pass"], user=as_user)
+    assert r.returncode == 125 and "cannot bind host paths" in r.stderr, describe(r)
+    r = run_jail(["--via", str(world_tmp.dir() / "none.sock"), "--", "python", "-c", "pass"], user=as_user)
+    assert r.returncode == 125 and "cannot connect to the template" in r.stderr, describe(r)
+    r = run_jail(["--via", sock, "--", "sh", "-c", "true"], user=as_user)
+    assert r.returncode == 125 and "Python programs only" in r.stderr, describe(r)
+
+
+def test_a_template_that_cannot_start_says_why(serve, as_user):
+    p = serve(as_user, "--preload", "no_such_module_here", ready=False)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 125, (out, err)
+    assert b"No module named 'no_such_module_here'" in err and b"did not start" in err, err
+
+
+def test_the_socket_is_only_its_users(run_jail, root_user, serve, pyjail_command, _preflight):
+    sock = serve(root_user)
+    assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
+    other = _preflight("unprivileged")
+    r = run_jail(["--via", sock, "--", "python", "-c", "pass"], user=other)
+    assert r.returncode == 125 and "cannot connect" in r.stderr, describe(r)
