@@ -24,8 +24,9 @@
 
 namespace pyjail::serve {
 
-// The directory bound into a template (read-only) holding its extension module and boot.
-inline constexpr const char* kTemplateDirInJail = "/.pyjail-template";
+// The directory bound into a template (read-only) holding its extension module and boot:
+// below /tmp, which every run replaces with its own, so no run sees it.
+inline constexpr const char* kTemplateDirInJail = "/tmp/.pyjail-template";
 
 // The template's command: the rootfs's interpreter importing `preload`, then serving.
 std::vector<std::string> template_command(const std::vector<std::string>& preload);

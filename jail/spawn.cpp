@@ -521,6 +521,10 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs, &site);
     const RunPlan& p = prepared.plan;
     facts.limits = p.limits.entries;
+    // The user namespace is the template's: it may hold its runs' namespaces, and a run holds
+    // no capability to create one (nor may its filter's clone and unshare).
+    for (auto& e : facts.limits)
+        if (e.name == "namespaces") e.detail = "user.max_user_namespaces (the template's); no capability for others";
     if (p.command.exec_path.rfind("python") == std::string::npos)
         throw UsageError(fmt::format("--via runs Python programs only, not {}", p.command.exec_path),
                          "run it as `pyjail --via SOCKET -- python ...`, or without --via");

@@ -17,7 +17,7 @@ say() { printf '==> %s\n' "$*"; }
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
-      python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev)
+      python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev python3-dev)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 say "building ($build)"
@@ -50,6 +50,11 @@ fi
 say "integration tests, and the cgroup v2 limits in a VM"
 /usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man \
     tests/test_must_work.py "$@"
+say "the attack tests again, every run they can make forked from a template (pyjail serve)"
+PYJAIL_THROUGH_TEMPLATE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
+    tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
+    tests/integration/test_jail_network.py tests/integration/test_jail_time_signals.py \
+    tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@"
 
 # The Python package, against the real LangChain and smolagents from PyPI, in a venv.
 venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}

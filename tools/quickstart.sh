@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
-      doctest-dev nlohmann-json3-dev python3)
+      doctest-dev nlohmann-json3-dev python3 python3-dev)
 tools/apt-install-missing.sh "${debs[@]}"
 
 echo "==> building pyjail and its rootfs"

@@ -10,6 +10,11 @@ Environment:
   PYJAIL_ROOTFS=DIR     pass --rootfs DIR to every run (default: the binary finds its own)
   PYJAIL_MUST_WORK=1    a test that would be skipped for lack of a host feature (root,
                         setpriv, user namespaces, a rootfs, a pty) fails instead
+  PYJAIL_THROUGH_TEMPLATE=1
+                        every run a template run can be (a Python program, no host binds)
+                        goes through `pyjail serve` (one server per user, for the session)
+                        with --via: the same tests, the same expectations, against runs
+                        forked from a template. The summary says how many ran that way.
 """
 
 from __future__ import annotations
@@ -122,12 +127,67 @@ def _make_user(name: str) -> JailUser:
     return JailUser("unprivileged", (), os.geteuid(), os.geteuid(), os.getegid())
 
 
+THROUGH_TEMPLATE = os.environ.get("PYJAIL_THROUGH_TEMPLATE") == "1"
+# Options a run from a template cannot have (host binds, another user or rootfs), or that do
+# not run a program.
+_NOT_FOR_TEMPLATES = ("--bind", "--ro-bind", "--workdir", "--rootfs", "--host-user", "--explain",
+                      "--via", "--version", "--help", "-h", "-V")
+_template_servers: dict[str, tuple[subprocess.Popen, str]] = {}
+TEMPLATE_RUNS = {"through a template": 0, "fresh (options a template run cannot have)": 0}
+
+
+def _template_socket(binary: Path, user: JailUser) -> str:
+    """The socket of this user's `pyjail serve`, started on first use."""
+    if user.name not in _template_servers:
+        d = tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/tmp")
+        os.chmod(d, 0o777)
+        sock = os.path.join(d, "template.sock")
+        p = subprocess.Popen([*user.prefix, str(binary), *_extra_args(), "serve", "--quiet",
+                              "--socket", sock, "--preload", "json"],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, cwd="/")
+        line = p.stdout.readline().decode()
+        assert line.startswith("pyjail serve: ready"), f"pyjail serve did not start: {line!r}"
+        _template_servers[user.name] = (p, sock)
+    return _template_servers[user.name][1]
+
+
+def _through_template(binary: Path, args: list[str], user: JailUser) -> list[str]:
+    """args with --via added, when the run can be a template's."""
+    if "--" not in args:
+        return args
+    split = args.index("--")
+    opts, command = args[:split], args[split + 1:]
+    if not command or command[0] not in ("python", "python3") or any(
+            o.split("=", 1)[0] in _NOT_FOR_TEMPLATES for o in opts):
+        TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
+        return args
+    TEMPLATE_RUNS["through a template"] += 1
+    return [*opts, "--via", _template_socket(binary, user), "--", *command]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_template_servers():
+    yield
+    for p, sock in _template_servers.values():
+        p.send_signal(signal.SIGTERM)
+        p.wait(15)
+        shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
+
+
+def pytest_terminal_summary(terminalreporter):
+    if THROUGH_TEMPLATE:
+        terminalreporter.write_line("pyjail runs: " + ", ".join(f"{n} {k}" for k, n in TEMPLATE_RUNS.items()))
+
+
 def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None, pass_fds=(),
          env=None) -> subprocess.CompletedProcess:
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
-    cmd = [*user.prefix, str(binary), *_extra_args(), *[str(a) for a in args]]
+    args = [str(a) for a in args]
+    if THROUGH_TEMPLATE:
+        args = _through_template(binary, args, user)
+    cmd = [*user.prefix, str(binary), *_extra_args(), *args]
     return subprocess.run(cmd, input=input, timeout=timeout, cwd=str(cwd) if cwd else "/",
                           pass_fds=pass_fds, env=full_env, text=True, capture_output=True)
 
