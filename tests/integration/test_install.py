@@ -98,8 +98,9 @@ t {prefix}/bin/pyjail --net ''
 t {prefix}/bin/pyjail --profile st
 t {prefix}/bin/pyjail --memory 1G -- py
 t {prefix}/bin/pyjail ro
+t {prefix}/bin/pyjail se
 t {prefix}/bin/pyjail rootfs ''
 '''
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
-    assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs",
+    assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs", "serve",
                    "build rebuild info list"]
