@@ -31,7 +31,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from typing import Any, List, Optional, Sequence, Union
+from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from ._common import JailError, find_binary
 from ._run import Result, run
@@ -96,7 +96,7 @@ class Pool:
 
     def __init__(self, preload: Sequence[str] = (), size: int = 1, *, profile: str = "strict",
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 options: Optional[dict] = None, binary: Optional[str] = None,
+                 options: Optional[Mapping[str, Any]] = None, binary: Optional[str] = None,
                  start_timeout: float = 300.0) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")

@@ -1,0 +1,162 @@
+#!/usr/bin/env python3
+"""Runs from a template (`pyjail serve` + `pyjail --via`) against fresh jails, interleaved.
+
+A "request" is what a caller does: start `pyjail --via SOCKET -- python -c CODE` (or a fresh
+`pyjail -- python -c CODE`); the time measured is from that start to the first line the
+program prints, its first statement (`print('ready')` after the imports it needs, which a
+template has already done). Every round runs each command once, in a fresh random order.
+
+    bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--markdown FILE]
+
+Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
+imports them, and an empty template against a cold `python -c` jail, with bare python3 for
+reference; throughput (whole runs per second) through the numpy/pandas template with one and
+two concurrent callers; the Python package's Pool.run end to end.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+
+DATA_CODE = "import numpy, pandas; print('ready')"
+PLAIN_CODE = "print('ready')"
+
+
+def first_line_ms(argv: list[str]) -> float:
+    t0 = time.perf_counter()
+    p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    line = p.stdout.readline()
+    t1 = time.perf_counter()
+    _, err = p.communicate()
+    if line != b"ready\n" or p.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {line!r} {err.decode()[-500:]}")
+    return (t1 - t0) * 1e3
+
+
+def pct(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
+
+
+class Server:
+    def __init__(self, pyjail: str, sock: str, args: list[str]):
+        self.sock = sock
+        self.p = subprocess.Popen([pyjail, "serve", "--quiet", "--socket", sock, *args],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
+        line = self.p.stdout.readline().decode()
+        if not line.startswith("pyjail serve: ready"):
+            raise SystemExit(f"pyjail serve {' '.join(args)} did not start: {line!r}")
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)
+        self.p.wait(30)
+
+
+def throughput(argv: list[str], callers: int, seconds: float) -> float:
+    done = [0] * callers
+    end = time.monotonic() + seconds
+
+    def loop(i):
+        while time.monotonic() < end:
+            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+            if r.returncode != 0:
+                raise SystemExit(r.stderr.decode()[-500:])
+            done[i] += 1
+
+    threads = [threading.Thread(target=loop, args=(i,)) for i in range(callers)]
+    t0 = time.monotonic()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return sum(done) / (time.monotonic() - t0)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
+    ap.add_argument("--python", default="/usr/bin/python3")
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--markdown")
+    a = ap.parse_args()
+    pj = os.path.abspath(a.pyjail)
+    tmp = tempfile.mkdtemp(prefix="pyjail-bench-")
+    data_sock, plain_sock = os.path.join(tmp, "data.sock"), os.path.join(tmp, "plain.sock")
+    print("starting the templates", file=sys.stderr)
+    servers = [Server(pj, data_sock, ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]),
+               Server(pj, plain_sock, [])]
+    cmds = {
+        "cold data jail: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--", "python", "-c", DATA_CODE],
+        "template numpy+pandas: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--via", data_sock,
+                                                        "--", "python", "-c", DATA_CODE],
+        "cold jail: python -c print": [pj, "--quiet", "--", "python", "-c", PLAIN_CODE],
+        "empty template: python -c print": [pj, "--quiet", "--via", plain_sock, "--", "python", "-c", PLAIN_CODE],
+        "bare python3 -c print": [a.python, "-c", PLAIN_CODE],
+    }
+    times: dict[str, list[float]] = {k: [] for k in cmds}
+    try:
+        for k, argv in cmds.items():  # warm-up
+            first_line_ms(argv)
+        for r in range(a.rounds):
+            order = list(cmds)
+            random.shuffle(order)
+            for k in order:
+                times[k].append(first_line_ms(cmds[k]))
+            if (r + 1) % 20 == 0:
+                print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
+        via_data = cmds["template numpy+pandas: import numpy, pandas"]
+        print("throughput", file=sys.stderr)
+        tp1 = throughput(via_data, 1, a.seconds)
+        tp2 = throughput(via_data, 2, a.seconds)
+        sys.path.insert(0, str(REPO / "python"))
+        os.environ["PYJAIL_BIN"] = pj
+        import pyjail
+        with pyjail.Pool(preload=["numpy", "pandas"], rootfs="data") as pool:
+            pool.run("pass")
+            pool_ms = []
+            for _ in range(min(a.rounds, 50)):
+                t0 = time.perf_counter()
+                res = pool.run("import pandas; print('ready')")
+                pool_ms.append((time.perf_counter() - t0) * 1e3)
+                assert res.stdout == "ready\n", res.stderr
+    finally:
+        for s in servers:
+            s.stop()
+    lines = [f"Template runs ({a.rounds} interleaved rounds; ms from the request to the program's first line)",
+             "", "| command | p50 ms | p99 ms |", "|---|---|---|"]
+    for k, xs in times.items():
+        lines.append(f"| {k} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} |")
+    cold_d = statistics.median(times["cold data jail: import numpy, pandas"])
+    tmpl_d = statistics.median(times["template numpy+pandas: import numpy, pandas"])
+    cold_p = statistics.median(times["cold jail: python -c print"])
+    tmpl_p = statistics.median(times["empty template: python -c print"])
+    bare = statistics.median(times["bare python3 -c print"])
+    lines += ["",
+              f"- numpy+pandas: cold / template = {cold_d / tmpl_d:.1f}x (p50)",
+              f"- nothing preloaded: cold / template = {cold_p / tmpl_p:.2f}x; template / bare python3 = "
+              f"{tmpl_p / bare:.2f}x (p50)",
+              f"- throughput through the numpy+pandas template: {tp1:.1f} runs/s with 1 caller, {tp2:.1f} "
+              f"with 2 ({tp2 / tp1:.2f}x)",
+              f"- pyjail.Pool(preload=[numpy, pandas]).run(...) end to end: p50 {statistics.median(pool_ms):.1f} ms, "
+              f"p99 {pct(pool_ms, 0.99):.1f} ms"]
+    text = "\n".join(lines) + "\n"
+    print(text)
+    if a.markdown:
+        Path(a.markdown).write_text(text)
+
+
+if __name__ == "__main__":
+    main()

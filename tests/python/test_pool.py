@@ -1,0 +1,96 @@
+"""pyjail.Pool: fresh jails forked from templates that have imported their preloads."""
+
+import asyncio
+import os
+import threading
+
+import pytest
+
+import pyjail
+
+
+@pytest.fixture(scope="module")
+def pool(pyjail_bin):
+    os.environ.setdefault("PYJAIL_BIN", pyjail_bin)
+    with pyjail.Pool(preload=["json", "decimal"], size=2) as p:
+        yield p
+
+
+def test_a_run_has_the_preloads_and_gives_run_s_result(pool):
+    r = pool.run("import sys; print('decimal' in sys.modules, sys.argv[1:]); sys.exit(3)", args=["x"])
+    assert isinstance(r, pyjail.Result)
+    assert (r.exit_code, r.stdout) == (3, "True ['x']\n")
+    assert r.report.status == "exit" and r.report.exit_code == 3
+
+
+def test_runs_are_fresh_and_reseeded(pool):
+    code = ("import decimal, os, random; "
+            "print(hasattr(decimal, 'mark'), os.path.exists('/tmp/mark'), random.random()); "
+            "decimal.mark = 1; open('/tmp/mark', 'w').close()")
+    outs = [pool.run(code).stdout.split() for _ in range(3)]
+    assert all(o[:2] == ["False", "False"] for o in outs), outs
+    assert len({o[2] for o in outs}) == 3, outs
+
+
+def test_files_outputs_stdin_and_timeout(pool):
+    r = pool.run("import sys; data = open('in.txt').read() + sys.stdin.read(); open('out.txt', 'w').write(data.upper())",
+                 files={"in.txt": "hello "}, stdin="world", outputs=["*.txt"])
+    assert r.exit_code == 0, r.stderr
+    assert r.files == {"out.txt": b"HELLO WORLD"}
+    r = pool.run("while True: pass", timeout=1)
+    assert r.timed_out and r.exit_code == 124
+
+
+def test_concurrent_runs_from_threads_and_asyncio(pool):
+    results = []
+
+    def one(i):
+        results.append(pool.run("import time; time.sleep(0.3); print(%d)" % i).stdout)
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == ["%d\n" % i for i in range(4)]
+
+    async def main():
+        return await asyncio.gather(*(pool.arun("print(%d)" % i) for i in range(3)))
+
+    assert [r.stdout for r in asyncio.run(main())] == ["0\n", "1\n", "2\n"]
+
+
+def test_a_module_the_rootfs_lacks_is_a_jail_error(pyjail_bin):
+    with pytest.raises(pyjail.JailError, match="no_such_module_xyz"):
+        pyjail.Pool(preload=["no_such_module_xyz"])
+
+
+def test_close_stops_the_templates_and_removes_the_sockets(pyjail_bin):
+    p = pyjail.Pool()
+    sockets = p.sockets
+    assert all(os.path.exists(s) for s in sockets)
+    p.close()
+    assert not any(os.path.exists(s) for s in sockets)
+    with pytest.raises(pyjail.JailError, match="closed"):
+        p.run("pass")
+
+
+def test_pandas_from_a_template(data_rootfs):
+    with pyjail.Pool(preload=["numpy", "pandas"], rootfs=data_rootfs) as p:
+        r = p.run("import numpy as np, pandas as pd; print(pd.DataFrame({'a': np.arange(3)}).a.sum())")
+        assert r.exit_code == 0 and r.stdout == "3\n", r.stderr
+        seeds = {p.run("import numpy; print(numpy.random.rand())").stdout for _ in range(3)}
+        assert len(seeds) == 3, "numpy's global generator must be reseeded in every run"
+
+
+def test_the_readme_example(pyjail_bin):
+    import re
+    import subprocess
+    import sys
+    from pyjail_testing.package import REPO
+    text = (REPO / "README.md").read_text()
+    start = text.index("## Warm templates")
+    code = re.findall(r"```python\n(.*?)```", text[start:text.index("\n## ", start + 1)], re.S)[0]
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (0, "0 0.3\n"), r.stderr
