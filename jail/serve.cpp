@@ -193,9 +193,13 @@ private:
         starts_++;
     }
 
+    // Closing its socket ends the template (its loop sees EOF) and so its supervisor, which
+    // removes the template's cgroup leaf on the way out; SIGKILL only if that takes too long.
     void stop_template() {
         if (template_pid_ <= 0) return;
-        ::kill(template_pid_, SIGKILL);
+        control_.reset();
+        pollfd p{template_pidfd_.get(), POLLIN, 0};
+        if (!template_pidfd_ || ::poll(&p, 1, 5000) != 1) ::kill(template_pid_, SIGKILL);
         ::waitpid(template_pid_, nullptr, 0);
         template_pid_ = -1;
         control_.reset();
