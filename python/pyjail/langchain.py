@@ -20,7 +20,9 @@ with the session. ``sanitize_input`` strips what a model wraps code in (white
 space, backticks, a ``python`` language tag) like the original, except that it
 never eats the start of an identifier such as ``python_version``.
 
-Needs ``langchain-core`` (``pip install 'pyjail[langchain]'``).
+Needs ``langchain-core`` (from a pyjail checkout: ``pip install './python[langchain]'``;
+the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
+an unrelated one).
 """
 
 from __future__ import annotations

@@ -24,7 +24,9 @@ tools that need the network or credentials keep working while the code itself
 has neither. ``final_answer(...)`` ends the step, and the agent receives the
 final answer tool's own return value. Managed agents are called the same way.
 
-Needs ``smolagents`` (``pip install 'pyjail[smolagents]'``).
+Needs ``smolagents`` (from a pyjail checkout: ``pip install './python[smolagents]'``;
+the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
+an unrelated one).
 """
 
 from __future__ import annotations
