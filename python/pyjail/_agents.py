@@ -197,6 +197,22 @@ def network_note(error: Optional[CellError], network: bool) -> Optional[str]:
     return None
 
 
+_MISSING_MODULE = re.compile(r"No module named '([A-Za-z0-9_.]{1,100})'")
+
+
+def missing_module_note(error: Optional[CellError], facts: "JailFacts") -> Optional[str]:
+    """For an import of a module the rootfs lacks: that nothing can be
+    installed here, and what there is (a model's next move is pip install)."""
+    if error is None or error.type != "ModuleNotFoundError":
+        return None
+    m = _MISSING_MODULE.search(error.message)
+    name = "%r" % m.group(1) if m else "that module"
+    have = ("its packages are: %s" % ", ".join(facts.packages) if facts.packages
+            else "it has the standard library only")
+    return ("[pyjail] There is no module %s in this sandbox, and nothing can be installed "
+            "here (no network, no pip); %s." % (name, have))
+
+
 def is_plain(value: Any) -> bool:
     """Did the value come back as plain data (not a JailObject standing for it)?"""
     return not isinstance(value, JailObject)

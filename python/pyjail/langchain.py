@@ -50,8 +50,9 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, fit_for_model, is_plain, network_note,
-                      open_session, plain_variables, read_facts, send_values)
+from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, fit_for_model, is_plain,
+                      missing_module_note, network_note, open_session, plain_variables,
+                      read_facts, send_values)
 from ._session import CellResult, Session
 
 __all__ = ["PythonREPL", "PythonREPLTool", "PythonAstREPLTool", "PythonInputs", "sanitize_input",
@@ -223,6 +224,9 @@ class PythonREPL:
         text = format_result(result, timeout, value=value, traceback=self.traceback,
                              error_style=error_style)
         note = network_note(result.error, self.network)
+        if note is None and result.error is not None and \
+                result.error.type == "ModuleNotFoundError":
+            note = missing_module_note(result.error, self.facts)
         if note:
             text += ("" if text.endswith("\n") else "\n") + note
         return fit_for_model(text, self.max_output_chars, _unseen(result))

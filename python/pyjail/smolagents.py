@@ -53,7 +53,8 @@ from smolagents.monitoring import AgentLogger, LogLevel
 from smolagents.utils import AgentExecutionError
 
 from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, check_modules, fit_for_model,
-                      network_note, open_session, read_facts, send_values)
+                      missing_module_note, network_note, open_session, read_facts,
+                      send_values)
 from ._common import PyjailError
 from ._session import CellResult, Session
 
@@ -163,9 +164,12 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     def describe(self) -> str:
         """The jail's facts (no network, its packages, files in /work), for the
         agent's ``instructions``."""
+        return self._jail_facts().describe()
+
+    def _jail_facts(self) -> JailFacts:
         if self._facts is None:
             self._facts = read_facts(self.session, self.rootfs, self.network)
-        return self._facts.describe()
+        return self._facts
 
     # --------------------------------------------------------- PythonExecutor
 
@@ -242,6 +246,8 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
             head = "Code execution failed:\n"
         text = head + (str(err) if err is not None else "")
         note = network_note(err, self.network)
+        if note is None and err is not None and err.type == "ModuleNotFoundError":
+            note = missing_module_note(err, self._jail_facts())
         if note:
             text += "\n" + note
         return fit_for_model(text, self.max_print_outputs_length)

@@ -69,3 +69,16 @@ def test_facts_describe_the_jail():
                     "variables persist from one call to the next.")
     assert "standard library only" in JailFacts(None).describe()
     assert "network" not in JailFacts(None, network=True).describe()
+
+
+def test_the_missing_module_note():
+    from pyjail._agents import missing_module_note
+    err = CellError("ModuleNotFoundError", "No module named 'torch'")
+    assert missing_module_note(err, JailFacts("data", packages=["numpy", "pandas"])) == (
+        "[pyjail] There is no module 'torch' in this sandbox, and nothing can be installed "
+        "here (no network, no pip); its packages are: numpy, pandas.")
+    assert missing_module_note(err, JailFacts(None)).endswith(
+        "; it has the standard library only.")
+    assert missing_module_note(CellError("ImportError", "cannot import name 'x'"),
+                               JailFacts(None)) is None
+    assert missing_module_note(None, JailFacts(None)) is None

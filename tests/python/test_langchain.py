@@ -317,6 +317,11 @@ def test_descriptions_and_errors_state_the_jails_facts(tool, data_rootfs):
                             "reach the internet or any other host. Work with the files in "
                             "/work and the data you were given."), (code, out)
     assert "no network" not in tool.invoke("1 / 0")
+    out = tool.invoke("import torch")
+    assert out.startswith("ModuleNotFoundError(\"No module named 'torch'\")\n[pyjail] There is "
+                          "no module 'torch' in this sandbox, and nothing can be installed here "
+                          "(no network, no pip); its packages are: ")
+    assert "pandas" in out.splitlines()[1]
 
 
 def test_the_minimal_rootfs_says_it_has_no_packages(pyjail_bin):
@@ -357,6 +362,9 @@ def test_python_repl_globals_and_locals_go_in_and_come_back():
             got = repl.run(code)
             if code.startswith("print('before')"):
                 assert got == "before\n" + want      # ours keeps what was printed first
+            elif code == "import nosuchmodule":      # and says what the jail has
+                assert got.startswith(want + "\n[pyjail] There is no module 'nosuchmodule' "
+                                      "in this sandbox, and nothing can be installed here")
             elif code == "x = = 1":                  # the cell's name for LangChain's
                 assert re.sub(r"<cell-\d+>", "<string>", got) == want
             else:

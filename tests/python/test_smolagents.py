@@ -224,6 +224,10 @@ def test_a_network_error_says_there_is_no_network():
         with pytest.raises(AgentError) as info:
             ex("import socket\nsocket.getaddrinfo('huggingface.co', 443)")
         assert "There is no network in this sandbox" in str(info.value)
+        with pytest.raises(AgentError) as info:
+            ex("import torch")
+        assert "There is no module 'torch' in this sandbox, and nothing can be installed " \
+               "here" in str(info.value)
 
 
 def test_an_image_final_answer_comes_back_as_an_image(data_rootfs):
