@@ -173,6 +173,7 @@ class PythonREPL:
         self.network = bool(net) and net != "none"
         self._facts: Optional[Tuple[int, JailFacts]] = None
         self._sent_to: Optional[Tuple[int, int]] = None
+        self._opened = 0      # sessions opened: an id() may be reused once one is freed
         self._lock = threading.RLock()
 
     @property
@@ -181,16 +182,24 @@ class PythonREPL:
         with self._lock:
             if self._session is None or self._session.closed:
                 self._session, self._rootfs_name = open_session(self._rootfs, self._options)
+                self._opened += 1
             return self._session
+
+    def interpreter_key(self) -> Tuple[int, int]:
+        """Names the current interpreter: it changes when the session is replaced
+        or restarts its interpreter (and everything sent into it is gone)."""
+        with self._lock:
+            session = self.session
+            return (self._opened, session.restarts)
 
     def prepared_session(self) -> Session:
         """The session, with ``_globals``/``_locals`` in it."""
         with self._lock:
             session = self.session
-            key = (id(session), session.restarts)
+            key = self.interpreter_key()
             if self._sent_to != key:
                 send_values(session, self._initial, "_globals/_locals")
-                self._sent_to = (id(session), session.restarts)
+                self._sent_to = key
             return session
 
     @property
@@ -198,9 +207,9 @@ class PythonREPL:
         """What the model should know of the jail (read once per session)."""
         with self._lock:
             session = self.session
-            if self._facts is None or self._facts[0] != id(session):
-                self._facts = (id(session), read_facts(session, self._rootfs_name,
-                                                       self.network))
+            if self._facts is None or self._facts[0] != self._opened:
+                self._facts = (self._opened, read_facts(session, self._rootfs_name,
+                                                        self.network))
             return self._facts[1]
 
     @property
@@ -321,12 +330,12 @@ class PythonAstREPLTool(BaseTool):
 
     def _prepare(self) -> Session:
         session = self.python_repl.prepared_session()
-        key = (id(session), session.restarts)
+        key = self.python_repl.interpreter_key()
         if self._sent_to != key:
             variables = dict(self.globals or {})
             variables.update(self.locals or {})
             send_values(session, variables, "the tool's globals/locals")
-            self._sent_to = (id(session), session.restarts)
+            self._sent_to = key
         return session
 
     def _run(self, query: str, run_manager: Optional[CallbackManagerForToolRun] = None) -> Any:

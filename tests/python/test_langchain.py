@@ -447,3 +447,17 @@ def test_the_pandas_agent_on_a_rootfs_without_pandas_fails_when_made(pyjail_bin)
         create_pandas_dataframe_agent(
             FakeListChatModel(responses=["x"]), pd.DataFrame({"a": [1]}),
             python_repl=PythonREPL(rootfs=_default_rootfs_path(pyjail_bin)))
+
+
+def test_values_go_in_again_after_a_restart_and_after_close():
+    t = PythonAstREPLTool(locals={"rows": [4, 5]},
+                          python_repl=PythonREPL(_globals={"base": 100}))
+    try:
+        assert t.invoke("base + sum(rows)") == 109
+        t.python_repl.session.restart()             # a fresh interpreter: sent again
+        assert t.invoke("base + sum(rows)") == 109
+        for _ in range(3):                          # a new session each time: sent again
+            t.close()
+            assert t.invoke("base + sum(rows)") == 109
+    finally:
+        t.close()
