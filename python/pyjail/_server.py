@@ -519,6 +519,7 @@ class Server:
             # The code did not compile: no frames to show, only where and why.
             import traceback
             result["error"] = {"type": type(e).__name__, "message": self._safe(str, e, REPR_LIMIT),
+                               "repr": self._safe(repr, e, REPR_LIMIT),
                                "traceback": "".join(traceback.format_exception_only(type(e), e))}
             return
         value = None
@@ -603,8 +604,10 @@ class Server:
         if len(text) > TRACEBACK_LIMIT:
             cut = len(text) - TRACEBACK_LIMIT
             text = "[%d characters omitted]\n%s" % (cut, text[cut:])
+        # repr: LangChain's PythonREPL reports an error as repr(exc), which the
+        # host cannot rebuild from the type and str() (KeyError('k'), OSError(2, ...)).
         return {"type": type(e).__name__, "message": Server._safe(str, e, REPR_LIMIT),
-                "traceback": text}
+                "repr": Server._safe(repr, e, REPR_LIMIT), "traceback": text}
 
     # ------------------------------------------------------------ host functions
 
@@ -779,7 +782,7 @@ def _fit_result(result):
     cut shorter. (A repr of 64K characters can take 12 bytes each in JSON.)"""
     err = result.get("error") or {}
     texts = (result.get("value"), result.get("value_str"), err.get("type"), err.get("message"),
-             err.get("traceback"))
+             err.get("repr"), err.get("traceback"))
     if "data" not in result and \
             12 * sum(len(t) for t in texts if isinstance(t, str)) < HEADER_FROM_JAIL - 4096:
         return result       # the usual cell: no need to encode it twice
@@ -794,7 +797,7 @@ def _fit_result(result):
                 result[key] = _cut(result[key], limit)
         err = result.get("error")
         if isinstance(err, dict):
-            for key in ("type", "message", "traceback"):
+            for key in ("type", "message", "repr", "traceback"):
                 if isinstance(err.get(key), str):
                     err[key] = _cut(err[key], limit)
     return result

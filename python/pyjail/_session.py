@@ -67,6 +67,8 @@ class CellError:
     type: str
     message: str
     traceback: str = ""
+    repr: str = ""
+    """repr() of the exception (LangChain's PythonREPL reports errors so)."""
 
     def __str__(self) -> str:
         return self.traceback.rstrip("\n") if self.traceback else "%s: %s" % (self.type, self.message)
@@ -621,7 +623,7 @@ class Session:
         err = reply.get("error")
         if isinstance(err, dict):
             res.error = CellError(str(err.get("type", "Exception")), str(err.get("message", "")),
-                                  str(err.get("traceback", "")))
+                                  str(err.get("traceback", "")), str(err.get("repr", "")))
         if res.value is not None:
             if "data" in reply:
                 try:

@@ -22,18 +22,39 @@ a function of the tool's name; calling it runs the tool here, on the host, and
 returns its result to the code (arguments and results cross as plain data). So
 tools that need the network or credentials keep working while the code itself
 has neither. ``final_answer(...)`` ends the step, and the agent receives the
-final answer tool's own return value. Managed agents are called the same way.
+final answer tool's own return value; a PIL image given to it crosses as PNG
+bytes (never a pickle) and reaches the tool as a PIL image (smolagents then
+makes it an ``AgentImage``). Managed agents are called the same way.
 
-Needs ``smolagents`` (``pip install 'pyjail[smolagents]'``).
+It behaves as smolagents' Docker, E2B and Modal executors do: the same
+``CodeOutput`` fields, errors raised as smolagents' own ``AgentError`` types
+(``PyjailExecutionError`` is an ``AgentExecutionError``), and the modules of
+``additional_imports`` (CodeAgent's ``additional_authorized_imports``: pass
+the same list) checked when the executor is made, so that a rootfs without
+one fails then, naming it, not when the model first imports it. What the
+model sees: the step's logs cut to ``max_print_outputs_length`` (16000)
+characters at line boundaries, with a line saying how much was left out; a
+failed connection or name lookup explained as the sandbox having no network;
+``describe()`` gives the jail's facts for the agent's ``instructions``.
+
+Needs ``smolagents`` (from a pyjail checkout: ``pip install './python[smolagents]'``;
+the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
+an unrelated one).
 """
 
 from __future__ import annotations
 
+import io
 import os
 from typing import Any, Dict, List, Optional, Union
 
 from smolagents.local_python_executor import CodeOutput, PythonExecutor
+from smolagents.monitoring import AgentLogger, LogLevel
+from smolagents.utils import AgentExecutionError
 
+from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, check_modules, fit_for_model,
+                      missing_module_note, network_note, open_session, read_facts,
+                      send_values)
 from ._common import PyjailError
 from ._session import CellResult, Session
 
@@ -42,48 +63,120 @@ __all__ = ["PyjailExecutor", "PyjailExecutionError"]
 DEFAULT_TIMEOUT = 30.0
 """Seconds a code action may run (smolagents' own default for its local executor)."""
 
+MAX_IMAGE_PIXELS = 4096 * 4096
+"""The largest image a final answer may carry out of the jail: a small PNG can
+unpack to gigabytes, and the host decodes it."""
 
-class PyjailExecutionError(PyjailError):
-    """A code action failed; the message holds its traceback (the agent shows
-    it to the model as the step's error)."""
+_IMAGE_TAG = "__pyjail_image__"
+
+# Run in the jail after the tools are sent: final_answer turns a PIL image into
+# PNG bytes (plain data) before it calls the host's final_answer.
+_WRAP_FINAL_ANSWER = """\
+def wrap(host):
+    def final_answer(*args, **kwargs):
+        def plain(v):
+            if type(v).__module__.startswith("PIL.") and hasattr(v, "save"):
+                import io
+                buf = io.BytesIO()
+                v.save(buf, format="PNG")
+                return {%r: "image/png", "data": buf.getvalue()}
+            return v
+        return host(*[plain(a) for a in args], **{k: plain(v) for k, v in kwargs.items()})
+    final_answer.__doc__ = host.__doc__
+    return final_answer
+""" % _IMAGE_TAG
+
+
+def _from_jail(value: Any) -> Any:
+    """A final answer's argument as the tool should get it: PNG bytes the jail
+    tagged as an image become a PIL image (decoded here, never unpickled)."""
+    if not (isinstance(value, dict) and set(value) == {_IMAGE_TAG, "data"} and
+            value[_IMAGE_TAG] == "image/png" and isinstance(value["data"], bytes)):
+        return value
+    from PIL import Image
+    try:
+        # Only the header is read here; pixels are decoded by load(), below.
+        image = Image.open(io.BytesIO(value["data"]), formats=["PNG"])
+    except Exception as e:
+        raise ValueError("the final answer's image could not be read: %s" % e) from None
+    width, height = image.size
+    if width * height > MAX_IMAGE_PIXELS:
+        raise ValueError("the image is %dx%d pixels, more than the %d a final answer may carry"
+                         % (width, height, MAX_IMAGE_PIXELS))
+    image.load()
+    return image
+
+
+class PyjailExecutionError(AgentExecutionError, PyjailError):  # type: ignore[misc]
+    """A code action failed: smolagents' AgentExecutionError, whose message
+    holds the code's traceback (the agent shows it to the model as the step's
+    error)."""
 
 
 class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     """A smolagents code executor backed by a pyjail Session.
 
+    ``additional_imports`` (also as ``additional_authorized_imports``) names
+    modules the agent may import; each must be in the rootfs (``pkg.*``
+    means ``pkg``; ``*`` is not checked), else MissingModuleError names the
+    missing ones here. Nothing is installed: the jail has no network.
     ``timeout`` is the time limit of one code action in seconds (None: none).
     ``session`` is a Session to use (it stays open when the executor is
     cleaned up); otherwise the executor starts one with ``session_options``
     (e.g. ``memory="2G"``, ``binary=...``) and closes it in ``cleanup()``.
     ``rootfs`` is the root filesystem that session runs in, as ``pyjail
-    --rootfs`` takes it: a name (``"data"``, see ``pyjail rootfs list``) or a
-    path (None: the installed one).
-    ``additional_imports`` and ``logger`` are accepted for compatibility with
-    smolagents' executors; nothing is installed (the jail has no network).
+    --rootfs`` takes it: a name (see ``pyjail rootfs list``) or a path;
+    None: ``data`` when it is installed, else the installed default one.
+    ``max_print_outputs_length`` caps a step's logs (None: no cap).
     """
 
     def __init__(self, additional_imports: Optional[List[str]] = None, logger: Any = None, *,
                  session: Optional[Session] = None, timeout: Optional[float] = DEFAULT_TIMEOUT,
-                 max_print_outputs_length: int = 50_000,
+                 max_print_outputs_length: Optional[int] = DEFAULT_OUTPUT_BUDGET,
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 additional_authorized_imports: Optional[List[str]] = None,
                  **session_options: Any) -> None:
-        if rootfs is not None:
-            session_options["rootfs"] = rootfs
-        self.additional_imports = list(additional_imports or [])
-        self.logger = logger
+        self.additional_imports = list(additional_imports or []) + [
+            m for m in additional_authorized_imports or [] if m not in (additional_imports or [])]
+        self.logger = logger if logger is not None else AgentLogger(level=LogLevel.OFF)
         self.timeout = timeout
         self.max_print_outputs_length = max_print_outputs_length
+        net = session_options.get("net")
+        self.network = bool(net) and net != "none"
         self._owns_session = session is None
-        self.session = session if session is not None else Session(**session_options)
+        if session is not None:
+            self.session, self.rootfs = session, None
+        else:
+            self.session, self.rootfs = open_session(rootfs, session_options)
+        try:
+            check_modules(self.session, self.additional_imports, self.rootfs,
+                          "additional_imports")
+        except BaseException:
+            if self._owns_session:
+                self.session.close()
+            raise
+        self._facts: Optional[JailFacts] = None
         self._variables: Dict[str, Any] = {}
+        self._wrapped = False
         self._restarts_seen = self.session.restarts
         self.state: Dict[str, Any] = {"_print_outputs": ""}
+
+    def describe(self) -> str:
+        """The jail's facts (no network, its packages, files in /work), for the
+        agent's ``instructions``."""
+        return self._jail_facts().describe()
+
+    def _jail_facts(self) -> JailFacts:
+        if self._facts is None:
+            self._facts = read_facts(self.session, self.rootfs, self.network)
+        return self._facts
 
     # --------------------------------------------------------- PythonExecutor
 
     def send_tools(self, tools: Dict[str, Any]) -> None:
         """Make each tool (and managed agent) callable by name from the code."""
         docs = {}
+        functions: Dict[str, Any] = {}
         for name, tool in tools.items():
             desc = getattr(tool, "description", None) or getattr(tool, "__doc__", None) or ""
             inputs = getattr(tool, "inputs", None)
@@ -92,21 +185,29 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
                     "%s (%s)" % (k, v.get("type", "any") if isinstance(v, dict) else "any")
                     for k, v in inputs.items())
             docs[name] = desc
-        self.session.expose(dict(tools), ends_cell=[n for n in tools if n == "final_answer"],
+            functions[name] = _final_answer_on_host(tool) if name == "final_answer" else tool
+        self.session.expose(functions, ends_cell=[n for n in tools if n == "final_answer"],
                             docs=docs)
+        self._wrapped = "final_answer" in tools
+        if self._wrapped:
+            self._wrap_final_answer()
+
+    def _wrap_final_answer(self) -> None:
+        code = ("(lambda ns: (exec(%r, ns), globals().__setitem__('final_answer', "
+                "ns['wrap'](final_answer)))[1])({})" % _WRAP_FINAL_ANSWER)
+        result = self.session.run(code, timeout=60)
+        if not result.ok:
+            raise PyjailError("pyjail: could not set up final_answer in the jail: %s"
+                              % result.error)
 
     def send_variables(self, variables: Dict[str, Any]) -> None:
-        """Put the agent's variables (e.g. ``additional_args``) into the namespace."""
+        """Put the agent's variables (e.g. ``additional_args``) into the
+        namespace: plain data as it is, other objects pickled (host to jail
+        only). One that cannot be sent raises ValueNotSentError."""
         if not variables:
             return
         self._variables.update(variables)
-        failed = self.session.set_variables(variables)
-        if failed and self.logger is not None:
-            try:
-                self.logger.log("pyjail: not sent into the jail: %s" % ", ".join(
-                    "%s (%s)" % kv for kv in failed.items()))
-            except Exception:
-                pass
+        send_values(self.session, variables, "additional_args")
 
     def __call__(self, code_action: str) -> CodeOutput:
         result = self.session.run(code_action, timeout=self.timeout, want_data=True)
@@ -114,14 +215,16 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         self.state["_print_outputs"] = logs
         if self.session.restarts != self._restarts_seen:
             # A fresh interpreter: the tools came back with the session; the
-            # agent's variables must be sent again.
+            # wrapper of final_answer and the agent's variables must be sent again.
             self._restarts_seen = self.session.restarts
+            if self._wrapped:
+                self._wrap_final_answer()
             if self._variables:
-                self.session.set_variables(self._variables)
+                send_values(self.session, self._variables, "additional_args")
         if result.final is not None:
             return CodeOutput(output=result.final.value, logs=logs, is_final_answer=True)
         if result.error is not None or result.timed_out:
-            raise PyjailExecutionError(self._error_message(result))
+            raise PyjailExecutionError(self._error_message(result), self.logger)
         output = result.data if result.value is not None else None
         return CodeOutput(output=output, logs=logs, is_final_answer=False)
 
@@ -129,11 +232,8 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         logs = result.stdout
         if result.stderr:
             logs += ("" if not logs or logs.endswith("\n") else "\n") + result.stderr
-        limit = self.max_print_outputs_length
-        if limit and len(logs) > limit:
-            logs = logs[:limit] + "\n[... %d characters of output left out ...]" % (
-                len(logs) - limit)
-        return logs
+        return fit_for_model(logs, self.max_print_outputs_length,
+                             result.stdout_omitted + result.stderr_omitted)
 
     def _error_message(self, result: CellResult) -> str:
         err = result.error
@@ -141,11 +241,16 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
             head = ("Code execution timed out after %g s: it was interrupted, and the variables "
                     "it had set are kept.\n" % (self.timeout or 0))
         elif result.restarted:
-            head = "Code execution failed: %s\n" % (err.message if err else "")
-            return head
+            return "Code execution failed: %s\n" % (err.message if err else "")
         else:
             head = "Code execution failed:\n"
-        return head + (str(err) if err is not None else "")
+        text = head + (str(err) if err is not None else "")
+        note = network_note(err, self.network)
+        if note is None and err is not None and err.type == "ModuleNotFoundError":
+            note = missing_module_note(err, self._jail_facts())
+        if note:
+            text += "\n" + note
+        return fit_for_model(text, self.max_print_outputs_length)
 
     # --------------------------------------------------------------- cleanup
 
@@ -159,3 +264,12 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
 
     def __exit__(self, *exc: Any) -> None:
         self.cleanup()
+
+
+def _final_answer_on_host(tool: Any) -> Any:
+    """The final answer tool, called with images rebuilt from PNG bytes."""
+    def final_answer(*args: Any, **kwargs: Any) -> Any:
+        return tool(*[_from_jail(a) for a in args],
+                    **{k: _from_jail(v) for k, v in kwargs.items()})
+    final_answer.__doc__ = getattr(tool, "__doc__", None)
+    return final_answer

@@ -11,12 +11,13 @@ from pyjail_testing.package import REPO, need
 
 def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
     try:
-        import setuptools  # noqa: F401 -- the build backend, used without build isolation
+        import setuptools  # the build backend, used without build isolation
         import wheel  # noqa: F401
-        have_backend = True
-    except ImportError:
+        # 77: the first that reads pyproject's `license` as an SPDX expression.
+        have_backend = tuple(int(x) for x in setuptools.__version__.split(".")[:2]) >= (77, 0)
+    except (ImportError, ValueError):
         have_backend = False
-    need(have_backend, "setuptools and wheel are needed to build the wheel offline")
+    need(have_backend, "setuptools >= 77 and wheel are needed to build the wheel offline")
     # Built from a copy: a build leaves build/ and *.egg-info behind.
     src = tmp_path / "src"
     shutil.copytree(str(REPO / "python"), str(src),
@@ -26,7 +27,7 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
                        timeout=300)
     assert r.returncode == 0, r.stderr
-    wheels = list((tmp_path / "dist").glob("pyjail-*.whl"))
+    wheels = list((tmp_path / "dist").glob("pyjail_sandbox-*.whl"))
     assert len(wheels) == 1
     names = set(zipfile.ZipFile(wheels[0]).namelist())
     for f in ("__init__.py", "_server.py", "_spawn.py", "_wire.py", "_session.py", "_run.py",

@@ -39,7 +39,7 @@ def find(marker):
 
 def test_langchain_example(pyjail_bin):
     import_or_skip("langchain_core")
-    code = find("pyjail.langchain")
+    code = find("tool = PythonREPLTool()")
     assert len([l for l in code.splitlines() if l.strip()]) <= 10
     r = run_example(code, pyjail_bin)
     assert r.returncode == 0, r.stderr

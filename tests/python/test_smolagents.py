@@ -1,5 +1,8 @@
 """pyjail.smolagents: a CodeAgent driven by a scripted model, its code in a jail."""
 
+import dataclasses
+import os
+import subprocess
 
 import pytest
 
@@ -9,6 +12,7 @@ import_or_skip("smolagents")
 
 from smolagents import ActionStep, ChatMessage, CodeAgent, FinalAnswerTool, Model, tool
 from smolagents.local_python_executor import CodeOutput, PythonExecutor
+from smolagents.utils import AgentError, AgentExecutionError
 
 from pyjail.smolagents import PyjailExecutionError, PyjailExecutor
 
@@ -52,6 +56,11 @@ def test_is_a_python_executor():
         assert isinstance(out, CodeOutput) and out.output == 42 and not out.is_final_answer
         with pytest.raises(PyjailExecutionError, match="ZeroDivisionError"):
             ex("1 / 0")
+        # smolagents' own error type, as its Docker, E2B and Modal executors raise.
+        with pytest.raises(AgentExecutionError, match="NameError"):
+            ex("undefined_name")
+        assert [f.name for f in dataclasses.fields(CodeOutput)] == [
+            "output", "logs", "is_final_answer"]
 
 
 def test_code_agent_runs_several_steps_to_a_final_answer(tmp_path, host_port):
@@ -156,3 +165,89 @@ def test_rootfs_by_name_or_path(pyjail_bin):
         assert "3" in executor("import sys\nprint(sys.version_info[0])").logs
     finally:
         executor.cleanup()
+
+
+def _default_rootfs_path(pyjail_bin):
+    out = subprocess.run([pyjail_bin, "rootfs", "info", "default"], stdout=subprocess.PIPE,
+                         universal_newlines=True, timeout=60).stdout
+    return [l.split(None, 1)[1] for l in out.splitlines() if l.startswith("rootfs ")][0]
+
+
+def test_authorized_imports_are_checked_when_the_executor_is_made(pyjail_bin, data_rootfs):
+    from pyjail._agents import MissingModuleError
+    minimal = _default_rootfs_path(pyjail_bin)
+    with pytest.raises(MissingModuleError, match=r"rootfs .* has no module 'pandas', "
+                                                 r"'sklearn' \(named in additional_imports\)"):
+        PyjailExecutor(["json", "pandas", "sklearn.*"], rootfs=minimal)
+    with pytest.raises(ModuleNotFoundError, match="no_such_module"):
+        PyjailExecutor(additional_authorized_imports=["no_such_module"])
+    # The data rootfs, the default when installed, has them; "*" is not checked.
+    with PyjailExecutor(["pandas", "sklearn.*", "numpy.linalg", "*"]) as ex:
+        assert ex.rootfs == "data"
+        assert ex("import sklearn, pandas\n1").output == 1
+        facts = ex.describe()
+        assert "no network in this sandbox" in facts and "pandas" in facts and "/work" in facts
+
+
+def test_additional_args_go_in_as_values_and_unsendable_ones_are_an_error():
+    import datetime
+    model = ScriptedModel(["import datetime\n"
+                           "final_answer((when + datetime.timedelta(days=1)).isoformat())"])
+    with PyjailExecutor() as executor:
+        agent = CodeAgent(tools=[], model=model, executor=executor, verbosity_level=0,
+                          additional_authorized_imports=["datetime"])
+        assert agent.run("go", additional_args={"when": datetime.date(2026, 1, 31)}) == \
+            "2026-02-01"
+
+    class Local:
+        pass
+
+    with PyjailExecutor() as executor:
+        agent = CodeAgent(tools=[], model=ScriptedModel(["final_answer(1)"]), executor=executor,
+                          verbosity_level=0)
+        with pytest.raises(ValueError, match="additional_args not put into the jail: thing"):
+            agent.run("go", additional_args={"thing": Local()})
+
+
+def test_logs_are_cut_for_the_model():
+    with PyjailExecutor() as ex:
+        out = ex("for i in range(100000):\n    print('row', i)")
+        assert len(out.logs) <= 16000 and out.logs.startswith("row 0\n")
+        assert out.logs.endswith("row 99999\n")
+        assert sum(1 for l in out.logs.splitlines() if l.endswith("left out ...]")) == 1
+    with PyjailExecutor(max_print_outputs_length=500) as ex:
+        assert len(ex("print('y' * 5000)").logs) <= 500
+
+
+def test_a_network_error_says_there_is_no_network():
+    with PyjailExecutor() as ex:
+        with pytest.raises(AgentError) as info:
+            ex("import socket\nsocket.getaddrinfo('huggingface.co', 443)")
+        assert "There is no network in this sandbox" in str(info.value)
+        with pytest.raises(AgentError) as info:
+            ex("import torch")
+        assert "There is no module 'torch' in this sandbox, and nothing can be installed " \
+               "here" in str(info.value)
+
+
+def test_an_image_final_answer_comes_back_as_an_image(data_rootfs):
+    PIL = pytest.importorskip("PIL.Image")
+    from smolagents.agent_types import AgentImage
+    actions = ["from PIL import Image\nimg = Image.new('RGB', (40, 30), (200, 10, 20))\n"
+               "img.putpixel((3, 4), (1, 2, 3))\nfinal_answer(img)"]
+    with PyjailExecutor(rootfs=data_rootfs) as executor:
+        agent = CodeAgent(tools=[], model=ScriptedModel(actions), executor=executor,
+                          verbosity_level=0, additional_authorized_imports=["PIL"])
+        answer = agent.run("Draw a red box.")
+    # An AgentImage, as smolagents makes of a PIL image final answer from its own executors.
+    assert isinstance(answer, PIL.Image) and isinstance(answer, AgentImage)
+    raw = answer.to_raw()
+    assert isinstance(raw, PIL.Image) and raw.size == (40, 30)
+    assert raw.getpixel((0, 0))[:3] == (200, 10, 20) and raw.getpixel((3, 4))[:3] == (1, 2, 3)
+    # A huge image is refused on the host, before it is decoded.
+    with PyjailExecutor(rootfs=data_rootfs, timeout=120) as executor:
+        agent = CodeAgent(tools=[], model=ScriptedModel([
+            "from PIL import Image\nfinal_answer(Image.new('1', (10000, 5000)))",
+            "final_answer('gave up')"]), executor=executor, verbosity_level=0)
+        assert agent.run("Draw a big one.") == "gave up"
+        assert "more than the 16777216 a final answer may carry" in str(steps_of(agent)[0].error)
