@@ -35,6 +35,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from ._common import JailError, find_binary
 from ._run import Result, run
+from ._session import Session
 
 __all__ = ["Pool"]
 
@@ -139,6 +140,19 @@ class Pool:
         kwargs["binary"] = self._binary
         kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
         return run(code, **kwargs)
+
+    def session(self, **kwargs: Any) -> Session:
+        """A ``Session`` whose interpreter is a fork of a template: its cells
+        start with the preloads imported, and it starts in milliseconds. The
+        same arguments as ``Session`` (its own limits and profile); when it
+        restarts, it forks the template again. The agent adapters take it as
+        ``session=`` (``PythonREPLTool(python_repl=PythonREPL(session=...))``,
+        ``PyjailExecutor(session=...)``)."""
+        if self._rootfs is not None:
+            kwargs.setdefault("rootfs", self._rootfs)
+        kwargs["binary"] = self._binary
+        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
+        return Session(**kwargs)
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """``run`` for asyncio: awaits the run in a worker thread."""

@@ -94,3 +94,18 @@ def test_the_readme_example(pyjail_bin):
     env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert (r.returncode, r.stdout) == (0, "0 0.3\n"), r.stderr
+
+
+def test_a_session_from_a_template_serves_the_agent_adapters(pool):
+    with pool.session() as s:
+        assert s.run("import sys; 'decimal' in sys.modules").data is True
+        s.run("x = 41")
+        assert s.run("x + 1").data == 42
+    from pyjail_testing.package import import_or_skip
+    import_or_skip("langchain_core")
+    from pyjail.langchain import PythonREPL, PythonREPLTool
+    tool = PythonREPLTool(python_repl=PythonREPL(session=pool.session()))
+    try:
+        assert tool.run("print(6 * 7)").strip() == "42"
+    finally:
+        tool.python_repl.close()
