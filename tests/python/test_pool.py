@@ -98,7 +98,7 @@ def test_the_readme_example(pyjail_bin):
 
 def test_a_session_from_a_template_serves_the_agent_adapters(pool):
     with pool.session() as s:
-        assert s.run("import sys; 'decimal' in sys.modules").data is True
+        assert s.run("import sys; 'decimal' in sys.modules").data == True  # noqa: E712
         s.run("x = 41")
         assert s.run("x + 1").data == 42
     from pyjail_testing.package import import_or_skip
