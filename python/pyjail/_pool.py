@@ -13,9 +13,8 @@ layout, hash seed).
 Runs are independent: any number may run at once, from threads or from
 asyncio (``await pool.arun(...)``). A template that ends (killed, out of
 memory) is started again by its server; the run that finds it gone says so
-on stderr. A program run with ``files=`` or ``outputs=`` is started by the
-in-jail file server as a new interpreter in the run's jail (same isolation,
-without the preloaded modules).
+on stderr. With ``files=`` or ``outputs=``, the run's in-jail file server
+forks the program from itself: the preloads are there too.
 """
 
 from __future__ import annotations

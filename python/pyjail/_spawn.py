@@ -43,9 +43,14 @@ def serve_spawn(server, rid, header, body):
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
     try:
-        proc = child[0] = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
-                                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                           close_fds=True)
+        if header["argv"][:1] == ["{python}"] and "pyjail_template" in sys.modules:
+            # A run from a template (pyjail serve): the program is a fork of this
+            # interpreter, with the template's modules already imported.
+            proc = child[0] = _Forked(header["argv"][1:])
+        else:
+            proc = child[0] = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                               close_fds=True)
     except OSError as e:
         server.reply_error(rid, e)
         server.exit_status = 127
@@ -84,6 +89,52 @@ def serve_spawn(server, rid, header, body):
     server.exit_status = status
     server.send({"op": "exited", "id": rid, "status": status, "files": files,
                  "skipped": skipped}, b"".join(blobs))
+
+
+class _Forked:
+    """The program as a fork of this interpreter, in a template's run: what
+    serve_spawn needs of a Popen. The child gets fresh standard streams on
+    the pipes and nothing else of the server (its channel is closed), then
+    runs the program as ``python ARGS`` would (pyjail_template.run_program)."""
+
+    def __init__(self, args):
+        import signal
+        pipes = [os.pipe() for _ in range(3)]
+        env = ["%s=%s" % kv for kv in os.environ.items()]
+        self.pid = os.fork()
+        if self.pid == 0:
+            try:
+                for fd, (r, w) in enumerate(pipes):
+                    os.dup2(r if fd == 0 else w, fd)
+                os.closerange(3, os.sysconf("SC_OPEN_MAX"))
+                sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+                sys.stdout = sys.__stdout__ = open(1, "w", closefd=False)
+                sys.stderr = sys.__stderr__ = open(2, "w", buffering=1, closefd=False,
+                                                   errors="backslashreplace")
+                os.chdir(WORKDIR)
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                import pyjail_template
+                pyjail_template._exit_fast(pyjail_template.run_program(["python"] + args, env))
+            finally:
+                os._exit(127)
+        os.close(pipes[0][0])
+        os.close(pipes[1][1])
+        os.close(pipes[2][1])
+        self.stdin = open(pipes[0][1], "wb", buffering=0)
+        self.stdout = open(pipes[1][0], "rb", buffering=0)
+        self.stderr = open(pipes[2][0], "rb", buffering=0)
+        self.returncode = None
+
+    def send_signal(self, signum):
+        if self.returncode is None:
+            os.kill(self.pid, signum)
+
+    def wait(self):
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 def _collect(header):

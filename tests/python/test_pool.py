@@ -33,10 +33,15 @@ def test_runs_are_fresh_and_reseeded(pool):
 
 
 def test_files_outputs_stdin_and_timeout(pool):
-    r = pool.run("import sys; data = open('in.txt').read() + sys.stdin.read(); open('out.txt', 'w').write(data.upper())",
-                 files={"in.txt": "hello "}, stdin="world", outputs=["*.txt"])
+    r = pool.run("import sys; data = open('in.txt').read() + sys.stdin.read(); open('out.txt', 'w').write(data.upper());"
+                 "print('decimal' in sys.modules, sys.argv[1:]); print('to stderr', file=sys.stderr)",
+                 files={"in.txt": "hello "}, stdin="world", outputs=["*.txt"], args=["a"])
     assert r.exit_code == 0, r.stderr
     assert r.files == {"out.txt": b"HELLO WORLD"}
+    # With files too, the program is a fork of the template: the preloads are there.
+    assert r.stdout == "True ['a']\n" and r.stderr == "to stderr\n"
+    r = pool.run("raise SystemExit(5)", files={"x": ""})
+    assert r.exit_code == 5
     r = pool.run("while True: pass", timeout=1)
     assert r.timed_out and r.exit_code == 124
 
