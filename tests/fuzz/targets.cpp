@@ -15,6 +15,7 @@
 #include "options.hpp"
 #include "policy.hpp"
 #include "profile.hpp"
+#include "run_request.hpp"
 #include "seccomp.hpp"
 
 namespace pyjail::fuzz {
@@ -103,6 +104,22 @@ void cli(std::string_view input) {
         validate(settings, parsed.command);
     } catch (const JailError&) {
     }
+}
+
+void run_request(std::string_view input) {
+    RunRequest r;
+    try {
+        r = decode_request(input);
+    } catch (const BadRequest&) {
+        return;
+    }
+    // What the template accepts is what it executes: it must encode back to the same bytes
+    // (no field read twice or skipped), and name no mount outside the run's directories.
+    expect(encode_request(r) == input, "a decoded request does not encode back to its bytes");
+    expect(!r.argv.empty() && r.argv.size() <= 4096, "a request without a command, or with too many arguments");
+    for (const auto& op : r.mounts)
+        expect(!op.target.empty() && op.target.front() != '/' && op.target.find("..") == std::string::npos,
+               "a mount target outside the run");
 }
 
 }  // namespace pyjail::fuzz

@@ -20,4 +20,7 @@ void seccomp_set(std::string_view input);
 // A command line: its arguments separated by NUL bytes; parse_cli, apply_cli, make_policy.
 void cli(std::string_view input);
 
+// A run request as a template receives it (run_request.hpp): decode_request.
+void run_request(std::string_view input);
+
 }  // namespace pyjail::fuzz

@@ -1,0 +1,160 @@
+// A run from a template: the request's encoding (both ways, and every refusal of a malformed
+// one) and which of a fresh jail's mounts a run from a template makes.
+#include <doctest/doctest.h>
+#include <sys/mount.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+
+#include "error.hpp"
+#include "mountplan.hpp"
+#include "profile.hpp"
+#include "run_request.hpp"
+#include "shipped_sets.hpp"
+
+using namespace pyjail;
+
+namespace {
+
+RunRequest sample() {
+    RunRequest r;
+    r.argv = {"python", "/work/job.py", "a b"};
+    r.env = {"PATH=/usr/bin", "HOME=/tmp"};
+    r.hostname = "pyjail";
+    r.loopback_up = true;
+    r.rlimits = {{RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE"}, {RLIMIT_CPU, 10, "RLIMIT_CPU", 11}};
+    r.mounts = {{OpKind::Tmpfs, "tmp", -1, "", MS_NOSUID, "size=1M", 0, false},
+                {OpKind::Bind, "work", -1, "tmp/.work", MS_BIND, "", 0, false},
+                {OpKind::Copy, "work/job.py", 1, "", 0, "", 0444, false},
+                {OpKind::Bind, "proc/keys", -1, "/dev/null", MS_BIND, "", 0, true}};
+    r.seccomp_filter = {{0x20, 0, 0, 4}, {0x06, 0, 0, 0x7fff0000}};
+    r.cgroup_files = {{"memory.max", "1048576"}};
+    r.rootfs = "/usr/lib/pyjail/rootfs";
+    r.has_script = true;
+    return r;
+}
+
+std::string refusal(const std::string& bytes) {
+    try {
+        decode_request(bytes);
+    } catch (const BadRequest& e) {
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST_CASE("a run request survives its encoding whole") {
+    RunRequest r = sample();
+    RunRequest d = decode_request(encode_request(r));
+    CHECK(d.argv == r.argv);
+    CHECK(d.env == r.env);
+    CHECK(d.cwd == "/work");
+    CHECK(d.loopback_up);
+    REQUIRE(d.rlimits.size() == 2);
+    CHECK(std::string(d.rlimits[1].name) == "RLIMIT_CPU");
+    CHECK(d.rlimits[1].hard == 11);
+    REQUIRE(d.mounts.size() == 4);
+    CHECK(d.mounts[1].source_path == "tmp/.work");
+    CHECK(d.mounts[2].kind == OpKind::Copy);
+    CHECK(d.mounts[2].mode == 0444);
+    CHECK(d.mounts[3].if_exists);
+    REQUIRE(d.seccomp_filter.size() == 2);
+    CHECK(d.seccomp_filter[1].k == 0x7fff0000u);
+    CHECK(d.cgroup_files == r.cgroup_files);
+    CHECK(d.has_script);
+    CHECK_FALSE(d.into_cgroup);
+    CHECK(request_fd_count(d) == 5);
+}
+
+TEST_CASE("a malformed run request is refused, never half read") {
+    std::string good = encode_request(sample());
+    CHECK(refusal(good) == "");
+    CHECK(refusal("") != "");
+    CHECK(refusal(good.substr(0, good.size() - 1)) != "");
+    for (std::size_t cut : {std::size_t{3}, std::size_t{20}, good.size() / 2})
+        CHECK(refusal(good.substr(0, cut)) != "");
+    CHECK(refusal(good + "x").find("bytes after the end") != std::string::npos);
+    std::string wrong = good;
+    wrong[4] = 'X';  // inside the magic
+    CHECK(refusal(wrong).find("not a run request") != std::string::npos);
+
+    // Mounts only over the run's own directories; no "..", no symlinks, no bind from "..".
+    for (auto target : {"usr", "", "/tmp", "tmp/../etc", "work/", "procfoo", "dev"}) {
+        RunRequest r = sample();
+        r.mounts[0].target = target;
+        INFO(target);
+        CHECK(refusal(encode_request(r)) != "");
+    }
+    RunRequest up = sample();
+    up.mounts[1].source_path = "tmp/../../x";
+    CHECK(refusal(encode_request(up)).find("unusable source") != std::string::npos);
+    RunRequest link = sample();
+    link.mounts[0].kind = OpKind::Symlink;
+    CHECK(refusal(encode_request(link)) != "");
+    RunRequest nul = sample();
+    nul.argv[1] = std::string("a\0b", 3);
+    CHECK(refusal(encode_request(nul)).find("NUL") != std::string::npos);
+    RunRequest no_script = sample();
+    no_script.has_script = false;
+    CHECK(refusal(encode_request(no_script)).find("without a script") != std::string::npos);
+    RunRequest cg = sample();
+    cg.cgroup_files = {{"../cgroup.procs", "0"}};
+    CHECK(refusal(encode_request(cg)) != "");
+    RunRequest limit = sample();
+    limit.rlimits = {{12345, 1, "x"}};
+    CHECK(refusal(encode_request(limit)).find("unknown rlimit") != std::string::npos);
+    RunRequest empty = sample();
+    empty.argv.clear();
+    CHECK(refusal(encode_request(empty)) == "no command");
+}
+
+TEST_CASE("a run from a template makes the fresh jail's own directories, and no host bind") {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile("", "p.toml"));
+    Policy policy = make_policy(s, {"python3", "x.py"}, "/home/u");
+    MountFacts facts;
+    facts.rootfs_top = {{"bin", RootfsEntry::Kind::Symlink, "usr/bin"}, {"dev", RootfsEntry::Kind::Dir, ""},
+                        {"etc", RootfsEntry::Kind::Dir, ""},          {"proc", RootfsEntry::Kind::Dir, ""},
+                        {"tmp", RootfsEntry::Kind::Dir, ""},          {"usr", RootfsEntry::Kind::Dir, ""},
+                        {"work", RootfsEntry::Kind::Dir, ""}};
+    facts.script_real_path = "/home/u/x.py";
+    MountPlan plan = plan_mounts(policy, "/r", facts, std::string("/home/u/x.py"));
+    std::vector<MountOp> ops = plan_forked_mounts(plan);
+    auto has = [&](OpKind kind, const std::string& target) {
+        return std::any_of(ops.begin(), ops.end(), [&](const MountOp& o) { return o.kind == kind && o.target == target; });
+    };
+    CHECK(has(OpKind::Tmpfs, "tmp"));
+    CHECK(has(OpKind::Proc, "proc"));
+    CHECK(has(OpKind::Bind, "work"));
+    CHECK(has(OpKind::Bind, "dev/shm"));
+    CHECK(has(OpKind::Devpts, "dev/pts"));
+    CHECK(has(OpKind::Copy, "work/x.py"));
+    CHECK(has(OpKind::Bind, "proc/keys"));  // the masks too
+    for (const auto& op : ops) {
+        INFO(op.target);
+        CHECK_FALSE(op.target.empty());  // never the root
+        CHECK(op.target != "dev");       // the template's /dev stays
+        CHECK((op.kind != OpKind::Bind || op.source_slot < 0));
+    }
+    // Every op it plans passes the template's own check.
+    RunRequest r = sample();
+    r.mounts = ops;
+    CHECK_NOTHROW(decode_request(encode_request(r)));
+
+    Settings with_bind = s;
+    with_bind["ro-bind"].push_back({"/srv/data:/data", Source::CommandLine, "--ro-bind"});
+    Policy bound = make_policy(with_bind, {"python3", "x.py"}, "/home/u");
+    facts.binds = {BindFacts{true, "/srv/data", 0, false, {}}};
+    CHECK_THROWS_AS(plan_forked_mounts(plan_mounts(bound, "/r", facts, std::string("/home/u/x.py"))), UsageError);
+}
+
+TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
+    for (auto name : {"plain", "script", "masks"}) {
+        std::string bytes = slurp(std::string(PYJAIL_SOURCE_DIR) + "/tests/fuzz/corpus/run_request/" + name);
+        INFO(name);
+        REQUIRE_FALSE(bytes.empty());
+        CHECK_NOTHROW(decode_request(bytes));
+    }
+}
