@@ -103,11 +103,16 @@ std::vector<Check> check_cgroup() {
     std::vector<Check> out;
     CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
     if (!site.ok) {
+        // Controllers bound to cgroup v1 cannot be delegated in v2 by anyone: only a boot with
+        // the unified hierarchy helps.
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
                                       "per user, no CPU share)",
-                       "systemd-run --user --scope -p Delegate=yes pyjail ..., or --cgroup-parent "
-                       "DIR of a delegated cgroup"});
+                       site.controllers_on_v1
+                           ? "boot with systemd.unified_cgroup_hierarchy=1 (the kernel command "
+                             "line), or accept the rlimit fallback (--cgroup-notice off quiets it)"
+                           : "systemd-run --user --scope -p Delegate=yes pyjail ..., or "
+                             "--cgroup-parent DIR of a delegated cgroup"});
         return out;
     }
     try {

@@ -123,7 +123,9 @@ int run(int argc, char** argv) {
                                      plan.command.exec_path, plan.argv, plan.env,
                                      plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
                                      plan.cgroup.ok ? plan.cgroup.base
-                                                    : "none: " + plan.cgroup.why_not})
+                                     : plan.cgroup.why_not.empty()
+                                         ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
+                                         : "none: " + plan.cgroup.why_not})
                            .c_str(),
                        stdout);
             return 0;

@@ -57,6 +57,7 @@
 #include "exitstatus.hpp"
 #include "hints.hpp"
 #include "init.hpp"
+#include "notice_stamp.hpp"
 #include "relay.hpp"
 #include "supervise.hpp"
 #include "terminal.hpp"
@@ -204,9 +205,14 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
         return;
     }
     if (p.cgroup.why_not.empty() || p.policy.quiet) return;
+    // Once a day by default: a cron job's mail must not repeat it every run (notice.hpp).
+    if (!notice_wanted(p.policy.cgroup_notice, p.cgroup.why_not)) return;
+    // Only the limits a cgroup would have enforced (as the man page lists them): the fixed
+    // rlimits and user-namespace counts are the same with a cgroup, and would only lengthen
+    // the line.
     std::string fallback;
     for (const auto& e : p.limits.entries)
-        if (e.name != "nofile" && e.name != "fsize" && e.name != "output")
+        if (e.name == "memory" || e.name == "pids" || e.name == "cpus" || e.name == "cpu-time")
             fallback += fmt::format("{}{} {}", fallback.empty() ? "" : ", ", e.name,
                                     e.mechanism == Mechanism::NotEnforced ? "NOT enforced"
                                                                            : "by " + e.detail);
