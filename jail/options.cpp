@@ -60,6 +60,9 @@ const std::vector<OptionSpec>& option_table() {
         {"report", OptKind::Text, "", "FILE", "Write the result report (JSON) to FILE", true},
         {"report-fd", OptKind::Text, "", "N", "Write the result report (JSON) to file descriptor N",
          false},
+        {"audit-log", OptKind::Text, "", "FILE",
+         "Append one JSON line per run to FILE (who, what, a hash of the program, how it "
+         "ended), also for runs that fail", true},
         {"hostname", OptKind::Text, "pyjail", "NAME", "Host name inside the jail", true},
         {"seccomp", OptKind::Text, "python", "NAME|FILE|off",
          "Syscall filter: a set from profiles/seccomp, a set file, or off (no filter: an "

@@ -54,6 +54,7 @@ struct Policy {
     std::string cgroup_parent;  // "" : pyjail's own cgroup
     NoticeMode cgroup_notice = NoticeMode::Daily;
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
+    std::string audit_log;      // "" : none; absolute
     HostUser host_user;
     bool explain = false;
     bool verbose = false;
