@@ -1,7 +1,7 @@
 """Quiet and honest for cron: the rlimit fallback notice once a day (a stamp in the user's
 state directory, never followed through someone else's symlink), a switch for only that
-notice, `--cgroup off` saying what it does, and --explain giving a
-reason.
+notice, `--cgroup off` saying what it does, --explain giving a reason, and the batch profile's
+file and output limits.
 
 `--cgroup off` forces the fallback on every host, so these tests run the same with and
 without a delegated cgroup v2."""
@@ -126,6 +126,18 @@ def test_explain_gives_a_reason_for_no_cgroup(run_jail, world_tmp, as_user):
     assert "# cgroup:    none: no limit needs one (memory, pids, cpus, cpu-time unset)\n" in r.stdout
     r = run_jail(["--cgroup", "off", "--explain"], user=as_user)
     assert "# cgroup:    none: --cgroup off\n" in r.stdout
+
+
+def test_batch_limits_file_size_and_output(run_jail, world_tmp, as_user):
+    work = world_tmp.dir(0o777)
+    r = run_jail(["--profile", "batch", "--explain"], user=as_user, cwd=work)
+    assert 'fsize = "1G"' in r.stdout and 'output-limit = "16M"' in r.stdout
+    r = run_jail(["--profile", "batch", "--", "python3", "-c",
+                  "import sys\nwhile True: sys.stdout.write('x' * 65536)"],
+                 user=as_user, cwd=work, timeout=120)
+    assert r.returncode == 137
+    assert len(r.stdout) <= 16 << 20
+    assert "output" in r.stderr
 
 
 def test_doctor_does_not_offer_systemd_run_for_cgroup_v1(pyjail_bin, world_tmp, as_user):
