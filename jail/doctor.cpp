@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cgroup.hpp"
+#include "hostroot.hpp"
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "hints.hpp"
@@ -267,6 +268,9 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
     std::vector<Check> checks;
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
+    if (std::string mountinfo; try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
+        checks.push_back({"root file system", Check::Verdict::Fail, "/ is the initramfs (rootfs)",
+                          kInitramfsRootHint});
     if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
         checks.push_back({"apparmor", Check::Verdict::Warn,
                           "kernel.apparmor_restrict_unprivileged_userns=1: unprivileged user "

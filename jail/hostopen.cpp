@@ -247,12 +247,26 @@ UniqueFd open_roots_own_script(const std::string& path) {
 
 namespace setup {
 
+// Where a script that does not exist was looked for: a relative name is taken from the
+// current directory, which is not always the one the user thinks (cron starts in $HOME).
+static std::string missing_script_hint(int err, const std::string& path, const std::string& shown) {
+    if (err != ENOENT && err != ENOTDIR) return "";
+    return shown == path ? "check the path; the script is a host file, named on pyjail's command line"
+                         : fmt::format("looked for {}: a relative name is taken from the current "
+                                       "directory; give the script's full path",
+                                       path);
+}
+
 UniqueFd open_script(const std::string& path, const std::string& shown,
                      const std::optional<HostUserIds>& host_user) {
     if (!host_user) {
         // The invoking user is the jail's host user: its own rights are the jail's.
         UniqueFd fd(::open(path.c_str(), kScriptFlags));
-        if (!fd) throw JailError("script", fmt::format("cannot open {}", shown), errno);
+        if (!fd) {
+            int e = errno;
+            throw JailError("script", fmt::format("cannot open {}", shown), e,
+                            missing_script_hint(e, path, shown));
+        }
         require_regular_script(fd.get(), shown);
         return fd;
     }
@@ -268,7 +282,7 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
     if (!fd && err != EACCES && err != EPERM)
         throw JailError("script",
                         fmt::format("cannot open {} as uid {}, the jail's host user", shown, host_user->uid),
-                        err);
+                        err, missing_script_hint(err, path, shown));
     if (!fd) {
         try {
             fd = open_roots_own_script(path);

@@ -126,6 +126,7 @@ void plan_cgroup_and_limits(RunPlan& p) {
     }
     if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
     p.limits = plan_limits(l, p.cgroup.ok);
+    if (policy.wall_time > 0) p.limits.entries.push_back(wall_time_entry(policy.wall_time));
 }
 
 }  // namespace

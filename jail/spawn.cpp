@@ -56,6 +56,7 @@
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
+#include "hostroot.hpp"
 #include "init.hpp"
 #include "notice_stamp.hpp"
 #include "relay.hpp"
@@ -372,8 +373,14 @@ Usage collect_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) 
 int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     if (s.error) {
         const JailMessage& m = *s.error;
-        throw JailError(std::string(child_step_name(m.step)), m.text, m.err,
-                        child_step_hint(m.step, m.err),
+        std::string hint = child_step_hint(m.step, m.err);
+        // pivot_root's EINVAL has one cause a user can act on: the host's / is the initramfs.
+        if (m.step == ChildStep::PivotRoot && m.err == EINVAL) {
+            std::string mountinfo;
+            if (try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
+                hint = kInitramfsRootHint;
+        }
+        throw JailError(std::string(child_step_name(m.step)), m.text, m.err, hint,
                         m.exit_code != 0 ? m.exit_code : kExitJailError);
     }
     const bool verbose = p.policy.verbose;

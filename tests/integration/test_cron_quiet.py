@@ -1,7 +1,7 @@
 """Quiet and honest for cron: the rlimit fallback notice once a day (a stamp in the user's
 state directory, never followed through someone else's symlink), a switch for only that
-notice, `--cgroup off` saying what it does, --explain giving a reason, and the batch profile's
-file and output limits.
+notice, `--cgroup off` saying what it does, --explain giving a reason, the batch profile's
+file and output limits, the report's wall-time limit and a missing script's hint.
 
 `--cgroup off` forces the fallback on every host, so these tests run the same with and
 without a delegated cgroup v2."""
@@ -128,6 +128,33 @@ def test_explain_gives_a_reason_for_no_cgroup(run_jail, world_tmp, as_user):
     assert "# cgroup:    none: --cgroup off\n" in r.stdout
 
 
+def test_the_report_lists_the_wall_time_limit(run_jail, world_tmp, as_user):
+    d = world_tmp.dir(0o777)
+    report = d / "r.json"
+    r = run_jail(["--report", report, "--wall-time", "42", "--", "python3", "-c", "pass"],
+                 user=as_user)
+    assert r.returncode == 0, r.stderr
+    limits = json.loads(report.read_text())["limits"]
+    assert limits["wall-time"] == {"value": "42", "mechanism": "supervisor",
+                                   "detail": "the whole jail killed at the deadline"}
+    r = run_jail(["--explain", "--wall-time", "42"], user=as_user)
+    assert "wall-time" in r.stdout.split("# Limits:")[1]
+
+
+def test_a_missing_script_has_a_hint(run_jail, world_tmp, as_user):
+    d = world_tmp.dir(0o777)
+    os.mkdir(d / "sub")
+    os.chmod(d / "sub", 0o777)
+    report = d / "r.json"
+    r = run_jail(["--report", report, "--", "python3", "missing.py"], user=as_user, cwd=d / "sub")
+    assert r.returncode == 125
+    hint = json.loads(report.read_text())["error"]["hint"]
+    assert hint == (f"looked for {d}/sub/missing.py: a relative name is taken from the current "
+                    "directory; give the script's full path")
+    assert r.stderr.startswith("pyjail: script: cannot open missing.py")
+    assert hint in r.stderr
+
+
 def test_batch_limits_file_size_and_output(run_jail, world_tmp, as_user):
     work = world_tmp.dir(0o777)
     r = run_jail(["--profile", "batch", "--explain"], user=as_user, cwd=work)
@@ -151,3 +178,5 @@ def test_doctor_does_not_offer_systemd_run_for_cgroup_v1(pyjail_bin, world_tmp, 
             assert "systemd.unified_cgroup_hierarchy=1" in c["fix"]
         elif c["status"] != "ok":
             assert "Delegate=yes" in c["fix"]
+    # This host's / is a real file system: no initramfs verdict.
+    assert not [c for c in json.loads(r.stdout)["checks"] if c["check"] == "root file system"]

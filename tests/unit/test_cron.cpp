@@ -1,7 +1,10 @@
-// Quiet and honest for cron: the fallback notice's stamp.
+// Quiet and honest for cron: the fallback notice's stamp, the report's wall-time limit, an
+// initramfs root recognised.
 #include <doctest/doctest.h>
 
 #include "error.hpp"
+#include "hostroot.hpp"
+#include "limits.hpp"
 #include "notice.hpp"
 #include "policy.hpp"
 #include "profile.hpp"
@@ -42,4 +45,25 @@ TEST_CASE("policy: cgroup-notice") {
     apply_profile(bad, parse_profile("cgroup-notice = \"weekly\"\n", "p.toml"));
     CHECK_THROWS_WITH_AS(make_policy(bad, {"python3"}, "/"),
                          "p.toml:1: key 'cgroup-notice': 'weekly' is not a notice mode", UsageError);
+}
+
+TEST_CASE("report: the wall-time limit and who enforces it") {
+    LimitEntry e = wall_time_entry(10);
+    CHECK(e.name == "wall-time");
+    CHECK(e.value == "10");
+    CHECK(e.mechanism == Mechanism::Supervisor);
+    CHECK(wall_time_entry(0.5).value == "0.5");
+}
+
+TEST_CASE("host root: an initramfs root (rootfs) is recognised") {
+    const char* initramfs = "1 1 0:2 / / rw - rootfs rootfs rw,size=1000k\n"
+                            "20 1 0:5 / /proc rw,nosuid - proc proc rw\n";
+    CHECK(root_is_initramfs(initramfs));
+    const char* switched = "1 1 0:2 / / rw - rootfs rootfs rw\n"
+                           "25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n";
+    CHECK_FALSE(root_is_initramfs(switched));
+    const char* normal = "25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
+                         "26 25 0:30 / /tmp rw - rootfs x rw\n";
+    CHECK_FALSE(root_is_initramfs(normal));
+    CHECK_FALSE(root_is_initramfs(""));
 }
