@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ t {prefix}/bin/pyjail rootfs ''
 def test_bash_completion_without_the_bash_completion_package(prefix, world_tmp):
     """Sourced into a plain bash (no _init_completion, no _filedir), it still completes."""
     if shutil.which("bash") is None:
-        pytest.skip("no bash")
+        skip_or_fail("bash is not installed")
     d = world_tmp.dir()
     (d / "job.py").write_text("")
     (d / "mine.toml").write_text("")
