@@ -115,8 +115,8 @@ def test_bash_completion_without_the_bash_completion_package(prefix, world_tmp):
     (d / "mine.toml").write_text("")
     (d / "logs").mkdir()
     script = f'''
-source {prefix}/share/bash-completion/completions/pyjail
 declare -F _init_completion _filedir && echo "helpers are loaded"
+source {prefix}/share/bash-completion/completions/pyjail
 t() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
       COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _pyjail
       echo "${{COMPREPLY[*]}}"; }}
