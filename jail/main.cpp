@@ -140,8 +140,8 @@ int run(int argc, char** argv) {
         apply_profile(settings, parse_profile(profile.text, profile.path));
         apply_cli(settings, cli);
         Policy policy = make_policy(settings, cli.command, cwd);
-        if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
         if (!policy.explain) audit.use(policy.audit_log);
+        if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
         const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
         // The script as the jail will read it: hashed through the descriptor it gets.
