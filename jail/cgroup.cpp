@@ -231,6 +231,7 @@ CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::s
         auto at_root = words(base == mount ? controllers : read_trimmed(mount + "/cgroup.controllers"));
         bool none_at_root = std::none_of(missing.begin(), missing.end(),
                                          [&](const std::string& c) { return has(at_root, c); });
+        site.controllers_on_v1 = none_at_root;
         if (none_at_root)
             site.why_not = fmt::format("the cgroup2 hierarchy at {} lacks the {} controller(s): "
                                        "this host binds them to cgroup v1 (boot with "

@@ -24,6 +24,7 @@ struct CgroupSite {
     std::string base;     // absolute directory of the delegated cgroup
     std::string mount;    // where the cgroup2 hierarchy is mounted
     std::string why_not;  // one line: what is missing, and how to get it
+    bool controllers_on_v1 = false;  // the host binds them to cgroup v1: no delegation helps
 };
 
 namespace setup {

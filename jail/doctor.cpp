@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "cgroup.hpp"
+#include "hostroot.hpp"
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "hints.hpp"
@@ -103,11 +104,16 @@ std::vector<Check> check_cgroup() {
     std::vector<Check> out;
     CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
     if (!site.ok) {
+        // Controllers bound to cgroup v1 cannot be delegated in v2 by anyone: only a boot with
+        // the unified hierarchy helps.
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
                                       "per user, no CPU share)",
-                       "systemd-run --user --scope -p Delegate=yes pyjail ..., or --cgroup-parent "
-                       "DIR of a delegated cgroup"});
+                       site.controllers_on_v1
+                           ? "boot with systemd.unified_cgroup_hierarchy=1 (the kernel command "
+                             "line), or accept the rlimit fallback (--cgroup-notice off quiets it)"
+                           : "systemd-run --user --scope -p Delegate=yes pyjail ..., or "
+                             "--cgroup-parent DIR of a delegated cgroup"});
         return out;
     }
     try {
@@ -262,6 +268,9 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
     std::vector<Check> checks;
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
+    if (std::string mountinfo; try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
+        checks.push_back({"root file system", Check::Verdict::Fail, "/ is the initramfs (rootfs)",
+                          kInitramfsRootHint});
     if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
         checks.push_back({"apparmor", Check::Verdict::Warn,
                           "kernel.apparmor_restrict_unprivileged_userns=1: unprivileged user "

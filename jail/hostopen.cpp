@@ -247,12 +247,26 @@ UniqueFd open_roots_own_script(const std::string& path) {
 
 namespace setup {
 
+// Where a script that does not exist was looked for: a relative name is taken from the
+// current directory, which is not always the one the user thinks (cron starts in $HOME).
+static std::string missing_script_hint(int err, const std::string& path, const std::string& shown) {
+    if (err != ENOENT && err != ENOTDIR) return "";
+    return shown == path ? "check the path; the script is a host file, named on pyjail's command line"
+                         : fmt::format("looked for {}: a relative name is taken from the current "
+                                       "directory; give the script's full path",
+                                       path);
+}
+
 UniqueFd open_script(const std::string& path, const std::string& shown,
                      const std::optional<HostUserIds>& host_user) {
     if (!host_user) {
         // The invoking user is the jail's host user: its own rights are the jail's.
         UniqueFd fd(::open(path.c_str(), kScriptFlags));
-        if (!fd) throw JailError("script", fmt::format("cannot open {}", shown), errno);
+        if (!fd) {
+            int e = errno;
+            throw JailError("script", fmt::format("cannot open {}", shown), e,
+                            missing_script_hint(e, path, shown));
+        }
         require_regular_script(fd.get(), shown);
         return fd;
     }
@@ -268,7 +282,7 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
     if (!fd && err != EACCES && err != EPERM)
         throw JailError("script",
                         fmt::format("cannot open {} as uid {}, the jail's host user", shown, host_user->uid),
-                        err);
+                        err, missing_script_hint(err, path, shown));
     if (!fd) {
         try {
             fd = open_roots_own_script(path);
@@ -288,22 +302,33 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
     return fd;
 }
 
-UniqueFd open_report(const std::string& path) {
+namespace {
+
+// A file pyjail writes with its own rights (perhaps root's) at a path the user named: the
+// report, the audit log.
+struct OutputFile {
+    const char* step;      // "report", "audit log"
+    const char* what;      // "the report file", "the audit log"
+    bool append;           // O_APPEND and never truncated; else truncated after the checks
+    mode_t create_mode;
+};
+
+UniqueFd open_output(const std::string& path, const OutputFile& o) {
     const uid_t euid = ::geteuid();
     auto refuse = [&](const std::string& why, int err, const std::string& hint) {
-        return JailError("report", fmt::format("refusing to write {}: {}", path, why), err, hint);
+        return JailError(o.step, fmt::format("refusing to write {}: {}", path, why), err, hint);
     };
     const std::string fix = "give a path in a directory only you can write, e.g. your home";
     auto symlink_error = [&] {
-        return JailError("report", fmt::format("cannot write {}", path), ELOOP,
-                         "the report file must not be a symbolic link");
+        return JailError(o.step, fmt::format("cannot write {}", path), ELOOP,
+                         fmt::format("{} must not be a symbolic link", o.what));
     };
     try {
-        // No symlink another user could have planted, at any component: the report is written
+        // No symlink another user could have planted, at any component: the file is written
         // with pyjail's rights (perhaps root's).
         Walked w = walk(path, {{0, euid}, Links::FollowUnplanted, false, false});
         std::string here = join(w.dir_path, w.name);
-        // Look before opening: a FIFO would block open() (or take the report), a device acts
+        // Look before opening: a FIFO would block open() (or take the file), a device acts
         // on open.
         struct stat st {};
         if (::fstatat(w.dir.get(), w.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
@@ -315,28 +340,43 @@ UniqueFd open_report(const std::string& path) {
         // No O_TRUNC: nothing is truncated before the checks; O_NONBLOCK: a FIFO swapped in
         // since cannot block us; O_NOFOLLOW: nor can a symlink.
         UniqueFd fd(::openat(w.dir.get(), w.name.c_str(),
-                             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK, 0644));
+                             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK |
+                                 (o.append ? O_APPEND : 0),
+                             o.create_mode));
         if (!fd) {
             int e = errno;
             if (e == ELOOP) throw symlink_error();
             if (e == ENXIO) throw refuse("it is a FIFO, not a regular file", 0, fix);
-            throw JailError("report", fmt::format("cannot write {}", path), e);
+            throw JailError(o.step, fmt::format("cannot write {}", path), e);
         }
         // What was really opened decides.
         if (std::string why = report_file_refusal(w.dir_facts, fstat_facts(fd.get(), here), euid,
                                                   protected_hardlinks());
             !why.empty())
             throw refuse(why, 0, fix);
-        if (::ftruncate(fd.get(), 0) != 0) throw JailError("report", fmt::format("cannot truncate {}", path), errno);
+        if (!o.append && ::ftruncate(fd.get(), 0) != 0)
+            throw JailError(o.step, fmt::format("cannot truncate {}", path), errno);
         int fl = ::fcntl(fd.get(), F_GETFL);
         if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0)
-            throw JailError("report", fmt::format("cannot write {}", path), errno);
+            throw JailError(o.step, fmt::format("cannot write {}", path), errno);
         return fd;
     } catch (const Refused& r) {
         // A directory on the way that is missing or unreadable is a plain failure.
-        if (r.err != 0) throw JailError("report", fmt::format("cannot write {}", path), r.err);
+        if (r.err != 0) throw JailError(o.step, fmt::format("cannot write {}", path), r.err);
         throw refuse(r.why, 0, fix);
     }
+}
+
+}  // namespace
+
+UniqueFd open_report(const std::string& path) {
+    return open_output(path, {"report", "the report file", false, 0644});
+}
+
+UniqueFd open_audit_log(const std::string& path) {
+    // 0600: what ran, by whom, is the log owner's business. Appended, never truncated: a run
+    // must not be able to erase the record of the runs before it.
+    return open_output(path, {"audit log", "the audit log", true, 0600});
 }
 
 }  // namespace setup

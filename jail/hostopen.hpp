@@ -6,6 +6,7 @@
 //     path nobody else could have planted (trust.hpp);
 //   - the report: no symlink planted by others on the way, only a regular file, truncated
 //     only after the checks;
+//   - the audit log: the same rules, appended to and never truncated;
 //   - pyjail's own data (profiles, rootfs, compiled filters): only on a path that only root
 //     and the invoking user can change.
 // Bind sources and --workdir are not opened here: the jail's pid 1 opens them after it has
@@ -39,6 +40,10 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
 // only after the checks, nothing created or truncated when refused. Throws JailError
 // (step "report").
 UniqueFd open_report(const std::string& path);
+
+// The audit log (absolute path), open for appending (O_APPEND), by the same rules as the
+// report: created 0600 when missing, never truncated. Throws JailError (step "audit log").
+UniqueFd open_audit_log(const std::string& path);
 
 }  // namespace setup
 

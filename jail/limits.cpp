@@ -124,4 +124,9 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
     return p;
 }
 
+LimitEntry wall_time_entry(double seconds) {
+    return {"wall-time", fmt::format("{}", seconds), Mechanism::Supervisor,
+            "the whole jail killed at the deadline"};
+}
+
 }  // namespace pyjail

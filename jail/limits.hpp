@@ -66,6 +66,9 @@ constexpr std::uint64_t kInotifyWatches = 8192;
 // `cgroup`: whether a delegated cgroup v2 leaf with the needed controllers is available.
 LimitPlan plan_limits(const Limits& limits, bool cgroup);
 
+// The wall-time limit as the report and --explain list it (the supervisor enforces it).
+LimitEntry wall_time_entry(double seconds);
+
 // "200000 100000" for 2 CPUs (quota and period in microseconds).
 std::string cpu_max_value(double cpus);
 

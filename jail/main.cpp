@@ -9,9 +9,11 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "audit_target.hpp"
 #include "cli.hpp"
 #include "doctor.hpp"
 #include "error.hpp"
@@ -22,6 +24,7 @@
 #include "prepare.hpp"
 #include "profile.hpp"
 #include "report.hpp"
+#include "sha256.hpp"
 #include "rootfs_command.hpp"
 #include "serve.hpp"
 #include "spawn.hpp"
@@ -58,8 +61,8 @@ int run_doctor(const std::vector<std::string>& args) {
     return doctor_exit_code(checks);
 }
 
-std::string cli_report_path(const CliArgs& cli, const std::string& cwd) {
-    auto it = cli.given.find("report");
+std::string cli_path(const CliArgs& cli, const char* option, const std::string& cwd) {
+    auto it = cli.given.find(option);
     return it == cli.given.end() || it->second.back().empty()
                ? std::string()
                : absolute_path(it->second.back(), cwd);
@@ -76,7 +79,24 @@ int cli_report_fd(const CliArgs& cli) {
     return static_cast<int>(*fd);
 }
 
-void write_error_report(const ReportTarget& report, RunFacts& facts, const JailError& e) {
+// The audit log of this run (--audit-log): its path once checked usable, and the hash of the
+// program text once known.
+struct AuditTarget {
+    std::string path;
+    std::optional<std::string> program_sha256;
+
+    void use(const std::string& p) {
+        if (p.empty() || !path.empty()) return;
+        check_audit_log(p);  // before anything runs: an unusable log fails the run
+        path = p;
+    }
+    void write(const RunFacts& facts) const {
+        if (!path.empty()) append_audit_line(path, audit_line(audit_identity(program_sha256), facts));
+    }
+};
+
+void write_error_report(const ReportTarget& report, const AuditTarget& audit, RunFacts& facts,
+                        const JailError& e) {
     facts.setup_error = true;
     facts.exit_code = e.exit_code();
     facts.error_step = e.step();
@@ -84,6 +104,7 @@ void write_error_report(const ReportTarget& report, RunFacts& facts, const JailE
     facts.error_errno = e.err();
     facts.error_hint = e.hint();
     report.write(facts);
+    audit.write(facts);
 }
 
 // What `pyjail serve` runs: a template jail (serve.hpp) from the same settings a run would
@@ -117,10 +138,14 @@ int run(int argc, char** argv) {
 
     // A report asked for on the command line is opened first, so that even a bad profile or
     // option value is reported to whoever reads it.
-    ReportTarget report = ReportTarget::open(cli_report_path(cli, cwd), cli_report_fd(cli));
+    ReportTarget report = ReportTarget::open(cli_path(cli, "report", cwd), cli_report_fd(cli));
     RunFacts facts;
     facts.command = cli.command;
+    AuditTarget audit;
+    if (auto code = inline_program(cli.command)) audit.program_sha256 = sha256_hex(*code);
     try {
+        // Like the report: named on the command line, even a bad profile is logged.
+        if (cli.given.find("explain") == cli.given.end()) audit.use(cli_path(cli, "audit-log", cwd));
         Settings settings = default_settings();
         DataDirs dirs = find_data_dirs();
         std::string profile_name = setting(settings, "profile").value;
@@ -147,6 +172,7 @@ int run(int argc, char** argv) {
         }
         if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
         Policy policy = make_policy(settings, cli.command, cwd);
+        if (!policy.explain) audit.use(policy.audit_log);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
         if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
             int code = supervisor::run_via(absolute_path(it->second.back(), cwd), std::move(policy), dirs,
@@ -156,27 +182,33 @@ int run(int argc, char** argv) {
         }
         const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
+        // The script as the jail will read it: hashed through the descriptor it gets.
+        if (!audit.path.empty() && prepared.fds.script)
+            audit.program_sha256 = sha256_of_fd(prepared.fds.script.get());
         if (plan.policy.explain) {
             std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids,
                                      plan.command.exec_path, plan.argv, plan.env,
                                      plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
                                      plan.cgroup.ok ? plan.cgroup.base
-                                                    : "none: " + plan.cgroup.why_not})
+                                     : plan.cgroup.why_not.empty()
+                                         ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
+                                         : "none: " + plan.cgroup.why_not})
                            .c_str(),
                        stdout);
             return 0;
         }
         int code = supervisor::run_jail(prepared, argv, facts);
         report.write(facts);
+        audit.write(facts);
         return code;
     } catch (const JailError& e) {
         // The report says what failed too: a cron job or an agent reads it, not stderr.
-        write_error_report(report, facts, e);
+        write_error_report(report, audit, facts, e);
         throw;
     } catch (const std::exception& e) {
         // Not one of ours (out of memory, say), perhaps after the program ran: the report
         // still says the run failed.
-        write_error_report(report, facts, JailError("internal", e.what()));
+        write_error_report(report, audit, facts, JailError("internal", e.what()));
         throw;
     }
 }

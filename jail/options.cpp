@@ -54,9 +54,15 @@ const std::vector<OptionSpec>& option_table() {
         {"cgroup-parent", OptKind::Text, "", "PATH",
          "Delegated cgroup v2 directory to create the jail's cgroup in (default: pyjail's own)",
          true},
+        {"cgroup-notice", OptKind::Text, "daily", "WHEN",
+         "When to say that the limits fall back to rlimits: daily (once a day per user), "
+         "always (every run) or off (never); errors and time-limit lines stay", true},
         {"report", OptKind::Text, "", "FILE", "Write the result report (JSON) to FILE", true},
         {"report-fd", OptKind::Text, "", "N", "Write the result report (JSON) to file descriptor N",
          false},
+        {"audit-log", OptKind::Text, "", "FILE",
+         "Append one JSON line per run to FILE (who, what, a hash of the program, how it "
+         "ended), also for runs that fail", true},
         {"hostname", OptKind::Text, "pyjail", "NAME", "Host name inside the jail", true},
         {"seccomp", OptKind::Text, "python", "NAME|FILE|off",
          "Syscall filter: a set from profiles/seccomp, a set file, or off (no filter: an "

@@ -335,6 +335,16 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
         const auto& r = item("report");
         if (!r.value.empty()) p.report_path = absolute_path(r.value, cwd);
+        const auto& a = item("audit-log");
+        if (!a.value.empty()) p.audit_log = absolute_path(a.value, cwd);
+        const auto& n = item("cgroup-notice");
+        if (n.value == "daily") p.cgroup_notice = NoticeMode::Daily;
+        else if (n.value == "always") p.cgroup_notice = NoticeMode::Always;
+        else if (n.value == "off") p.cgroup_notice = NoticeMode::Off;
+        else
+            throw UsageError(fmt::format("{}: '{}' is not a notice mode", where(n, "cgroup-notice"),
+                                         n.value),
+                             "use daily, always or off");
     }
     {
         const auto& sc = item("seccomp");

@@ -17,6 +17,8 @@ namespace pyjail {
 
 enum class NetMode { None, Loopback };
 enum class CgroupMode { Auto, Require, Off };
+// When the rlimit fallback is said on stderr (notice.hpp).
+enum class NoticeMode { Daily, Always, Off };
 
 struct BindSpec {
     std::string source;  // host path, absolute (made so against the current directory)
@@ -50,7 +52,9 @@ struct Policy {
     Limits limits;
     CgroupMode cgroup = CgroupMode::Auto;
     std::string cgroup_parent;  // "" : pyjail's own cgroup
+    NoticeMode cgroup_notice = NoticeMode::Daily;
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
+    std::string audit_log;      // "" : none; absolute
     HostUser host_user;
     bool explain = false;
     bool verbose = false;

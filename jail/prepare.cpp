@@ -121,9 +121,12 @@ void plan_cgroup_and_limits(RunPlan& p, const CgroupSite* given) {
         if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
             throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
                             0, "or run with --cgroup auto to fall back to rlimits");
-    }  // --cgroup off: rlimits by choice, nothing to explain
+    } else {
+        p.cgroup.why_not = "--cgroup off";  // rlimits by choice: the notice says so
+    }
     if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
     p.limits = plan_limits(l, p.cgroup.ok);
+    if (policy.wall_time > 0) p.limits.entries.push_back(wall_time_entry(policy.wall_time));
 }
 
 }  // namespace

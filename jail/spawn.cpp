@@ -59,7 +59,9 @@
 #include "template_protocol.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
+#include "hostroot.hpp"
 #include "init.hpp"
+#include "notice_stamp.hpp"
 #include "relay.hpp"
 #include "supervise.hpp"
 #include "terminal.hpp"
@@ -207,9 +209,14 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
         return;
     }
     if (p.cgroup.why_not.empty() || p.policy.quiet) return;
+    // Once a day by default: a cron job's mail must not repeat it every run (notice.hpp).
+    if (!notice_wanted(p.policy.cgroup_notice, p.cgroup.why_not)) return;
+    // Only the limits a cgroup would have enforced (as the man page lists them): the fixed
+    // rlimits and user-namespace counts are the same with a cgroup, and would only lengthen
+    // the line.
     std::string fallback;
     for (const auto& e : p.limits.entries)
-        if (e.name != "nofile" && e.name != "fsize" && e.name != "output")
+        if (e.name == "memory" || e.name == "pids" || e.name == "cpus" || e.name == "cpu-time")
             fallback += fmt::format("{}{} {}", fallback.empty() ? "" : ", ", e.name,
                                     e.mechanism == Mechanism::NotEnforced ? "NOT enforced"
                                                                            : "by " + e.detail);
@@ -400,8 +407,14 @@ Usage collect_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) 
 int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     if (s.error) {
         const JailMessage& m = *s.error;
-        throw JailError(std::string(child_step_name(m.step)), m.text, m.err,
-                        child_step_hint(m.step, m.err),
+        std::string hint = child_step_hint(m.step, m.err);
+        // pivot_root's EINVAL has one cause a user can act on: the host's / is the initramfs.
+        if (m.step == ChildStep::PivotRoot && m.err == EINVAL) {
+            std::string mountinfo;
+            if (try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
+                hint = kInitramfsRootHint;
+        }
+        throw JailError(std::string(child_step_name(m.step)), m.text, m.err, hint,
                         m.exit_code != 0 ? m.exit_code : kExitJailError);
     }
     const bool verbose = p.policy.verbose;

@@ -85,8 +85,15 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
-              extra_args: Sequence[str] = ()) -> List[str]:
-    """pyjail command-line options for the given settings (None: the profile's)."""
+              extra_args: Sequence[str] = (),
+              audit_log: Optional[Union[str, "os.PathLike[str]"]] = None) -> List[str]:
+    """pyjail command-line options for the given settings (None: the profile's).
+
+    ``audit_log``: the file pyjail appends one JSON line per run to
+    (``--audit-log``); None means ``$PYJAIL_AUDIT_LOG`` when that is set, so
+    one variable points every run and session of a process at one log (a
+    session is one run: its line is written when it ends). A relative path is
+    made absolute here, against this process's current directory."""
     args: List[str] = []
     if profile is not None:
         args += ["--profile", os.fspath(profile)]
@@ -121,6 +128,10 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
         args += ["--ro-bind", os.fspath(spec)]
     for key, value in (options or {}).items():
         add(key.replace("_", "-"), value)
+    if audit_log is None and not any(k.replace("_", "-") == "audit-log" for k in (options or {})):
+        audit_log = os.environ.get("PYJAIL_AUDIT_LOG") or None
+    if audit_log is not None:
+        args += ["--audit-log", os.path.abspath(os.fspath(audit_log))]
     args += list(extra_args)
     return args
 

@@ -7,6 +7,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from pyjail_testing import skip_or_fail
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +105,35 @@ t {prefix}/bin/pyjail rootfs ''
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
     assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs", "serve",
                    "build rebuild info list"]
+
+
+def test_bash_completion_without_the_bash_completion_package(prefix, world_tmp):
+    """Sourced into a plain bash (no _init_completion, no _filedir), it still completes."""
+    if shutil.which("bash") is None:
+        skip_or_fail("bash is not installed")
+    d = world_tmp.dir()
+    (d / "job.py").write_text("")
+    (d / "mine.toml").write_text("")
+    (d / "logs").mkdir()
+    script = f'''
+declare -F _init_completion _filedir && echo "helpers are loaded"
+source {prefix}/share/bash-completion/completions/pyjail
+t() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+      COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _pyjail
+      echo "${{COMPREPLY[*]}}"; }}
+t {prefix}/bin/pyjail --wall
+t {prefix}/bin/pyjail --net ''
+t {prefix}/bin/pyjail --cgroup-notice ''
+t {prefix}/bin/pyjail --profile st
+t {prefix}/bin/pyjail --profile mi
+t {prefix}/bin/pyjail --workdir l
+t {prefix}/bin/pyjail --memory 1G -- py
+t {prefix}/bin/pyjail -- python jo
+t {prefix}/bin/pyjail rootfs ''
+'''
+    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True,
+                       text=True, cwd=d)
+    assert r.stderr == ""
+    assert r.stdout.splitlines() == ["--wall-time", "none loopback", "daily always off",
+                                     "standard strict", "mine.toml", "logs", "python python3",
+                                     "job.py", "build rebuild info list"]

@@ -1,0 +1,72 @@
+// Writing the audit log (audit.hpp): the pyjail process, before the run (is the log usable?)
+// and after it (the line). The descriptor exists only while no process of the jail does:
+// checked and closed before the jail is created, opened again to append once the jail is
+// gone, so no jailed process can inherit it, however the child's set-up goes.
+#include <fcntl.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "audit_target.hpp"
+#include "error.hpp"
+#include "hostopen.hpp"
+#include "sha256.hpp"
+
+namespace pyjail {
+
+void check_audit_log(const std::string& path) {
+    // Opened (created if missing) and closed: an unusable log fails the run before it starts.
+    UniqueFd fd = setup::open_audit_log(path);
+}
+
+bool append_audit_line(const std::string& path, const std::string& line) {
+    try {
+        UniqueFd fd = setup::open_audit_log(path);
+        // One write of the whole line to an O_APPEND descriptor: the kernel places it at the
+        // end of the file at once, so concurrent runs' lines never interleave.
+        ssize_t n;
+        do {
+            n = ::write(fd.get(), line.data(), line.size());
+        } while (n < 0 && errno == EINTR);
+        if (n != static_cast<ssize_t>(line.size())) {
+            std::fprintf(stderr, "pyjail: audit log: cannot write %s: %s\n", path.c_str(),
+                         n < 0 ? std::strerror(errno) : "short write (disk full?)");
+            return false;
+        }
+        return true;
+    } catch (const JailError& e) {
+        std::fprintf(stderr, "pyjail: %s\n", e.one_line().c_str());
+        return false;
+    }
+}
+
+AuditIdentity audit_identity(const std::optional<std::string>& program_sha256) {
+    AuditIdentity who;
+    who.time = ::time(nullptr);
+    who.uid = ::getuid();
+    if (const passwd* pw = ::getpwuid(who.uid)) who.user = pw->pw_name;
+    who.program_sha256 = program_sha256;
+    return who;
+}
+
+std::optional<std::string> sha256_of_fd(int fd) {
+    Sha256 h;
+    char buf[65536];
+    off_t at = 0;
+    for (;;) {
+        // pread: the descriptor's offset stays where the jail expects it.
+        ssize_t n = ::pread(fd, buf, sizeof buf, at);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return std::nullopt;
+        if (n == 0) break;
+        h.update(buf, static_cast<std::size_t>(n));
+        at += n;
+    }
+    return h.hex();
+}
+
+}  // namespace pyjail

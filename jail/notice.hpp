@@ -1,0 +1,43 @@
+// The rlimit fallback notice ("pyjail: no cgroup v2 for the limits (...)"): on a host without a
+// delegated cgroup v2 every run would say it, and a cron job would mail it every time. By
+// default (--cgroup-notice daily) it is said once a day per user and per reason: a stamp in
+// the user's state directory records the day and the reason it was last said, so a new
+// reason (the host changed) is said at once. Errors and time-limit messages are never
+// affected; the report always names each limit's mechanism.
+//
+// Pure: where the stamp lives and whether the notice is due. The stamp is read and written by
+// notice_stamp.cpp.
+#pragma once
+
+#include <ctime>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "policy.hpp"
+
+namespace pyjail {
+
+// The state directory: an existing directory `base` (the user's own setting, followed as it
+// is) and the directories below it that pyjail creates (0700) and never follows as links.
+struct StateDirPlan {
+    std::string base;
+    std::vector<std::string> below;
+};
+
+// $XDG_STATE_HOME/pyjail, else $HOME/.local/state/pyjail; nothing when neither is an absolute
+// path (then the notice is said every run).
+std::optional<StateDirPlan> state_dir_plan(const char* xdg_state_home, const char* home);
+
+constexpr const char* kNoticeStampName = "cgroup-notice";
+
+// "2026-12-01" (UTC).
+std::string utc_day(std::time_t t);
+
+// What the stamp holds once the notice for `reason` was said on `day`.
+std::string notice_stamp_text(const std::string& day, const std::string& reason);
+
+// Whether a daily notice is due, given what the stamp holds ("" when missing).
+bool daily_notice_due(const std::string& stamp, const std::string& day, const std::string& reason);
+
+}  // namespace pyjail
