@@ -175,9 +175,13 @@ int run(int argc, char** argv) {
         if (!policy.explain) audit.use(policy.audit_log);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
         if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
+            const bool hash = !audit.path.empty();
             int code = supervisor::run_via(absolute_path(it->second.back(), cwd), std::move(policy), dirs,
-                                           argv, facts);
+                                           argv, facts, [&](int script_fd) {
+                                               if (hash) audit.program_sha256 = sha256_of_fd(script_fd);
+                                           });
             report.write(facts);
+            audit.write(facts);
             return code;
         }
         const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);

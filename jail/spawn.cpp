@@ -525,7 +525,8 @@ RunRequest make_run_request(const RunPlan& p, bool has_script) {
 
 }  // namespace
 
-int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts) {
+int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
+            const std::function<void(int)>& on_script) {
     (void)host_argv;
     ServeConnection server = connect_to_server(socket);
     CgroupSite site;
@@ -547,6 +548,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
                                      socket, server.hello.rootfs, p.rootfs),
                          "give the --rootfs (or profile) the server was started with");
     check_host_before_run(p);
+    if (prepared.fds.script && on_script) on_script(prepared.fds.script.get());
     RunRequest request = make_run_request(p, static_cast<bool>(prepared.fds.script));
     std::string bytes = encode_request(request);
     if (bytes.size() > kMaxRequestBytes)

@@ -1,6 +1,7 @@
 // The run (namespace supervisor): from a prepared plan (prepare.hpp) to pyjail's exit status.
 #pragma once
 
+#include <functional>
 #include <string>
 
 #include "paths.hpp"
@@ -18,7 +19,8 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts);
 // The same run as a fork of the template `pyjail serve` holds at `socket` (serve.hpp): planned
 // here against what the server says (its rootfs, whether runs get a cgroup), started by the
 // template, supervised here as run_jail supervises a fresh jail, with the same report.
+// `on_script` sees the script's descriptor before the run (the audit log hashes it).
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv,
-            RunFacts& facts);
+            RunFacts& facts, const std::function<void(int)>& on_script);
 
 }  // namespace pyjail::supervisor
