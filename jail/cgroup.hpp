@@ -24,6 +24,9 @@ struct CgroupSite {
     std::string base;     // absolute directory of the delegated cgroup
     std::string mount;    // where the cgroup2 hierarchy is mounted
     std::string why_not;  // one line: what is missing, and how to get it
+    // Not ok only because the cgroup is not delegated (the hierarchy has the controllers): a
+    // delegated systemd scope would do (systemd_scope.hpp).
+    bool not_delegated = false;
 };
 
 namespace setup {
@@ -32,6 +35,10 @@ namespace setup {
 // `invoker_uid`: who runs pyjail (root is told how to delegate a systemd unit's cgroup).
 CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::string& parent,
                             uid_t invoker_uid);
+
+// The cgroup directory pyjail runs in (the cgroup2 mount and /proc/self/cgroup's path), or ""
+// without cgroup v2.
+std::string own_cgroup_dir();
 
 }  // namespace setup
 

@@ -57,6 +57,14 @@ int run_doctor(const std::vector<std::string>& args) {
     return doctor_exit_code(checks);
 }
 
+// --explain's cgroup line when a systemd scope is planned: asked for only when the jail runs.
+std::string explain_scope(const RunPlan& plan) {
+    return fmt::format("a delegated scope from systemd's {} (asked over {} when the jail runs), "
+                       "as {}",
+                       plan.systemd_scope->system ? "system manager" : "user manager",
+                       plan.systemd_scope->origin, plan.cgroup.why_not.substr(0, plan.cgroup.why_not.find(';')));
+}
+
 std::string cli_report_path(const CliArgs& cli, const std::string& cwd) {
     auto it = cli.given.find("report");
     return it == cli.given.end() || it->second.back().empty()
@@ -116,18 +124,20 @@ int run(int argc, char** argv) {
         apply_cli(settings, cli);
         Policy policy = make_policy(settings, cli.command, cwd);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
-        const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
+        PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
         if (plan.policy.explain) {
             std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids,
                                      plan.command.exec_path, plan.argv, plan.env,
                                      plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
-                                     plan.cgroup.ok ? plan.cgroup.base
-                                                    : "none: " + plan.cgroup.why_not})
+                                     plan.systemd_scope ? explain_scope(plan)
+                                     : plan.cgroup.ok   ? plan.cgroup.base
+                                                        : "none: " + plan.cgroup.why_not})
                            .c_str(),
                        stdout);
             return 0;
         }
+        supervisor::settle_cgroup(prepared.plan);
         int code = supervisor::run_jail(prepared, argv, facts);
         report.write(facts);
         return code;

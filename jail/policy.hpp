@@ -17,6 +17,9 @@ namespace pyjail {
 
 enum class NetMode { None, Loopback };
 enum class CgroupMode { Auto, Require, Off };
+// Who is asked for a delegated cgroup when pyjail's own is not: systemd (over D-Bus, a
+// transient scope), nobody, or systemd where it runs (auto). See systemd_scope.hpp.
+enum class CgroupManager { Auto, Systemd, None };
 
 struct BindSpec {
     std::string source;  // host path, absolute (made so against the current directory)
@@ -50,6 +53,7 @@ struct Policy {
     Limits limits;
     CgroupMode cgroup = CgroupMode::Auto;
     std::string cgroup_parent;  // "" : pyjail's own cgroup
+    CgroupManager cgroup_manager = CgroupManager::Auto;
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
     HostUser host_user;
     bool explain = false;

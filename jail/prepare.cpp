@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 
 #include "compiled_filter.hpp"
 #include "environment.hpp"
@@ -118,6 +119,24 @@ void plan_cgroup_and_limits(RunPlan& p) {
         if (l.pids) controllers.push_back("pids");
         if (l.cpus) controllers.push_back("cpu");
         p.cgroup = find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
+        // Not delegated: perhaps systemd delegates one (asked at run time, not while planning).
+        ScopeDecision scope = decide_scope(policy.cgroup_manager, policy.cgroup, wants_cgroup,
+                                           p.cgroup, !policy.cgroup_parent.empty(),
+                                           policy.cgroup_manager != CgroupManager::None &&
+                                               !p.cgroup.ok && systemd_booted());
+        if (!scope.refusal.empty()) throw JailError("cgroup", scope.refusal, 0, "or use --cgroup-manager auto");
+        if (scope.ask) {
+            std::string why_not;
+            p.systemd_scope = choose_bus(p.invoker.uid, std::getenv("DBUS_SESSION_BUS_ADDRESS"),
+                                         std::getenv("XDG_RUNTIME_DIR"),
+                                         std::getenv("DBUS_SYSTEM_BUS_ADDRESS"), why_not);
+            if (!p.systemd_scope && policy.cgroup_manager == CgroupManager::Systemd)
+                throw JailError("cgroup", "--cgroup-manager systemd: " + why_not);
+            if (p.systemd_scope) {
+                p.limits = plan_limits(l, true);
+                return;
+            }
+        }
         if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
             throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
                             0, "or run with --cgroup auto to fall back to rlimits");

@@ -20,4 +20,8 @@ void seccomp_set(std::string_view input);
 // A command line: its arguments separated by NUL bytes; parse_cli, apply_cli, make_policy.
 void cli(std::string_view input);
 
+// Bytes from a D-Bus peer: messages one after another, as systemd_scope's client reads them
+// (message_size, parse_message, parse_job_removed, error_text).
+void dbus(std::string_view input);
+
 }  // namespace pyjail::fuzz

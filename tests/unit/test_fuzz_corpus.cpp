@@ -30,4 +30,5 @@ TEST_CASE("the fuzz corpora replay without a crash") {
     CHECK(replay("profile", pyjail::fuzz::profile) >= 5);
     CHECK(replay("seccomp_set", pyjail::fuzz::seccomp_set) >= 3);
     CHECK(replay("cli", pyjail::fuzz::cli) >= 5);
+    CHECK(replay("dbus", pyjail::fuzz::dbus) >= 3);
 }
