@@ -86,28 +86,33 @@ def bus():
     # A login session's scope (not delegated) and the slice the stand-in puts scopes in.
     session = mount / f"pyjail-test-{tag}-session.scope"
     slice_dir = mount / f"pyjail-test-{tag}.slice"
-    session.mkdir()
-    slice_dir.mkdir()
-    mode, log = d / "mode", d / "calls.jsonl"
-    mode.write_text("delegate\n")
-    log.write_text("")
-    manager = subprocess.Popen([PYTHON, str(HERE / "fake_systemd_manager.py"), address,
-                                str(slice_dir), str(mode), str(log)],
-                               stdout=subprocess.PIPE, text=True)
-    assert manager.stdout.readline().strip() == "ready"
-    yield {"address": address, "mode": mode, "log": log, "slice": slice_dir,
-           "session": session, "mount": mount, "profile": profile}
-    manager.kill()
-    daemon.kill()
-    manager.wait()
-    daemon.wait()
-    # What systemd does when a scope is empty: its cgroup goes, with what pyjail made below.
-    for top in (slice_dir, session):
-        for sub in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-            if sub.is_dir():
-                sub.rmdir()
-        top.rmdir()
-    shutil.rmtree(d)
+    manager = None
+    try:
+        session.mkdir()
+        slice_dir.mkdir()
+        mode, log = d / "mode", d / "calls.jsonl"
+        mode.write_text("delegate\n")
+        log.write_text("")
+        manager = subprocess.Popen([PYTHON, str(HERE / "fake_systemd_manager.py"), address,
+                                    str(slice_dir), str(mode), str(log)],
+                                   stdout=subprocess.PIPE, text=True)
+        assert manager.stdout.readline().strip() == "ready"
+        yield {"address": address, "mode": mode, "log": log, "slice": slice_dir,
+               "session": session, "mount": mount, "profile": profile}
+    finally:
+        for process in (manager, daemon):
+            if process is not None:
+                process.kill()
+                process.wait()
+        # What systemd does when a scope is empty: its cgroup goes, with what pyjail made
+        # below.
+        for top in (slice_dir, session):
+            if top.is_dir():
+                for sub in sorted(top.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+                    if sub.is_dir():
+                        sub.rmdir()
+                top.rmdir()
+        shutil.rmtree(d)
 
 
 @pytest.fixture
