@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
@@ -130,6 +131,43 @@ Check check_proc() {
                         list),
             "run pyjail where /proc is fully visible: podman --security-opt unmask=ALL, docker "
             "--security-opt systempaths=unconfined, Kubernetes procMount: Unmasked"};
+}
+
+// An outer syscall filter (a container runtime's seccomp profile) that denies what a jail does
+// in namespaces of its own, although the kernel allows it there: sethostname in its UTS
+// namespace, mount in its mount namespace. Podman's and Docker's default profiles deny
+// sethostname to a container without CAP_SYS_ADMIN, whatever namespace it is in.
+Check check_outer_filter() {
+    CloneArgs args;
+    args.flags = CLONE_NEWUSER | CLONE_NEWUTS | CLONE_NEWNS;
+    args.exit_signal = SIGCHLD;
+    pid_t pid = sys_clone3(args);
+    if (pid == 0) {
+        // The child holds every capability in its new user namespace: only a filter says no.
+        if (::sethostname("pyjail", 6) != 0) ::_exit(errno == EPERM ? 10 : 20);
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+            ::_exit(errno == EPERM ? 11 : 21);
+        ::_exit(0);
+    }
+    if (pid < 0)  // the user namespaces check says why
+        return {"outer filter", Check::Verdict::Warn, "not checked: no user namespace", ""};
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0)
+        return {"outer filter", Check::Verdict::Ok,
+                "sethostname and mount work in a jail's own namespaces", ""};
+    const char* call = code == 10 || code == 20 ? "sethostname" : "mount";
+    if (code == 10 || code == 11)
+        return {"outer filter", Check::Verdict::Fail,
+                fmt::format("{} is denied (EPERM) in a jail's own namespaces, where the kernel "
+                            "allows it: a seccomp profile of the container runtime forbids it",
+                            call),
+                "start the container with podman/docker --security-opt seccomp=unconfined (or "
+                "a profile that allows sethostname, mount, umount2 and pivot_root), "
+                "Kubernetes seccompProfile: Unconfined"};
+    return {"outer filter", Check::Verdict::Warn, fmt::format("{} failed in a jail's own namespaces", call),
+            ""};
 }
 
 // Which way a run gets its delegated cgroup here, and why: none needed, a systemd scope
@@ -343,6 +381,7 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
                           "install pyjail's AppArmor profile (see the README)"});
     checks.push_back(check_seccomp());
     checks.push_back(check_proc());
+    checks.push_back(check_outer_filter());
     for (auto& c : check_cgroup()) checks.push_back(std::move(c));
     DataDirs dirs;
     try {
