@@ -237,7 +237,7 @@ as_user() {
 # --------------------------------------------------------------------------------------------
 # The systemd flavour: the same initramfs plus the host's systemd and D-Bus, with systemd as
 # pid 1. It starts D-Bus, logind (which starts a user manager for nobody, who lingers) and
-# pyjail-vm-run.service, which runs the script or the scenarios as root from a system service
+# vm-tests.service, which runs the script or the scenarios as root from a system service
 # of its own -- the cgroup a cron job's shell would have -- and powers off. Nothing is
 # delegated by hand: what is delegated, systemd delegates.
 
@@ -258,11 +258,11 @@ poweroff -f
 """
 
 GUEST_SYSTEMD_UNITS = {
-    "/etc/systemd/system/pyjail-vm.target": """[Unit]
+    "/etc/systemd/system/vm-tests.target": """[Unit]
 Description=pyjail VM tests
-Wants=dbus.socket systemd-logind.service pyjail-vm-run.service
+Wants=dbus.socket systemd-logind.service vm-tests.service
 """,
-    "/etc/systemd/system/pyjail-vm-run.service": """[Unit]
+    "/etc/systemd/system/vm-tests.service": """[Unit]
 Description=pyjail VM tests: the script or scenarios
 After=basic.target dbus.service systemd-logind.service
 
@@ -283,7 +283,7 @@ TTYVHangup=no
         "[Service]\nPAMName=\nEnvironment=XDG_RUNTIME_DIR=/run/user/%i\n",
 }
 
-# Run by pyjail-vm-run.service.
+# Run by vm-tests.service.
 GUEST_SYSTEMD_RUNNER = r"""export PATH=@PATH@
 # The lingering user's manager, and its bus, before anything runs.
 i=0
@@ -343,7 +343,9 @@ export NOBODY=@UID@
 in_context() {
     ctx=$1; shift
     case "$ctx" in
-        user-session) systemd-run --quiet --scope --slice=user-@UID@.slice --uid=@UID@                           --gid=@UID@ -- /bin/env -i PATH="$PATH"                           XDG_RUNTIME_DIR=/run/user/@UID@ "$@" ;;
+        user-session) systemd-run --quiet --scope --slice=user-@UID@.slice --uid=@UID@ \
+                          --gid=@UID@ -- /bin/env -i PATH="$PATH" \
+                          XDG_RUNTIME_DIR=/run/user/@UID@ "$@" ;;
         user-cron) systemd-run --quiet --wait --pipe -p User=@UID@ -p Group=@UID@ -- "$@" ;;
         root-session) systemd-run --quiet --scope --slice=user-0.slice -- "$@" ;;
         root-service) systemd-run --quiet --wait --pipe -- "$@" ;;
@@ -362,15 +364,16 @@ leftovers() {
     i=0
     while :; do
         units="$(systemctl list-units --all --plain --no-legend 'pyjail-*')"
-        units="$units$(as_nobody /bin/env XDG_RUNTIME_DIR=/run/user/@UID@                        systemctl --user list-units --all --plain --no-legend 'pyjail-*')"
+        units="$units$(as_nobody /bin/env XDG_RUNTIME_DIR=/run/user/@UID@ \
+                       systemctl --user list-units --all --plain --no-legend 'pyjail-*')"
         dirs="$(find /sys/fs/cgroup -name 'pyjail-*' -type d)"
         [ -z "$units$dirs" ] && return 0
         i=$((i + 1))
-        if [ $i -ge 50 ]; then
+        if [ $i -ge 25 ]; then
             echo "@@LEFTOVER@@ units: $units cgroups: $dirs"
             return 1
         fi
-        usleep 100000
+        usleep 200000
     done
 }
 """
@@ -721,7 +724,7 @@ def add_systemd(t: Tree, guest_prefix: str) -> None:
     t.file("/vm/runner.sh", _fill(GUEST_SYSTEMD_RUNNER, guest_prefix))
     for path, text in GUEST_SYSTEMD_UNITS.items():
         t.file(path, text)
-    t.symlink("/etc/systemd/system/default.target", "pyjail-vm.target")
+    t.symlink("/etc/systemd/system/default.target", "vm-tests.target")
     t.file("/etc/machine-id", "")  # systemd makes up one for the boot
     t.file("/etc/os-release", 'NAME="pyjail VM"\nID=pyjail-vm\n')
     # nobody lingers: logind starts its manager at boot, with nobody logged in.
