@@ -179,9 +179,11 @@ Check check_cgroup_manager(CgroupSite& site) {
                 fmt::format("none needed: {} is delegated (runs open no D-Bus connection)", site.base), ""};
     setup::ScopeDecision d = setup::decide_scope(CgroupManager::Auto, CgroupMode::Auto, true, site,
                                                  false, setup::systemd_booted());
-    if (!site.not_delegated)
+    if (!site.not_delegated)  // no cgroup2, or controllers bound to v1: a scope would lack them too
         return {"cgroup manager", Check::Verdict::Warn,
-                "none: a delegated systemd scope cannot help, as the hierarchy lacks the controllers", ""};
+                "none: a delegated systemd scope cannot help where " +
+                    site.why_not.substr(0, site.why_not.find(';')),
+                ""};
     if (!d.ask)
         return {"cgroup manager", Check::Verdict::Warn,
                 "none: systemd is not the init here (/run/systemd/system does not exist), so no "
