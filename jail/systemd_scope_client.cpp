@@ -128,6 +128,15 @@ private:
     std::string buf_;
 };
 
+// Text a bus peer chose, fit for one line of stderr: control characters (a terminal escape, a
+// newline that would forge a second message) become '?', and it is cut at `max` bytes.
+std::string printable(std::string_view s, std::size_t max = 200) {
+    std::string out(s.substr(0, max));
+    for (char& ch : out)
+        if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f) ch = '?';
+    return out;
+}
+
 std::uint64_t random_u64() {
     std::uint64_t v = 0;
     if (::getrandom(&v, sizeof v, 0) != sizeof v) v = static_cast<std::uint64_t>(monotonic_ms() * 1000) ^ static_cast<std::uint64_t>(::getpid());
@@ -154,7 +163,7 @@ JoinedScope join_systemd_scope(const BusChoice& bus) {
     std::string answer = c.read_line();
     if (!dbus::auth_accepted(answer))
         throw bus_error(bus, fmt::format("the bus refused EXTERNAL authentication ('{}')",
-                                         answer.substr(0, 80)));
+                                         printable(answer, 80)));
     JoinedScope joined;
     joined.unit = systemd::scope_name(random_u64());
     // Pipelined: the bus handles one connection's messages in order, so the match is in
@@ -170,13 +179,13 @@ JoinedScope join_systemd_scope(const BusChoice& bus) {
         dbus::Message m = c.read_message();
         if (m.type == dbus::Type::Error && m.reply_serial && *m.reply_serial <= 3) {
             std::string text = dbus::error_text(m);
-            throw bus_error(bus, fmt::format("{}{}{}", m.error_name, text.empty() ? "" : ": ",
-                                             text.substr(0, 300)));
+            throw bus_error(bus, fmt::format("{}{}{}", printable(m.error_name),
+                                             text.empty() ? "" : ": ", printable(text, 300)));
         }
         if (m.type == dbus::Type::MethodReturn && m.reply_serial == 3u) {
             if (m.signature != "o")
                 throw bus_error(bus, fmt::format("StartTransientUnit returned '{}', not a job",
-                                                 m.signature));
+                                                 printable(m.signature)));
             job = dbus::Reader(m.body, m.big_endian).string();
             // The bus stamps the sender: the reply's is systemd's own unique name.
             systemd_name = m.sender;
@@ -193,7 +202,7 @@ JoinedScope join_systemd_scope(const BusChoice& bus) {
         if (ours == ended.end()) continue;
         if (ours->result != "done")
             throw bus_error(bus, fmt::format("systemd's job for {} ended '{}'", joined.unit,
-                                             ours->result));
+                                             printable(ours->result)));
         break;
     }
     joined.ms = monotonic_ms() - started;
