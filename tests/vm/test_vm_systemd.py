@@ -120,3 +120,31 @@ def test_cgroup_manager_none_falls_back_as_before(vm_run):
     assert "ran\n" in out and "@@RC@@ 0" in out, vm_run.describe()
     assert "pyjail: no cgroup v2 for the limits (" in out
     assert "delegated pyjail-" not in out
+
+
+@pytest.mark.vm("""
+in_context user-session "$PYJAIL" --memory 64M -- python3 -c 'import time; time.sleep(120)' &
+# Once the jail has its leaf, pyjail is the process in its scope's supervisor leaf.
+i=0
+until leaf=$(find /sys/fs/cgroup -name 'pyjail-run-*' -type d) && [ -n "$leaf" ]; do
+    i=$((i + 1)); [ $i -ge 300 ] && { echo "@@NEVER-IN-A-SCOPE@@"; break; }
+    usleep 100000
+done
+pid=$(cat "${leaf%/*}/pyjail-supervisor/cgroup.procs")
+echo "@@IN@@ $leaf"
+echo "@@PYJAIL@@ $(cat /proc/$pid/cgroup) $(cat /proc/$pid/comm)"
+kill -9 $pid
+wait
+leftovers
+""", timeout=90, flavour="systemd")
+def test_a_sigkilled_pyjail_leaves_no_scope_behind(vm_run):
+    out = vm_run.output
+    assert "@@NEVER-IN-A-SCOPE@@" not in out, vm_run.describe()
+    assert re.search(r"^@@IN@@ /sys/fs/cgroup/\S+/pyjail-[0-9a-f]{16}\.scope/pyjail-run-\S+$",
+                     out, re.M), vm_run.describe()
+    assert re.search(r"^@@PYJAIL@@ 0::/\S+/pyjail-[0-9a-f]{16}\.scope/pyjail-supervisor pyjail$",
+                     out, re.M), vm_run.describe()
+    # The jail died with its supervisor, the scope emptied, and systemd collected it -- the
+    # jail's leaf with it.
+    assert "@@LEFTOVER@@" not in out, vm_run.describe()
+    assert vm_run.exit_code == 0, vm_run.describe()
