@@ -240,6 +240,9 @@ CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::s
         else
             site.why_not = fmt::format("the {} controller(s) are not delegated to {}; {}", list,
                                        base, kDelegateHint);
+        // A scope gets only what the hierarchy has: it helps when every missing one is there.
+        site.not_delegated = std::all_of(missing.begin(), missing.end(),
+                                         [&](const std::string& c) { return has(at_root, c); });
         return site;
     }
     // Root may write to every cgroup, so for root writable proves nothing: a cgroup that
@@ -251,6 +254,7 @@ CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::s
                                    "pyjail with `systemd-run --scope -p Delegate=yes pyjail ...`, "
                                    "or name a delegated cgroup with --cgroup-parent",
                                    base);
+        site.not_delegated = true;
         return site;
     }
     if (::access(base.c_str(), W_OK) != 0 ||
@@ -258,12 +262,19 @@ CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::s
         ::access((base + "/cgroup.subtree_control").c_str(), W_OK) != 0) {
         site.why_not = fmt::format("cgroup {} is not delegated to uid {}; {}", base, invoker_uid,
                                    kDelegateHint);
+        site.not_delegated = true;
         return site;
     }
     site.ok = true;
     site.base = base;
     site.mount = mount;
     return site;
+}
+
+std::string own_cgroup_dir() {
+    std::string mount = cgroup2_mount(), own = own_cgroup();
+    if (mount.empty() || own.empty()) return {};
+    return own == "/" ? mount : mount + own;
 }
 
 }  // namespace setup

@@ -25,6 +25,9 @@ struct CgroupSite {
     std::string mount;    // where the cgroup2 hierarchy is mounted
     std::string why_not;  // one line: what is missing, and how to get it
     bool controllers_on_v1 = false;  // the host binds them to cgroup v1: no delegation helps
+    // Not ok only because the cgroup is not delegated (the hierarchy has the controllers): a
+    // delegated systemd scope would do (systemd_scope.hpp).
+    bool not_delegated = false;
 };
 
 namespace setup {
@@ -33,6 +36,10 @@ namespace setup {
 // `invoker_uid`: who runs pyjail (root is told how to delegate a systemd unit's cgroup).
 CgroupSite find_cgroup_site(const std::vector<std::string>& wanted, const std::string& parent,
                             uid_t invoker_uid);
+
+// The cgroup directory pyjail runs in (the cgroup2 mount and /proc/self/cgroup's path), or ""
+// without cgroup v2.
+std::string own_cgroup_dir();
 
 }  // namespace setup
 

@@ -2,14 +2,17 @@
 
 #include <fmt/format.h>
 #include <sched.h>
+#include <sys/mount.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 
 #include <csignal>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -22,6 +25,7 @@
 #include "paths.hpp"
 #include "rootfs_command.hpp"
 #include "sys.hpp"
+#include "systemd_scope.hpp"
 
 namespace pyjail {
 
@@ -100,9 +104,119 @@ Check check_seccomp() {
     return {"seccomp", Check::Verdict::Ok, "filters with user notification", ""};
 }
 
+// A jail mounts a procfs of its own, which the kernel allows in a user namespace only where the
+// host's /proc is fully visible: no file or non-empty directory of it covered by another
+// mount, as container runtimes cover /proc/kcore, /proc/sys, ... (an empty directory, like
+// systemd's /proc/sys/fs/binfmt_misc, does not count).
+Check check_proc() {
+    std::string info;
+    if (!try_read_file("/proc/self/mountinfo", info))
+        return {"/proc", Check::Verdict::Warn, "cannot read /proc/self/mountinfo", ""};
+    std::vector<std::string> covered;
+    std::istringstream lines(info);
+    for (std::string line; std::getline(lines, line);) {
+        std::istringstream fields(line);
+        std::string id, parent, dev, root, point;
+        fields >> id >> parent >> dev >> root >> point;
+        if (point.rfind("/proc/", 0) != 0 || point == "/proc/sys/fs/binfmt_misc") continue;
+        if (std::find(covered.begin(), covered.end(), point) == covered.end())
+            covered.push_back(point);
+    }
+    if (covered.empty())
+        return {"/proc", Check::Verdict::Ok, "fully visible: a jail can mount its own", ""};
+    std::string list;
+    for (std::size_t i = 0; i < covered.size() && i < 6; ++i) list += (i ? ", " : "") + covered[i];
+    if (covered.size() > 6) list += fmt::format(" and {} more", covered.size() - 6);
+    return {"/proc", Check::Verdict::Fail,
+            fmt::format("partly covered by mounts ({}), so the kernel refuses a jail its own /proc",
+                        list),
+            "run pyjail where /proc is fully visible: podman --security-opt unmask=ALL, docker "
+            "--security-opt systempaths=unconfined, Kubernetes procMount: Unmasked"};
+}
+
+// An outer syscall filter (a container runtime's seccomp profile) that denies what a jail does
+// in namespaces of its own, although the kernel allows it there: sethostname in its UTS
+// namespace, mount in its mount namespace. Podman's and Docker's default profiles deny
+// sethostname to a container without CAP_SYS_ADMIN, whatever namespace it is in.
+Check check_outer_filter() {
+    CloneArgs args;
+    args.flags = CLONE_NEWUSER | CLONE_NEWUTS | CLONE_NEWNS;
+    args.exit_signal = SIGCHLD;
+    pid_t pid = sys_clone3(args);
+    if (pid == 0) {
+        // The child holds every capability in its new user namespace: only a filter says no.
+        if (::sethostname("pyjail", 6) != 0) ::_exit(errno == EPERM ? 10 : 20);
+        if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
+            ::_exit(errno == EPERM ? 11 : 21);
+        ::_exit(0);
+    }
+    if (pid < 0)  // the user namespaces check says why
+        return {"outer filter", Check::Verdict::Warn, "not checked: no user namespace", ""};
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    if (code == 0)
+        return {"outer filter", Check::Verdict::Ok,
+                "sethostname and mount work in a jail's own namespaces", ""};
+    const char* call = code == 10 || code == 20 ? "sethostname" : "mount";
+    if (code == 10 || code == 11)
+        return {"outer filter", Check::Verdict::Fail,
+                fmt::format("{} is denied (EPERM) in a jail's own namespaces, where the kernel "
+                            "allows it: a seccomp profile of the container runtime forbids it",
+                            call),
+                "start the container with podman/docker --security-opt seccomp=unconfined (or "
+                "a profile that allows sethostname, mount, umount2 and pivot_root), "
+                "Kubernetes seccompProfile: Unconfined"};
+    return {"outer filter", Check::Verdict::Warn, fmt::format("{} failed in a jail's own namespaces", call),
+            ""};
+}
+
+// Which way a run gets its delegated cgroup here, and why: none needed, a systemd scope
+// (really asked for: doctor then continues in it, as a run would), or none to be had.
+Check check_cgroup_manager(CgroupSite& site) {
+    const std::vector<std::string> all = {"memory", "pids", "cpu"};
+    if (site.ok)
+        return {"cgroup manager", Check::Verdict::Ok,
+                fmt::format("none needed: {} is delegated (runs open no D-Bus connection)", site.base), ""};
+    setup::ScopeDecision d = setup::decide_scope(CgroupManager::Auto, CgroupMode::Auto, true, site,
+                                                 false, setup::systemd_booted());
+    if (!site.not_delegated)  // no cgroup2, or controllers bound to v1: a scope would lack them too
+        return {"cgroup manager", Check::Verdict::Warn,
+                "none: a delegated systemd scope cannot help where " +
+                    site.why_not.substr(0, site.why_not.find(';')),
+                ""};
+    if (!d.ask)
+        return {"cgroup manager", Check::Verdict::Warn,
+                "none: systemd is not the init here (/run/systemd/system does not exist), so no "
+                "scope can be asked for",
+                ""};
+    std::string why_not;
+    auto bus = setup::choose_bus(::geteuid(), std::getenv("DBUS_SESSION_BUS_ADDRESS"),
+                                 std::getenv("XDG_RUNTIME_DIR"), std::getenv("DBUS_SYSTEM_BUS_ADDRESS"),
+                                 why_not);
+    if (!bus) return {"cgroup manager", Check::Verdict::Warn, "none: " + why_not, ""};
+    std::string was = site.why_not.substr(0, site.why_not.find(';'));
+    try {
+        supervisor::JoinedScope joined = supervisor::join_systemd_scope(*bus);
+        site = setup::find_cgroup_site(all, joined.cgroup_dir, ::geteuid());
+        return {"cgroup manager", Check::Verdict::Ok,
+                fmt::format("systemd: each run asks {} over {} for a delegated scope, as {} "
+                            "(got {} in {:.1f} ms)",
+                            bus->manager_name(), bus->origin, was, joined.unit, joined.ms),
+                ""};
+    } catch (const JailError& e) {
+        return {"cgroup manager", Check::Verdict::Warn,
+                fmt::format("none: {} ({})", e.message(), was),
+                bus->system ? "start dbus and systemd's system manager, or --cgroup-manager none"
+                            : "a user manager for this user: loginctl enable-linger USER, or "
+                              "--cgroup-manager none"};
+    }
+}
+
 std::vector<Check> check_cgroup() {
     std::vector<Check> out;
     CgroupSite site = setup::find_cgroup_site({"memory", "pids", "cpu"}, "", ::geteuid());
+    out.push_back(check_cgroup_manager(site));
     if (!site.ok) {
         // Controllers bound to cgroup v1 cannot be delegated in v2 by anyone: only a boot with
         // the unified hierarchy helps.
@@ -277,6 +391,8 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
                           "namespaces need an AppArmor profile",
                           "install pyjail's AppArmor profile (see the README)"});
     checks.push_back(check_seccomp());
+    checks.push_back(check_proc());
+    checks.push_back(check_outer_filter());
     for (auto& c : check_cgroup()) checks.push_back(std::move(c));
     DataDirs dirs;
     try {

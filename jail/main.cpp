@@ -61,6 +61,14 @@ int run_doctor(const std::vector<std::string>& args) {
     return doctor_exit_code(checks);
 }
 
+// --explain's cgroup line when a systemd scope is planned: asked for only when the jail runs.
+std::string explain_scope(const RunPlan& plan) {
+    return fmt::format("a delegated scope from systemd's {} (asked over {} when the jail runs), "
+                       "as {}",
+                       plan.systemd_scope->system ? "system manager" : "user manager",
+                       plan.systemd_scope->origin, plan.cgroup.why_not.substr(0, plan.cgroup.why_not.find(';')));
+}
+
 std::string cli_path(const CliArgs& cli, const char* option, const std::string& cwd) {
     auto it = cli.given.find(option);
     return it == cli.given.end() || it->second.back().empty()
@@ -168,6 +176,9 @@ int run(int argc, char** argv) {
             Policy policy = make_policy(settings, serve::template_command(preload), cwd);
             PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
             prepared.plan.is_template = true;
+            // The server's cgroup (a systemd scope, if one must be asked for) holds the
+            // template's leaf and every run's.
+            supervisor::settle_cgroup(prepared.plan);
             return serve::serve(prepared, absolute_path(socket, cwd), preload, argv);
         }
         if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
@@ -184,7 +195,7 @@ int run(int argc, char** argv) {
             audit.write(facts);
             return code;
         }
-        const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
+        PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
         // The script as the jail will read it: hashed through the descriptor it gets.
         if (!audit.path.empty() && prepared.fds.script)
@@ -193,7 +204,8 @@ int run(int argc, char** argv) {
             std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids,
                                      plan.command.exec_path, plan.argv, plan.env,
                                      plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
-                                     plan.cgroup.ok ? plan.cgroup.base
+                                     plan.systemd_scope ? explain_scope(plan)
+                                     : plan.cgroup.ok   ? plan.cgroup.base
                                      : plan.cgroup.why_not.empty()
                                          ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
                                          : "none: " + plan.cgroup.why_not})
@@ -201,6 +213,7 @@ int run(int argc, char** argv) {
                        stdout);
             return 0;
         }
+        supervisor::settle_cgroup(prepared.plan);
         int code = supervisor::run_jail(prepared, argv, facts);
         report.write(facts);
         audit.write(facts);

@@ -51,6 +51,9 @@ const std::vector<OptionSpec>& option_table() {
         {"cgroup", OptKind::Text, "auto", "auto|require|off",
          "Limits through cgroup v2: where possible (auto, else rlimits), or refuse to run "
          "without it (require), or rlimits only (off)", true},
+        {"cgroup-manager", OptKind::Text, "auto", "auto|systemd|none",
+         "When pyjail's cgroup is not delegated: ask systemd over D-Bus for a delegated scope "
+         "(systemd: or fail), where systemd runs (auto), or never (none)", true},
         {"cgroup-parent", OptKind::Text, "", "PATH",
          "Delegated cgroup v2 directory to create the jail's cgroup in (default: pyjail's own)",
          true},

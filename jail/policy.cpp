@@ -331,6 +331,14 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         else
             throw UsageError(fmt::format("{}: '{}' is not a cgroup mode", where(m, "cgroup"), m.value),
                              "use auto, require or off");
+        const auto& mg = item("cgroup-manager");
+        if (mg.value == "auto") p.cgroup_manager = CgroupManager::Auto;
+        else if (mg.value == "systemd") p.cgroup_manager = CgroupManager::Systemd;
+        else if (mg.value == "none") p.cgroup_manager = CgroupManager::None;
+        else
+            throw UsageError(fmt::format("{}: '{}' is not a cgroup manager", where(mg, "cgroup-manager"),
+                                         mg.value),
+                             "use auto, systemd or none");
         const auto& cp = item("cgroup-parent");
         if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
         const auto& r = item("report");

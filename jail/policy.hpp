@@ -19,6 +19,9 @@ enum class NetMode { None, Loopback };
 enum class CgroupMode { Auto, Require, Off };
 // When the rlimit fallback is said on stderr (notice.hpp).
 enum class NoticeMode { Daily, Always, Off };
+// Who is asked for a delegated cgroup when pyjail's own is not: systemd (over D-Bus, a
+// transient scope), nobody, or systemd where it runs (auto). See systemd_scope.hpp.
+enum class CgroupManager { Auto, Systemd, None };
 
 struct BindSpec {
     std::string source;  // host path, absolute (made so against the current directory)
@@ -53,6 +56,7 @@ struct Policy {
     CgroupMode cgroup = CgroupMode::Auto;
     std::string cgroup_parent;  // "" : pyjail's own cgroup
     NoticeMode cgroup_notice = NoticeMode::Daily;
+    CgroupManager cgroup_manager = CgroupManager::Auto;
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
     std::string audit_log;      // "" : none; absolute
     HostUser host_user;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <climits>
+#include <cstdlib>
 
 #include "compiled_filter.hpp"
 #include "environment.hpp"
@@ -117,15 +118,34 @@ void plan_cgroup_and_limits(RunPlan& p, const CgroupSite* given) {
         if (l.memory) controllers.push_back("memory");
         if (l.pids) controllers.push_back("pids");
         if (l.cpus) controllers.push_back("cpu");
-        p.cgroup = given != nullptr ? *given : find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
-        if (!p.cgroup.ok && policy.cgroup == CgroupMode::Require)
+        if (given != nullptr) {
+            p.cgroup = *given;  // a run from a template: the server's cgroup
+        } else {
+            p.cgroup = find_cgroup_site(controllers, policy.cgroup_parent, p.invoker.uid);
+            // Not delegated: perhaps systemd delegates one (asked at run time, not while planning).
+            ScopeDecision scope = decide_scope(policy.cgroup_manager, policy.cgroup, wants_cgroup,
+                                               p.cgroup, !policy.cgroup_parent.empty(),
+                                               policy.cgroup_manager != CgroupManager::None &&
+                                                   !p.cgroup.ok && systemd_booted());
+            if (!scope.refusal.empty()) throw JailError("cgroup", scope.refusal, 0, "or use --cgroup-manager auto");
+            if (scope.ask) {
+                std::string why_not;
+                p.systemd_scope = choose_bus(p.invoker.uid, std::getenv("DBUS_SESSION_BUS_ADDRESS"),
+                                             std::getenv("XDG_RUNTIME_DIR"),
+                                             std::getenv("DBUS_SYSTEM_BUS_ADDRESS"), why_not);
+                if (!p.systemd_scope && policy.cgroup_manager == CgroupManager::Systemd)
+                    throw JailError("cgroup", "--cgroup-manager systemd: " + why_not);
+            }
+        }
+        // With a scope planned, the cgroup comes when the jail runs (settle_cgroup).
+        if (!p.cgroup.ok && !p.systemd_scope && policy.cgroup == CgroupMode::Require)
             throw JailError("cgroup", "cgroup v2 is required (--cgroup require), but " + p.cgroup.why_not,
                             0, "or run with --cgroup auto to fall back to rlimits");
     } else {
         p.cgroup.why_not = "--cgroup off";  // rlimits by choice: the notice says so
     }
     if (!wants_cgroup && !p.cgroup.ok) p.cgroup.why_not.clear();
-    p.limits = plan_limits(l, p.cgroup.ok);
+    p.limits = plan_limits(l, p.cgroup.ok || p.systemd_scope.has_value());
     if (policy.wall_time > 0) p.limits.entries.push_back(wall_time_entry(policy.wall_time));
 }
 

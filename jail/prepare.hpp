@@ -20,6 +20,7 @@
 #include "policy.hpp"
 #include "seccomp.hpp"
 #include "sys.hpp"
+#include "systemd_scope.hpp"
 
 namespace pyjail {
 
@@ -46,6 +47,9 @@ struct RunPlan {
     std::vector<sock_filter> seccomp_filter;  // ready before any process exists
     std::string seccomp_compiled_at;          // the build-time file it came from, or ""
     CgroupSite cgroup;              // where the jail's cgroup goes, or why it cannot
+    // Set when pyjail's cgroup is not delegated and systemd is to be asked for a scope that
+    // is (supervisor::settle_cgroup, at run time); `limits` are then planned for cgroup v2.
+    std::optional<BusChoice> systemd_scope;
     LimitPlan limits;               // every limit and the mechanism enforcing it
     // The jail is a template of `pyjail serve` (serve.cpp): it keeps the capabilities its
     // runs need, has no filter of its own (each run installs its own) and lives on.

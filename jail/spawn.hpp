@@ -23,4 +23,10 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts);
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv,
             RunFacts& facts, const std::function<void(int)>& on_script);
 
+// Before run_jail, when the plan asks for a systemd scope (plan.systemd_scope): moves pyjail
+// into one (systemd_scope.hpp) and points plan.cgroup at it. When that fails, an explicit
+// --cgroup-manager systemd or --cgroup require throws JailError; auto falls back as if no
+// scope had been planned (rlimits, and the notice saying why).
+void settle_cgroup(RunPlan& plan);
+
 }  // namespace pyjail::supervisor

@@ -2,7 +2,8 @@
 # The whole test suite: installs what it needs (on Debian; through sudo when not root),
 # builds with warnings as errors, runs the unit tests, installs pyjail into a throw-away
 # staging prefix and runs the integration tests against that installed copy -- as root and
-# as an unprivileged user -- and the cgroup v2 limit tests in a qemu VM (tests/vm); fuzzes the
+# as an unprivileged user -- and the cgroup v2 limit tests in qemu VMs (tests/vm: one with a
+# shell as init, one with systemd); runs pyjail in a rootless podman container; fuzzes the
 # parsers for 20 s each (PYJAIL_FUZZ_SECONDS).
 #
 #   tests/run.sh            # everything
@@ -17,7 +18,9 @@ say() { printf '==> %s\n' "$*"; }
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
-      python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev python3-dev)
+      python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev python3-dev
+      systemd dbus dbus-daemon dbus-user-session python3-dbus python3-gi
+      podman runc uidmap)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 say "building ($build)"

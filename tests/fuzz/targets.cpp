@@ -11,12 +11,14 @@
 #include <vector>
 
 #include "cli.hpp"
+#include "dbus.hpp"
 #include "error.hpp"
 #include "options.hpp"
 #include "policy.hpp"
 #include "profile.hpp"
 #include "run_request.hpp"
 #include "seccomp.hpp"
+#include "systemd_scope.hpp"
 
 namespace pyjail::fuzz {
 
@@ -122,6 +124,23 @@ void run_request(std::string_view input) {
     for (const auto& op : r.mounts)
         expect(!op.target.empty() && op.target.front() != '/' && op.target.find("..") == std::string::npos,
                "a mount target outside the run");
+}
+
+void dbus(std::string_view input) {
+    // The client refuses the first malformed message and closes the connection.
+    try {
+        while (!input.empty()) {
+            std::size_t size = pyjail::dbus::message_size(input);
+            if (size == 0 || size > input.size()) return;  // waits for more bytes
+            expect(size >= 16 && size <= pyjail::dbus::kMaxMessage, "a message size out of bounds");
+            pyjail::dbus::Message m = pyjail::dbus::parse_message(input.substr(0, size));
+            input.remove_prefix(size);
+            if (m.type == pyjail::dbus::Type::Error) (void)pyjail::dbus::error_text(m);
+            if (auto j = pyjail::systemd::parse_job_removed(m)) expect(j->job.find('\0') == std::string::npos, "a NUL in a job path");
+            if (m.signature == "o") (void)pyjail::dbus::Reader(m.body, m.big_endian).string();
+        }
+    } catch (const pyjail::dbus::DbusError&) {
+    }
 }
 
 }  // namespace pyjail::fuzz

@@ -22,5 +22,8 @@ void cli(std::string_view input);
 
 // A run request as a template receives it (run_request.hpp): decode_request.
 void run_request(std::string_view input);
+// Bytes from a D-Bus peer: messages one after another, as systemd_scope's client reads them
+// (message_size, parse_message, parse_job_removed, error_text).
+void dbus(std::string_view input);
 
 }  // namespace pyjail::fuzz

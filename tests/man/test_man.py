@@ -221,12 +221,16 @@ def help_options() -> list[HelpOption]:
     assert r.returncode == 0, f"pyjail --help failed: {r.stderr}"
     out: list[HelpOption] = []
     in_options = False
-    for line in r.stdout.splitlines():
+    lines = r.stdout.splitlines()
+    for i, line in enumerate(lines):
         if line.strip() == "Options:":
             in_options = True
             continue
         if in_options and not line.strip():
             break
+        # An option too long for its column has its help on the next line.
+        if in_options and re.match(r"^\s+--\S+(?: \S+)?$", line) and i + 1 < len(lines):
+            line = line + "  " + lines[i + 1].strip()
         m = re.match(r"^\s+(?:(-[A-Za-z]),)?--([a-z][a-z0-9-]*)(?: (\S+))?\s{2,}(.*)$", line)
         if in_options and m:
             d = re.search(r"\[default: (.*)\]\s*$", m.group(4))

@@ -31,4 +31,5 @@ TEST_CASE("the fuzz corpora replay without a crash") {
     CHECK(replay("seccomp_set", pyjail::fuzz::seccomp_set) >= 3);
     CHECK(replay("cli", pyjail::fuzz::cli) >= 5);
     CHECK(replay("run_request", pyjail::fuzz::run_request) >= 3);
+    CHECK(replay("dbus", pyjail::fuzz::dbus) >= 3);
 }

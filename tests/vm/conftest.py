@@ -12,7 +12,9 @@ The snippet is sh (busybox), run as root with vm.py's guest library sourced: $PY
 $ROOT_SESSION_CGROUP. The parameters of a parametrized test are set as shell variables of
 the same name. All the selected tests' snippets run in ONE boot, each in its own shell and
 fresh session cgroups, in collection order; `@pytest.mark.vm(snippet, timeout=SECONDS)`
-bounds one (default 60 s). See README.md.
+bounds one (default 60 s). `@pytest.mark.vm(snippet, flavour="systemd")` runs it in the
+other boot, whose init is systemd (vm.py's GUEST_SYSTEMD_LIB: `in_context`, `leftovers`);
+each flavour boots once, when its first test runs. See README.md.
 
 Environment:
   PYJAIL_BIN=PATH             bin/pyjail of a staged installation (what tests/run.sh sets):
@@ -44,8 +46,9 @@ BOOT_ALLOWANCE = 180  # seconds for the VM to boot and power off, on top of the 
 
 def pytest_configure(config):
     config.addinivalue_line(
-        "markers", "vm(script, timeout=60): a shell snippet that runs as root in the cgroup v2 "
-                   "VM; the test gets its result from the vm_run fixture")
+        "markers", "vm(script, timeout=60, flavour='plain'): a shell snippet that runs as root "
+                   "in the cgroup v2 VM (flavour systemd: one whose init is systemd); the test "
+                   "gets its result from the vm_run fixture")
 
 
 @dataclasses.dataclass
@@ -57,11 +60,15 @@ class VMSession:
     problem: str = ""  # why nothing ran: the reason to skip (or fail) with
 
 
-def _scenarios(items) -> tuple[list[vm.Scenario], dict[str, str]]:
+def _flavour(marker) -> str:
+    return marker.kwargs.get("flavour", "plain")
+
+
+def _scenarios(items, flavour: str) -> tuple[list[vm.Scenario], dict[str, str]]:
     scenarios, names, taken = [], {}, set()
     for item in items:
         marker = item.get_closest_marker("vm")
-        if marker is None:
+        if marker is None or _flavour(marker) != flavour:
             continue
         if not marker.args or not isinstance(marker.args[0], str):
             raise pytest.UsageError(f"{item.nodeid}: write @pytest.mark.vm(\"shell snippet\")")
@@ -96,10 +103,22 @@ def _console_log() -> Path:
 
 @pytest.fixture(scope="session")
 def vm_session(request) -> VMSession:
-    """Boots the VM once for every selected test that has a `vm` marker."""
-    scenarios, names = _scenarios(request.session.items)
+    """Boots the VM once for every selected test that has a `vm` marker (plain flavour)."""
+    return _boot(request, "plain")
+
+
+@pytest.fixture(scope="session")
+def vm_systemd_session(request) -> VMSession:
+    """Boots the systemd VM once for every selected test with `vm(..., flavour="systemd")`."""
+    return _boot(request, "systemd")
+
+
+def _boot(request, flavour: str) -> VMSession:
+    scenarios, names = _scenarios(request.session.items, flavour)
     session = VMSession(names, {})
-    request.config._pyjail_vm_session = session  # for the summary
+    # For the summary.
+    request.config._pyjail_vm_sessions = getattr(request.config, "_pyjail_vm_sessions", {})
+    request.config._pyjail_vm_sessions[flavour] = session
     binary = os.environ.get("PYJAIL_BIN")
     if not binary:
         session.problem = ("PYJAIL_BIN is not set: these tests need a staged installation "
@@ -110,7 +129,7 @@ def vm_session(request) -> VMSession:
     timeout = BOOT_ALLOWANCE + sum(s.timeout for s in scenarios)
     try:
         session.vm, session.results = vm.run_scenarios(
-            scenarios, prefix, timeout=timeout, log_path=_console_log(),
+            scenarios, prefix, timeout=timeout, log_path=_console_log(), flavour=flavour,
             guest_prefix=os.environ.get("PYJAIL_VM_GUEST_PREFIX") or "/usr/local")
     except vm.VMUnavailable as e:
         session.problem = str(e)
@@ -120,11 +139,14 @@ def vm_session(request) -> VMSession:
 
 
 @pytest.fixture
-def vm_run(request, vm_session) -> vm.ScenarioResult:
+def vm_run(request) -> vm.ScenarioResult:
     """The result of this test's `vm` snippet: exit_code, output (stdout and stderr),
     seconds, describe()."""
-    if request.node.get_closest_marker("vm") is None:
+    marker = request.node.get_closest_marker("vm")
+    if marker is None:
         raise pytest.UsageError(f"{request.node.nodeid} uses vm_run without a vm marker")
+    vm_session = request.getfixturevalue(
+        "vm_systemd_session" if _flavour(marker) == "systemd" else "vm_session")
     if vm_session.problem:
         skip_or_fail(vm_session.problem)
     result = vm_session.results[vm_session.names[request.node.nodeid]]
@@ -136,11 +158,12 @@ def vm_run(request, vm_session) -> vm.ScenarioResult:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    session: VMSession | None = getattr(config, "_pyjail_vm_session", None)
-    if session is None:
-        return
-    tr = terminalreporter
-    tr.write_sep("-", "pyjail VM")
+    for flavour, session in getattr(config, "_pyjail_vm_sessions", {}).items():
+        _summary(terminalreporter, flavour, session)
+
+
+def _summary(tr, flavour: str, session: VMSession) -> None:
+    tr.write_sep("-", "pyjail VM" + ("" if flavour == "plain" else f" ({flavour})"))
     if session.problem:
         tr.write_line(f"not run: {session.problem.splitlines()[0]}")
         return

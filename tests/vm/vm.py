@@ -10,6 +10,9 @@ the script and powers off. There is no disk and no network.
 
     tests/vm/vm.py --prefix STAGE/usr/local [--kernel /boot/vmlinuz-X] [--timeout 300] SCRIPT
 
+`--flavour systemd` boots systemd instead (see GUEST_SYSTEMD_INIT below): the host's
+systemd and D-Bus, logind, and a lingering user manager for nobody.
+
 prints what the script printed (stdout and stderr) and exits with its exit status (124 when
 the time ran out, 125 when the VM could not be built or booted). The script runs with
 /vm/lib.sh sourced (see GUEST_LIB below: `as_nobody`, `$PYJAIL`, the cgroup paths), from
@@ -227,6 +230,151 @@ as_user() {
         nobody|unprivileged) shift; as_nobody "$@" ;;
         *) echo "as_user: unknown user $1" >&2; return 2 ;;
     esac
+}
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# The systemd flavour: the same initramfs plus the host's systemd and D-Bus, with systemd as
+# pid 1. It starts D-Bus, logind (which starts a user manager for nobody, who lingers) and
+# vm-tests.service, which runs the script or the scenarios as root from a system service
+# of its own -- the cgroup a cron job's shell would have -- and powers off. Nothing is
+# delegated by hand: what is delegated, systemd delegates.
+
+# Packages whose files go in (man pages, docs, translations and shell completions left out).
+SYSTEMD_PACKAGES = ("systemd", "libsystemd-shared", "libsystemd0", "dbus", "dbus-bin",
+                    "dbus-daemon", "dbus-system-bus-common", "dbus-session-bus-common",
+                    "dbus-user-session", "libdbus-1-3")
+_SYSTEMD_SKIP = ("/usr/share/doc", "/usr/share/man", "/usr/share/locale", "/usr/share/zsh",
+                 "/usr/share/bash-completion", "/usr/share/lintian", "/usr/share/bug")
+
+GUEST_SYSTEMD_INIT = r"""#!/bin/sh
+# Stage 1 as in the plain flavour (pivot_root cannot leave the initial rootfs), then systemd.
+export PATH=@PATH@
+mkdir -p /.root
+mount -o bind / /.root && cd /.root && mount -o move . / && exec chroot . /lib/systemd/systemd
+echo "@SETUP_FAILED@ cannot stack a bind mount on the initial rootfs, or start systemd"
+poweroff -f
+"""
+
+GUEST_SYSTEMD_UNITS = {
+    "/etc/systemd/system/vm-tests.target": """[Unit]
+Description=pyjail VM tests
+Wants=dbus.socket systemd-logind.service vm-tests.service
+""",
+    "/etc/systemd/system/vm-tests.service": """[Unit]
+Description=pyjail VM tests: the script or scenarios
+After=basic.target dbus.service systemd-logind.service
+
+[Service]
+Type=exec
+ExecStart=/bin/sh /vm/runner.sh
+StandardInput=null
+StandardOutput=tty
+StandardError=inherit
+TTYPath=/dev/ttyS0
+TTYReset=no
+TTYVHangup=no
+""",
+    # No PAM in the guest: the user manager starts without a PAM session.
+    # No PAM in the guest: the user manager starts without a PAM session, so without what
+    # pam_systemd would set.
+    "/etc/systemd/system/user@.service.d/no-pam.conf":
+        "[Service]\nPAMName=\nEnvironment=XDG_RUNTIME_DIR=/run/user/%i\n",
+}
+
+# Run by vm-tests.service.
+GUEST_SYSTEMD_RUNNER = r"""export PATH=@PATH@
+# The lingering user's manager, and its bus, before anything runs.
+i=0
+until [ "$(systemctl is-active user@@UID@.service)" = active ] && [ -S /run/user/@UID@/bus ]; do
+    i=$((i + 1))
+    if [ $i -ge 1200 ] || [ "$(systemctl is-failed user@@UID@.service)" = failed ]; then
+        echo "@SETUP_FAILED@ no user manager for @UID@: $(systemctl is-active user@@UID@.service)"
+        systemctl --no-pager --failed
+        journalctl -b --no-pager -o cat -u user@@UID@.service | tail -20
+        poweroff -f
+    fi
+    usleep 100000
+done
+# Scenarios: as in the plain flavour, each in its own shell, framed, timed; systemd (not the
+# harness) collects what a scenario's units leave.
+run_one() {
+    timeout -s KILL "$2" sh -c '. /vm/lib.sh && . "$0"' "$1" </dev/null 2>&1
+}
+echo "@START@ uptime=$(cut -d' ' -f1 /proc/uptime)"
+if [ -n "$(ls /vm/scenarios)" ]; then
+    for f in /vm/scenarios/*.sh; do
+        name=${f##*/}; name=${name%.sh}
+        limit=$(sed -n '1s/^# timeout=//p' "$f")
+        t0=$(cut -d' ' -f1 /proc/uptime)
+        echo "@BEGIN@ $name"
+        run_one "$f" "${limit:-120}"
+        rc=$?
+        t1=$(cut -d' ' -f1 /proc/uptime)
+        echo
+        echo "@SEND@ $name rc=$rc t0=$t0 t1=$t1"
+    done
+    rc=0
+else
+    run_one /vm/script.sh 100000
+    rc=$?
+fi
+echo
+echo "@END@ rc=$rc uptime=$(cut -d' ' -f1 /proc/uptime)"
+poweroff -f
+"""
+
+GUEST_SYSTEMD_LIB = r"""# Sourced before the script (systemd flavour). busybox's sh runs its own applets first.
+export PATH=@PATH@ HOME=/root
+export PYJAIL_PREFIX=@PREFIX@
+export PYJAIL=@PREFIX@/bin/pyjail
+export NOBODY=@UID@
+
+# in_context CONTEXT CMD [ARGS...]: runs CMD where people start pyjail, none delegated:
+#   user-session  nobody in a login-like session: a scope of the system manager in
+#                 user-@UID@.slice (as logind makes session-N.scope), with the session's
+#                 XDG_RUNTIME_DIR
+#   user-cron     nobody in a system service of its own, with no session variables (a
+#                 user's cron job, in cron.service)
+#   root-session  root in a scope in user-0.slice
+#   root-service  root in a system service (a root cron job)
+# stdin is not passed on; stdout and stderr are.
+in_context() {
+    ctx=$1; shift
+    case "$ctx" in
+        user-session) systemd-run --quiet --scope --slice=user-@UID@.slice --uid=@UID@ \
+                          --gid=@UID@ -- /bin/env -i PATH="$PATH" \
+                          XDG_RUNTIME_DIR=/run/user/@UID@ "$@" ;;
+        user-cron) systemd-run --quiet --wait --pipe -p User=@UID@ -p Group=@UID@ -- "$@" ;;
+        root-session) systemd-run --quiet --scope --slice=user-0.slice -- "$@" ;;
+        root-service) systemd-run --quiet --wait --pipe -- "$@" ;;
+        *) echo "in_context: unknown context $ctx" >&2; return 2 ;;
+    esac
+}
+
+# as_nobody CMD [ARGS...]: CMD as nobody, from where the script runs (no session).
+as_nobody() {
+    /usr/bin/setpriv --reuid=@UID@ --regid=@UID@ --clear-groups -- "$@"
+}
+
+# leftovers: waits (5 s at most) until neither manager lists a pyjail-* unit and no pyjail-*
+# cgroup exists; prints "@@LEFTOVER@@ ..." naming what stayed.
+leftovers() {
+    i=0
+    while :; do
+        units="$(systemctl list-units --all --plain --no-legend 'pyjail-*')"
+        units="$units$(as_nobody /bin/env XDG_RUNTIME_DIR=/run/user/@UID@ \
+                       systemctl --user list-units --all --plain --no-legend 'pyjail-*')"
+        dirs="$(find /sys/fs/cgroup -name 'pyjail-*' -type d)"
+        [ -z "$units$dirs" ] && return 0
+        i=$((i + 1))
+        if [ $i -ge 25 ]; then
+            echo "@@LEFTOVER@@ units: $units cgroups: $dirs"
+            return 1
+        fi
+        usleep 200000
+    done
 }
 """
 
@@ -484,8 +632,10 @@ def _cpio_member(out, name: str, mode: int, body: bytes, ino: int, *, nlink: int
     out.write(body + b"\0" * (-len(body) % 4))
 
 
-def base_tree(prefix: Path, guest_prefix: str) -> Tree:
+def base_tree(prefix: Path, guest_prefix: str, flavour: str = "plain") -> Tree:
     """Everything but the script."""
+    if flavour not in ("plain", "systemd"):
+        raise ValueError(f"flavour {flavour!r}: use plain or systemd")
     check_prefix(prefix)
     busybox = find_busybox()
     setpriv = find_setpriv()
@@ -523,7 +673,68 @@ def base_tree(prefix: Path, guest_prefix: str) -> Tree:
     t.file("/init", _fill(GUEST_INIT, guest_prefix), 0o755)
     t.file("/vm/lib.sh", _fill(GUEST_LIB, guest_prefix))
     t.file("/vm/harness.sh", _fill(GUEST_HARNESS, guest_prefix))
+    if flavour == "systemd":
+        add_systemd(t, guest_prefix)
     return t
+
+
+def _package_files(packages) -> list[str]:
+    r = subprocess.run(["dpkg", "-L", *packages], capture_output=True, text=True)
+    if r.returncode != 0:
+        missing = [p for p in packages
+                   if subprocess.run(["dpkg", "-s", p], capture_output=True).returncode != 0]
+        raise VMUnavailable(f"the systemd VM needs these packages: apt-get install "
+                            f"{' '.join(missing or packages)}")
+    return sorted(set(r.stdout.split("\n")) - {""})
+
+
+def add_systemd(t: Tree, guest_prefix: str) -> None:
+    """The systemd flavour (see GUEST_SYSTEMD_INIT): the packages' files as they are on the host
+    (symlinks kept: a unit's alias is a link, and a copy would be a second unit), the shared
+    libraries their programs need, and the configuration of the test boot."""
+    elves = []
+    for path in _package_files(SYSTEMD_PACKAGES):
+        if path.startswith(_SYSTEMD_SKIP) or path.startswith("/etc/systemd/system/"):
+            continue
+        if not os.path.lexists(path):
+            continue  # excluded by dpkg's path-exclude, say
+        if os.path.islink(path):
+            # Not a merged-/usr link of the host's (/bin -> usr/bin): dpkg lists /bin too.
+            if not os.path.isdir(path):
+                t.symlink(path, os.readlink(path))
+        elif os.path.isfile(path):
+            t.add(path, Entry("file", stat.S_IMODE(os.stat(path).st_mode), source=Path(path)))
+            with open(path, "rb") as f:
+                if f.read(4) == b"\x7fELF":
+                    elves.append(path)
+    # One ldd for all of them: its output names each file, then what it loads.
+    r = subprocess.run(["ldd", *elves], capture_output=True, text=True,
+                       env={"LC_ALL": "C", "PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+    # A library of the packages themselves (libsystemd-shared, found through a RUNPATH that
+    # ldd does not apply to every plugin) is there already.
+    own = {os.path.basename(p) for p in t.entries}
+    for line in r.stdout.splitlines():
+        if "=> not found" in line and line.split()[0] not in own:
+            raise VMUnavailable(f"a program of the systemd packages needs a missing library: {line}")
+        m = re.match(r"\s*(?:\S+ => )?(/\S+) \(0x", line)
+        if m and m.group(1) not in t.entries:
+            t.copy(m.group(1), Path(m.group(1)))
+    t.file("/init", _fill(GUEST_SYSTEMD_INIT, guest_prefix), 0o755)
+    t.file("/vm/lib.sh", _fill(GUEST_SYSTEMD_LIB, guest_prefix))
+    t.file("/vm/runner.sh", _fill(GUEST_SYSTEMD_RUNNER, guest_prefix))
+    for path, text in GUEST_SYSTEMD_UNITS.items():
+        t.file(path, text)
+    t.symlink("/etc/systemd/system/default.target", "vm-tests.target")
+    t.file("/etc/machine-id", "")  # systemd makes up one for the boot
+    t.file("/etc/os-release", 'NAME="pyjail VM"\nID=pyjail-vm\n')
+    # nobody lingers: logind starts its manager at boot, with nobody logged in.
+    t.file("/var/lib/systemd/linger/nobody", "")
+    t.dir("/var/tmp", 0o1777)
+    t.file("/etc/passwd", "root:x:0:0:root:/root:/bin/sh\n"
+           "messagebus:x:100:101::/nonexistent:/usr/sbin/nologin\n"
+           f"nobody:x:{UNPRIVILEGED_ID}:{UNPRIVILEGED_ID}:nobody:/nonexistent:/bin/false\n")
+    t.file("/etc/group", "root:x:0:\ntty:x:5:\nmessagebus:x:101:\nsystemd-journal:x:102:\n"
+           f"nogroup:x:{UNPRIVILEGED_ID}:\n")
 
 
 def cache_root() -> Path:
@@ -534,13 +745,14 @@ def cache_root() -> Path:
 
 
 def build_initramfs(prefix: Path, guest_prefix: str = "/usr/local", *,
-                    compress: str | None = None, keep: int = 3, log=None) -> Path:
+                    compress: str | None = None, keep: int = 3, log=None,
+                    flavour: str = "plain") -> Path:
     """The cached initramfs (without a script) for this prefix; built when not cached."""
     compress = compress or os.environ.get("PYJAIL_VM_COMPRESS") or "none"
     if compress not in ("none", "gzip"):
         raise ValueError(f"compression {compress!r}: use none or gzip")
     t0 = time.monotonic()
-    tree = base_tree(Path(prefix), guest_prefix)
+    tree = base_tree(Path(prefix), guest_prefix, flavour)
     key = hashlib.sha256(f"{tree.digest()}\0{compress}".encode()).hexdigest()[:24]
     root = cache_root() / "initramfs"
     out_dir = root / key
@@ -728,7 +940,7 @@ def run(script: str, prefix: str | os.PathLike, *, kernel: str | os.PathLike | N
         timeout: float = 300, accel: str | None = None, guest_prefix: str = "/usr/local",
         files: dict[str, bytes | str] | None = None, log_path: str | os.PathLike | None = None,
         memory: int = 1024, cpus: int = 2, append: str = "", echo=None,
-        log=None) -> VMResult:
+        log=None, flavour: str = "plain") -> VMResult:
     """Boots the VM, runs `script` (sh, as root, /vm/lib.sh sourced) and powers off.
 
     `files` are more files for the guest (path -> content). The console is streamed to
@@ -743,7 +955,11 @@ def run(script: str, prefix: str | os.PathLike, *, kernel: str | os.PathLike | N
     acc, note = choose_accel(accel)
     if note and log and not forced:
         log(f"no KVM ({note}): emulating with TCG, which is slower")
-    base = build_initramfs(Path(prefix), guest_prefix, log=log)
+    base = build_initramfs(Path(prefix), guest_prefix, log=log, flavour=flavour)
+    if flavour == "systemd":
+        # systemd's own status and logs stay off the console, where the output is read.
+        append = " ".join(filter(None, ["systemd.show_status=0 systemd.log_level=err "
+                                        "systemd.log_target=kmsg", append]))
     work = Path(tempfile.mkdtemp(prefix=".run.", dir=cache_root()))
     try:
         initrd = work / "initrd"
@@ -951,6 +1167,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--memory", type=int, default=1024, help="MiB (default: 1024)")
     p.add_argument("--cpus", type=int, default=2)
     p.add_argument("--append", default="", help="more kernel command line")
+    p.add_argument("--flavour", choices=["plain", "systemd"], default="plain",
+                   help="plain: a shell as init; systemd: the host's systemd as init")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="stream the whole console to stderr")
     p.add_argument("script", help="the shell script to run ('-': standard input)")
@@ -971,6 +1189,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         r = run(script, a.prefix, kernel=a.kernel, timeout=a.timeout, accel=a.accel,
                 guest_prefix=a.guest_prefix, log_path=a.log, memory=a.memory, cpus=a.cpus,
+                flavour=a.flavour,
                 append=a.append, echo=echo, log=note)
     except (VMUnavailable, VMBootError) as e:
         note(str(e))
