@@ -299,7 +299,7 @@ private:
             ucred cred{};
             socklen_t len = sizeof cred;
             if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-                (cred.uid != ::geteuid() && cred.uid != 0))
+                !trusted_serve_peer(cred.uid, ::geteuid()))
                 continue;
             ServeHello hello{};
             hello.version = kServeProtocolVersion;
