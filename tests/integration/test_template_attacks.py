@@ -560,3 +560,30 @@ def test_a_burst_of_runs_cannot_wedge_the_server_and_its_template(run_jail, as_u
         report_theirs.close()
     r = via(run_jail, as_user, sock, "print('served')")
     assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+
+
+def test_a_client_that_sends_and_leaves_at_once_leaves_no_run(run_jail, as_user, serve, world_tmp, jail_rootfs):
+    # Attack: clients that send a request and close the connection before the template has
+    # answered (the server learns of the run only after its client is gone): each such run
+    # must be ended, not left running unsupervised below the template.
+    sock, p = serve(as_user)
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "import time; time.sleep(60)")
+    template = descendants(p.pid)
+    report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    null = os.open("/dev/null", os.O_RDWR)
+    try:
+        fds = struct.pack("4i", report_theirs.fileno(), null, null, null)
+        for _ in range(10):
+            c = raw_connect(sock)
+            c.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            c.close()
+        r = via(run_jail, as_user, sock, "print('served')")  # after the ten, in order
+        assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+        deadline = time.monotonic() + 5
+        while descendants(p.pid) - template and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not descendants(p.pid) - template, "runs outlived their clients"
+    finally:
+        os.close(null)
+        report_ours.close()
+        report_theirs.close()
