@@ -350,11 +350,11 @@ private:
     // Attack: a burst of clients. The sends to the template and its replies are blocking:
     // with many requests forwarded at once, the template's replies (read one per turn of the
     // loop) fill their socket while this server still sends, and each then waits for the
-    // other for ever, with every run of this server. One request at the template at a time:
-    // its reply is read before the next is sent, so neither side ever waits on the other
-    // (a request fits the socket's buffer; the template forks one run at a time anyway).
+    // other for ever, with every run of this server. A few requests at the template at a
+    // time: their replies (a few hundred bytes each) never fill the template's socket, so
+    // the template never waits, and a send of ours waits at most for its next read.
     void forward_next() {
-        while (template_ready_ && forwarded_.empty() && !queued_.empty()) {
+        while (template_ready_ && forwarded_.size() < kAtTemplate && !queued_.empty()) {
             Client* c = queued_.front();
             queued_.pop_front();
             forward(*c);  // sent: awaited now; not sent: answered, and the next is tried
@@ -401,8 +401,11 @@ private:
     bool template_ready_ = false, ever_ready_ = false, restarted_ = false;
     int starts_ = 0;
     std::list<std::unique_ptr<Client>> clients_;
-    std::deque<Client*> queued_;     // waiting for the template: to be ready, to answer the one before
-    std::deque<Client*> forwarded_;  // sent to the template, awaiting its reply (one at most)
+    std::deque<Client*> queued_;     // waiting for the template: to be ready, to answer earlier ones
+    // Requests sent to the template and not yet answered, at most: enough for the template
+    // to find the next request waiting when it has forked a run.
+    static constexpr std::size_t kAtTemplate = 4;
+    std::deque<Client*> forwarded_;  // sent to the template, in order, awaiting its reply
 };
 
 }  // namespace
