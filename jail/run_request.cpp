@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include <string.h>  // explicit_bzero
+
 #include <cstring>
 
 #include "error.hpp"
@@ -159,6 +161,25 @@ std::string encode_request(const RunRequest& r) {
     w.str(r.rootfs);
     w.u32((r.has_script ? 1u : 0u) | (r.into_cgroup ? 2u : 0u));
     return w.take();
+}
+
+void wipe_request(RunRequest& r) {
+    // explicit_bzero: the compiler may not drop the stores to memory about to be freed.
+    auto wipe = [](std::string& s) { ::explicit_bzero(s.data(), s.size()); };
+    for (auto& s : r.argv) wipe(s);
+    for (auto& s : r.env) wipe(s);
+    wipe(r.cwd);
+    wipe(r.hostname);
+    for (auto& op : r.mounts) {
+        wipe(op.target);
+        wipe(op.source_path);
+        wipe(op.data);
+    }
+    for (auto& [file, value] : r.cgroup_files) {
+        wipe(file);
+        wipe(value);
+    }
+    wipe(r.rootfs);
 }
 
 RunRequest decode_request(std::string_view bytes) {

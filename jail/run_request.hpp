@@ -53,6 +53,11 @@ public:
 };
 
 std::string encode_request(const RunRequest& r);
+// Overwrites every byte of the request's strings (its command line, environment, mounts,
+// cgroup values) with zeros, before it is freed. The template forks every later run from its
+// own memory: what it freed but did not clear, a later run reads (an earlier run's code,
+// tokens, keys).
+void wipe_request(RunRequest& r);
 // Throws BadRequest naming what is wrong; checks every field (counts, lengths, op kinds and
 // targets, a filter's length), so what it returns can be executed as it is.
 RunRequest decode_request(std::string_view bytes);

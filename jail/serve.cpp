@@ -262,16 +262,13 @@ private:
                             mods.empty() ? "nothing" : mods.c_str());
                 std::fflush(stdout);
             }
-            while (!queued_.empty()) {
-                Client* c = queued_.front();
-                queued_.pop_front();
-                forward(*c);
-            }
+            forward_next();
             return;
         }
         if (forwarded_.empty()) return;
         Client* c = forwarded_.front();
         forwarded_.pop_front();
+        forward_next();
         if (r.kind == TemplateReplyKind::Started && passed) {
             c->state = Client::State::Running;
             if (!c->conn) {  // its client left while it started
@@ -299,7 +296,7 @@ private:
             ucred cred{};
             socklen_t len = sizeof cred;
             if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-                (cred.uid != ::geteuid() && cred.uid != 0))
+                !trusted_serve_peer(cred.uid, ::geteuid()))
                 continue;
             ServeHello hello{};
             hello.version = kServeProtocolVersion;
@@ -345,11 +342,22 @@ private:
             c.conn.reset();
             return;
         }
-        if (template_ready_) {
-            forward(c);
-        } else {
-            c.state = Client::State::Queued;
-            queued_.push_back(&c);
+        c.state = Client::State::Queued;
+        queued_.push_back(&c);
+        forward_next();
+    }
+
+    // Attack: a burst of clients. The sends to the template and its replies are blocking:
+    // with many requests forwarded at once, the template's replies (read one per turn of the
+    // loop) fill their socket while this server still sends, and each then waits for the
+    // other for ever, with every run of this server. A few requests at the template at a
+    // time: their replies (a few hundred bytes each) never fill the template's socket, so
+    // the template never waits, and a send of ours waits at most for its next read.
+    void forward_next() {
+        while (template_ready_ && forwarded_.size() < kAtTemplate && !queued_.empty()) {
+            Client* c = queued_.front();
+            queued_.pop_front();
+            forward(*c);  // sent: awaited now; not sent: answered, and the next is tried
         }
     }
 
@@ -393,7 +401,10 @@ private:
     bool template_ready_ = false, ever_ready_ = false, restarted_ = false;
     int starts_ = 0;
     std::list<std::unique_ptr<Client>> clients_;
-    std::deque<Client*> queued_;     // waiting for the template to be ready
+    std::deque<Client*> queued_;     // waiting for the template: to be ready, to answer earlier ones
+    // Requests sent to the template and not yet answered, at most: enough for the template
+    // to find the next request waiting when it has forked a run.
+    static constexpr std::size_t kAtTemplate = 4;
     std::deque<Client*> forwarded_;  // sent to the template, in order, awaiting its reply
 };
 

@@ -494,6 +494,17 @@ ServeConnection connect_to_server(const std::string& socket) {
     if (::connect(c.fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
         throw JailError("via", fmt::format("cannot connect to the template at {}", socket), errno,
                         via_hint(socket));
+    // Attack: another local user listens at this path (a shared directory, or the name of a
+    // server that stopped). Before anything is sent or believed, the server must be this
+    // user's or root's: the listener's credentials, which its owner cannot forge.
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(c.fd.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0)
+        throw JailError("via", fmt::format("cannot tell who listens at {}", socket), errno, via_hint(socket));
+    if (!trusted_serve_peer(cred.uid, ::geteuid()))
+        throw JailError("via",
+                        fmt::format("the server at {} runs as uid {}, neither this user nor root", socket, cred.uid),
+                        0, "start your own `pyjail serve`, with its --socket in a directory only you can write");
     ssize_t n;
     do n = ::recv(c.fd.get(), &c.hello, sizeof c.hello, 0);
     while (n < 0 && errno == EINTR);

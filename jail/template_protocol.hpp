@@ -31,4 +31,12 @@ struct ServeHello {
 
 inline constexpr std::uint32_t kServeProtocolVersion = 1;
 
+// Who may be at the other end of a connection to `pyjail serve`, seen from either end: the
+// same user, or root. The server runs nobody else's runs; the client gives its descriptors
+// (stdin, stdout, stderr, the script, the report socket) to nobody else, and believes nobody
+// else's pidfd (a root client would signal whatever process it names).
+inline bool trusted_serve_peer(std::uint32_t peer_uid, std::uint32_t own_uid) {
+    return peer_uid == own_uid || peer_uid == 0;
+}
+
 }  // namespace pyjail

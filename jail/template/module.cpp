@@ -20,6 +20,8 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <string.h>  // explicit_bzero
+
 #include <cstring>
 #include <string>
 
@@ -121,6 +123,12 @@ PyObject* serve(PyObject*, PyObject* arg) {
             }
             return Py_BuildValue("(NN)", argv, env);
         }
+        // The template: every later run is a fork of this process, and can read its memory
+        // (its own copy). This request's bytes (the run's command line and environment) are
+        // cleared here, in the receive buffer and decoded, not merely freed: a later run
+        // scanning its memory finds nothing of an earlier run's request.
+        wipe_request(request);
+        ::explicit_bzero(buf.data(), static_cast<std::size_t>(n));
         for (int k = 0; k < got; ++k) ::close(fds[k]);
         if (pid < 0) {
             reply(ctl, TemplateReplyKind::Refused, 0, error, -1);

@@ -11,6 +11,7 @@
 #include "profile.hpp"
 #include "run_request.hpp"
 #include "shipped_sets.hpp"
+#include "template_protocol.hpp"
 
 using namespace pyjail;
 
@@ -157,4 +158,30 @@ TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
         REQUIRE_FALSE(bytes.empty());
         CHECK_NOTHROW(decode_request(bytes));
     }
+}
+
+TEST_CASE("a wiped request holds none of its bytes") {
+    RunRequest r = sample();
+    r.argv.push_back("-c");
+    r.argv.push_back(std::string(200, 'c'));            // on the heap
+    r.env.push_back("T=short");                         // in the string itself
+    wipe_request(r);
+    auto zeros = [](const std::string& s) {
+        return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c == '\0'; });
+    };
+    for (const auto& s : r.argv) CHECK(zeros(s));
+    for (const auto& s : r.env) CHECK(zeros(s));
+    CHECK(zeros(r.cwd));
+    CHECK(zeros(r.hostname));
+    CHECK(zeros(r.rootfs));
+    for (const auto& op : r.mounts) CHECK(zeros(op.target));
+    for (const auto& [file, value] : r.cgroup_files) CHECK((zeros(file) && zeros(value)));
+}
+
+TEST_CASE("a serve connection's other end is trusted only if it is the same user or root") {
+    CHECK(trusted_serve_peer(1000, 1000));
+    CHECK(trusted_serve_peer(0, 1000));          // root's server, or root as a client
+    CHECK(trusted_serve_peer(0, 0));
+    CHECK_FALSE(trusted_serve_peer(1001, 1000)); // another user's server or client
+    CHECK_FALSE(trusted_serve_peer(1000, 0));    // root gives nothing to a user's server
 }

@@ -1,0 +1,589 @@
+"""Attacks on runs from a template (`pyjail serve`, `pyjail --via`), from the inside (a run
+that tries to learn or change something of the template, of an earlier, later or concurrent
+run, or of the host) and from the outside (a local user or a malformed client against the
+server, a server that is not the client's). Each test tries the attack and checks that it
+fails; each runs as root and as an unprivileged user where both apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from pyjail_testing import skip_or_fail
+from pyjail_testing.runs import describe
+
+
+@pytest.fixture
+def serve(pyjail_command, world_tmp):
+    """serve(user, *options) -> (socket path, Popen) of a `pyjail serve` started as `user` and
+    ready; stopped (SIGTERM) at the end of the test, when the socket must be gone."""
+    started = []
+
+    def serve(user, *options):
+        d = world_tmp.dir(0o777)
+        sock = str(d / "t.sock")
+        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd="/")
+        started.append((p, sock))
+        line = p.stdout.readline().decode()
+        assert line.startswith("pyjail serve: ready at " + sock), (
+            line + p.stderr.read().decode() if p.poll() is not None else line)
+        return sock, p
+
+    yield serve
+    for p, sock in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(15)
+        p.stdout.close()
+        p.stderr.close()
+        assert not os.path.exists(sock), "the server left its socket behind"
+
+
+def via(run_jail, user, sock, code, *args, opts=(), **kwargs):
+    return run_jail(["--quiet", *opts, "--via", sock, "--", "python", "-c", textwrap.dedent(code), *args],
+                    user=user, **kwargs)
+
+
+def result(r):
+    assert r.returncode == 0, describe(r)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def as_uid(uid: int) -> list[str]:
+    """What runs a host command as `uid` (the tests run as root, or as that user already)."""
+    if os.geteuid() == uid:
+        return []
+    if os.geteuid() != 0:
+        skip_or_fail(f"a second local user (uid {uid}) needs the tests to run as root")
+    return [shutil.which("setpriv") or "setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
+
+
+def server_fds(p: subprocess.Popen) -> int:
+    return len(os.listdir(f"/proc/{p.pid}/fd"))
+
+
+# --------------------------------------------------------------------------------------------
+# From inside a run
+
+
+# Scans this process's writable memory (its own copy of the template's) for NEEDLE followed by
+# TAIL (both given in hex, so that this program's text holds neither): prints how often.
+SCAN_MEMORY = """
+    import json, os, sys
+    needle, tail = bytes.fromhex(sys.argv[1]), bytes.fromhex(sys.argv[2])
+    found = 0
+    fd = os.open("/proc/self/mem", os.O_RDONLY)
+    for line in open("/proc/self/maps").read().splitlines():
+        fields = line.split()
+        if not fields[1].startswith("rw") or (len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]")):
+            continue
+        start, end = (int(x, 16) for x in fields[0].split("-"))
+        at = start
+        while at < end:
+            size = min(1 << 20, end - at)
+            try:
+                data = os.pread(fd, size + 256 if at + size < end else size, at)
+            except OSError:
+                break
+            i = data.find(needle)
+            while 0 <= i < size:
+                if data[i + len(needle):i + len(needle) + len(tail)] == tail:
+                    found += 1
+                i = data.find(needle, i + 1)
+            at += size
+    print(json.dumps({"found": found}))
+"""
+
+
+def test_a_run_finds_nothing_of_an_earlier_runs_request_in_its_memory(run_jail, as_user, serve):
+    # Attack: every run is a fork of the template, so a run's memory is a copy of the
+    # template's. What the template keeps of the requests it forked earlier runs for (its
+    # receive buffer; the decoded strings, freed but not cleared) a later run reads: an
+    # earlier run's environment and command line, with their tokens and keys.
+    sock, _ = serve(as_user)
+    # Strings the allocator keeps in its free lists (the first 16 bytes of a freed chunk are
+    # its links: the marker sits after them); more of them than the next request reuses.
+    needle, tail = b"-pjleak-", b"s" * 30
+    entry = "a" * 29 + (needle + tail).decode()
+    env = [o for i in range(40) for o in ("--env", f"K{i:02d}={entry}")]
+    first = via(run_jail, as_user, sock, "pass", "x" * 5000 + entry, opts=env)
+    assert first.returncode == 0, describe(first)
+    second = result(via(run_jail, as_user, sock, SCAN_MEMORY, needle.hex(), tail.hex()))
+    assert second["found"] == 0, f"a later run read {second['found']} of an earlier run's environment entries"
+    # The scan finds what is there: the same strings in its own environment.
+    own = result(via(run_jail, as_user, sock, SCAN_MEMORY, needle.hex(), tail.hex(), opts=env[:2]))
+    assert own["found"] > 0, own
+
+
+def test_pid1_and_the_program_hold_nothing_of_the_template(run_jail, as_user, serve):
+    # Attack: the run's pid 1 and its program are copies of the template. Any descriptor of the
+    # template (its control socket to the server, its pid namespace) left open would let the
+    # program talk to the server or enter the template's pid namespace; a pid 1 without the
+    # filter or with capabilities would be a way out once the program takes it over.
+    sock, _ = serve(as_user, "--preload", "json")
+    got = result(via(run_jail, as_user, sock, """
+        import json, os
+        fds = {}
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                fds[fd] = os.readlink("/proc/self/fd/" + fd)
+            except OSError:
+                pass
+        status = dict(l.split(":", 1) for l in open("/proc/1/status").read().splitlines() if ":" in l)
+        def attempt(fn):
+            try:
+                fn(); return "ok"
+            except OSError as e:
+                return e.errno
+        print(json.dumps({
+            "fds": fds,
+            "pid1": {k: status[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
+                                                   "NoNewPrivs", "Seccomp")},
+            "pid1_fds": attempt(lambda: os.listdir("/proc/1/fd")),
+            "pid1_environ": attempt(lambda: open("/proc/1/environ", "rb").read()),
+            "pid1_maps": attempt(lambda: open("/proc/1/maps").read()),
+            "template_dir": os.path.exists("/tmp/.pyjail-template"),
+            "ns_fd": attempt(lambda: os.close(os.open("/proc/1/ns/pid", os.O_RDONLY))),
+        }))
+    """))
+    extra = {fd: target for fd, target in got["fds"].items() if fd not in ("0", "1", "2")}
+    # Only the descriptor listdir itself opened on /proc/self/fd.
+    assert len(extra) <= 1 and all(t.endswith("/fd") for t in extra.values()), got["fds"]
+    assert got["pid1"] == {"CapInh": "0000000000000000", "CapPrm": "0000000000000000",
+                           "CapEff": "0000000000000000", "CapBnd": "0000000000000000",
+                           "CapAmb": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}, got["pid1"]
+    for key in ("pid1_fds", "pid1_environ", "pid1_maps", "ns_fd"):
+        assert got[key] != "ok", (key, got)
+    assert got["template_dir"] is False
+
+
+def test_nothing_a_run_writes_anywhere_reaches_a_later_run(run_jail, as_user, serve):
+    # Attack: a run plants a file wherever it can write (outside its own /tmp and /work too:
+    # /dev/shm, /dev/mqueue, /run, /var/tmp, the rootfs...) for the template or a later run
+    # to read.
+    sock, _ = serve(as_user)
+    planted = result(via(run_jail, as_user, sock, """
+        import json, os
+        planted = []
+        for top in ("/",):
+            for d, subdirs, _ in os.walk(top):
+                if d.startswith(("/proc", "/sys")):
+                    subdirs[:] = []
+                    continue
+                path = os.path.join(d, ".pjplanted")
+                try:
+                    with open(path, "w") as f:
+                        f.write("x")
+                    planted.append(path)
+                except OSError:
+                    pass
+        print(json.dumps(planted))
+    """))
+    assert "/tmp/.pjplanted" in planted, planted  # the scan writes where a run may
+    later = result(via(run_jail, as_user, sock, """
+        import json, os, sys
+        print(json.dumps([p for p in json.loads(sys.argv[1]) if os.path.exists(p)]))
+    """, json.dumps(planted)))
+    assert later == [], later
+
+
+def test_concurrent_runs_share_no_socket_terminal_or_ipc(run_jail, as_user, serve):
+    # Attack: two runs in flight at once meet through an abstract unix socket (a network
+    # namespace's), a pseudo-terminal (/dev/pts), a POSIX message queue or shared memory
+    # (/dev/mqueue, /dev/shm) or System V IPC (an IPC namespace's).
+    sock, _ = serve(as_user)
+    listener = """
+        import ctypes, json, os, socket, sys, time
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.bind(b"\\0pjattack-meet")
+        s.listen(1)
+        out = {}
+        try:
+            m, sl = os.openpty()
+            out["pty"] = os.ttyname(sl)
+        except OSError as e:
+            out["pty"] = e.errno
+        open("/dev/shm/pjattack-meet", "w").write("x")
+        libc = ctypes.CDLL(None, use_errno=True)
+        out["shm"] = libc.shmget(0x706a6174, 4096, 0o1666)  # IPC_CREAT, key "pjat"
+        time.sleep(4)
+        print(json.dumps(out))
+    """
+    prober = """
+        import ctypes, json, os, socket
+        out = {}
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            c.connect(b"\\0pjattack-meet"); out["abstract"] = "connected"
+        except OSError as e:
+            out["abstract"] = e.errno
+        out["pts"] = sorted(os.listdir("/dev/pts"))
+        out["shm_file"] = os.path.exists("/dev/shm/pjattack-meet")
+        out["mqueue"] = sorted(os.listdir("/dev/mqueue")) if os.path.isdir("/dev/mqueue") else None
+        libc = ctypes.CDLL(None, use_errno=True)
+        out["shm"] = libc.shmget(0x706a6174, 4096, 0)
+        print(json.dumps(out))
+    """
+    results = {}
+    t = threading.Thread(target=lambda: results.update(a=via(run_jail, as_user, sock, listener)))
+    t.start()
+    time.sleep(1.5)  # the listener is up (a late prober only weakens the test, never fails it)
+    probe = result(via(run_jail, as_user, sock, prober))
+    t.join()
+    first = result(results["a"])
+    assert probe["abstract"] != "connected" and not probe["shm_file"] and probe["shm"] == -1, (probe, first)
+    assert probe["pts"] in ([], ["ptmx"]), (probe, first)
+    assert not probe["mqueue"], (probe, first)
+
+
+def test_a_run_cannot_signal_the_template_or_a_concurrent_run(run_jail, as_user, serve, token):
+    # Attack: a run signals every process it can name (kill -1, and every pid up to 4 million
+    # in a guessing loop would be the same) while another run is in flight; the other run and
+    # the template must not notice.
+    sock, _ = serve(as_user)
+    results = {}
+    t = threading.Thread(target=lambda: results.update(r=via(
+        run_jail, as_user, sock, "import time; time.sleep(3); print('alive')", token)))
+    t.start()
+    time.sleep(1)
+    killer = via(run_jail, as_user, sock, """
+        import json, os, signal
+        hit = []
+        for pid in list(range(1, 4096)) + [-1]:
+            try:
+                os.kill(pid, signal.SIGKILL if pid != os.getpid() else 0)
+                hit.append(pid)
+            except OSError:
+                pass
+        print(json.dumps(hit))
+    """)
+    t.join()
+    assert results["r"].returncode == 0 and results["r"].stdout == "alive\n", describe(results["r"])
+    after = via(run_jail, as_user, sock, "print('after')")
+    assert after.returncode == 0 and after.stdout == "after\n" and "started again" not in after.stderr, describe(after)
+    # The run sees no pid but its own two (and -1 finds nothing else to kill).
+    assert set(result(killer)) <= {1, 2}, describe(killer)
+
+
+def test_mountinfo_reveals_no_more_than_a_fresh_jails(run_jail, as_user, serve):
+    # Attack: /proc/self/mountinfo names each mount's source; a run from a template must not
+    # learn host paths a fresh jail would not show (the template's directory, the server's).
+    sock, _ = serve(as_user)
+    code = "print(open('/proc/self/mountinfo').read())"
+    forked = result_text(via(run_jail, as_user, sock, code))
+    fresh = run_jail(["--quiet", "--", "python", "-c", code], user=as_user)
+    assert fresh.returncode == 0, describe(fresh)
+    roots = lambda text: {line.split()[3] for line in text.splitlines() if line.strip()}
+    rootfs = [line.split()[3] for line in fresh.stdout.splitlines() if line.split()[4:5] == ["/"]]
+    assert len(rootfs) == 1, fresh.stdout
+    # The template's directory (covered by the run's /tmp) is the one host path a fresh jail
+    # does not name: it sits beside the rootfs, whose path a fresh jail shows too.
+    extra = roots(forked) - roots(fresh.stdout)
+    assert all(os.path.dirname(r) == os.path.dirname(rootfs[0]) for r in extra), (extra, rootfs)
+
+
+def result_text(r):
+    assert r.returncode == 0, describe(r)
+    return r.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# Against the server, from the host
+
+
+def raw_connect(sock: str) -> socket.socket:
+    c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    c.settimeout(10)
+    c.connect(sock)
+    hello = c.recv(4096)
+    assert len(hello) == 8 + 1024 + 512 and struct.unpack_from("<I", hello)[0] == 1, hello[:8]
+    return c
+
+
+def reply_of(c: socket.socket) -> tuple[int, str]:
+    data = c.recv(4096)
+    kind, pid, restarted = struct.unpack_from("<iiI", data)
+    return kind, data[12:].split(b"\0", 1)[0].decode(errors="replace")
+
+
+REFUSED = 3
+
+
+def test_malformed_clients_leave_the_server_serving(run_jail, as_user, serve):
+    # Attack: a local client of the server's user (or root) sends what no pyjail sends:
+    # garbage, a request larger than the limit, too many descriptors, a request cut short,
+    # nothing at all (and stays), or leaves at once. Each is refused or forgotten; the server
+    # holds no descriptor of a client that left, and serves the next run.
+    sock, p = serve(as_user)
+    time.sleep(0.2)
+    baseline = server_fds(p)
+    devnull = os.open("/dev/null", os.O_RDONLY)
+    try:
+        for payload, fds in [(b"garbage", []), (b"\0" * (200 * 1024), []), (b"PJRQ", []),
+                             (b"x" * 100, [devnull] * 12)]:
+            c = raw_connect(sock)
+            try:
+                c.sendmsg([payload], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack(f"{len(fds)}i", *fds))]
+                          if fds else [])
+            except OSError:
+                pass  # larger than the socket takes: refused by the kernel already
+            else:
+                kind, text = reply_of(c)
+                assert kind == REFUSED and text, (payload[:10], kind, text)
+            c.close()
+        silent = raw_connect(sock)          # connects and never sends
+        for _ in range(20):                 # connects and leaves at once
+            raw_connect(sock).close()
+        r = via(run_jail, as_user, sock, "print('served')")
+        assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+        silent.close()
+    finally:
+        os.close(devnull)
+    deadline = time.monotonic() + 5
+    while server_fds(p) > baseline and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server_fds(p) <= baseline, os.listdir(f"/proc/{p.pid}/fd")
+    assert p.poll() is None
+
+
+def descendants(pid: int) -> set[int]:
+    """The host processes below `pid` (its children, theirs, ...)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = open(f"/proc/{entry}/stat").read()
+            except OSError:
+                continue
+            children.setdefault(int(stat.rsplit(")", 1)[1].split()[1]), []).append(int(entry))
+    found, todo = set(), [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.add(child)
+            todo.append(child)
+    return found
+
+
+def test_a_client_that_leaves_takes_its_run_with_it(pyjail_command, as_user, serve):
+    # Attack: a client starts a run and goes (killed, or on purpose), so that nobody enforces
+    # the run's limits (its wall time, its output): the server must end the run.
+    sock, p = serve(as_user)
+    template = descendants(p.pid)
+    client = subprocess.Popen([*pyjail_command(as_user), "--quiet", "--via", sock, "--", "python", "-c",
+                               "import time; print('started', flush=True); time.sleep(60)"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                              cwd="/")
+    try:
+        assert client.stdout.readline() == b"started\n"
+        run = descendants(p.pid) - template
+        assert len(run) == 2, run  # the run's pid 1 and its program, below the template
+        client.kill()
+        client.wait()
+        deadline = time.monotonic() + 5
+        while descendants(p.pid) & run and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not descendants(p.pid) & run, "the run outlived its client"
+    finally:
+        if client.poll() is None:
+            client.kill()
+            client.wait()
+        client.stdout.close()
+
+
+def test_another_user_cannot_connect_or_start_runs(serve, as_user, pyjail_command):
+    # Attack: a second local user connects to someone's server to start runs in their
+    # template (with their rights, their cgroup) or to learn about it.
+    sock, _ = serve(as_user)
+    other = 65533 if as_user.invoker_uid != 65533 else 65532
+    probe = textwrap.dedent("""
+        import socket, sys
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        c.settimeout(5)
+        try:
+            c.connect(sys.argv[1])
+            print("hello" if c.recv(4096) else "closed")
+        except OSError as e:
+            print("refused", e.errno)
+    """)
+    r = subprocess.run([*as_uid(other), sys.executable, "-c", probe, sock], capture_output=True, text=True, cwd="/")
+    assert r.stdout.startswith("refused"), (r.stdout, r.stderr)
+
+
+def test_a_planted_link_at_the_socket_path_is_not_followed(serve, as_user, pyjail_command, world_tmp):
+    # Attack: another user plants a symlink (or a file) where the server will listen, so that
+    # the server removes or replaces the link's target.
+    d = world_tmp.dir(0o777)
+    victim = world_tmp.file("victim", "keep me")
+    os.chmod(victim, 0o666)
+    link = d / "t.sock"
+    os.symlink(victim, link)
+    p = subprocess.run([*pyjail_command(as_user), "serve", "--quiet", "--socket", str(link)],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, cwd="/")
+    assert p.returncode == 125 and "is not a socket" in p.stderr, (p.returncode, p.stderr)
+    assert os.path.islink(link) and open(victim).read() == "keep me"
+
+
+# A server that is not pyjail's, run by another local user at the path the victim uses: it
+# answers as pyjail serve would, then reports what the victim's client sent it.
+IMPOSTOR = """
+import json, os, socket, struct, sys
+path, rootfs, out = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
+s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+s.bind(path)
+os.chmod(path, 0o777)
+s.listen(1)
+print("listening", flush=True)
+s.settimeout(30)
+c, _ = s.accept()
+c.send(struct.pack("<II1024s512s", 1, 0, rootfs, b""))
+c.settimeout(10)
+got = {"bytes": 0, "fds": []}
+try:
+    data, anc, _, _ = c.recvmsg(1 << 20, socket.CMSG_SPACE(64 * 4))
+    got["bytes"] = len(data)
+    for level, kind, payload in anc:
+        for fd in struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]):
+            try:
+                got["fds"].append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:
+                got["fds"].append("?")
+except OSError as e:
+    got["error"] = e.errno
+json.dump(got, open(out, "w"))
+"""
+
+
+def test_the_client_gives_nothing_to_a_server_of_another_user(run_jail, as_user, world_tmp, jail_rootfs):
+    # Attack: another local user listens at the socket path the victim's `pyjail --via` uses
+    # (a shared directory, or after the victim's server stopped). The client would hand it its
+    # stdin, stdout and stderr, its script and its report socket, and then trust the pidfd it
+    # sends back (a root client would kill whatever process that is, at the deadline).
+    attacker = 65533 if as_user.invoker_uid != 65533 else 65532
+    d = world_tmp.dir(0o777)
+    sock, out = str(d / "t.sock"), str(d / "got.json")
+    fake = subprocess.Popen([*as_uid(attacker), sys.executable, "-c", IMPOSTOR, sock,
+                             os.path.realpath(jail_rootfs), out],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    try:
+        assert fake.stdout.readline() == b"listening\n", fake.stderr.read()
+        r = run_jail(["--quiet", "--via", sock, "--", "python", "-c", "pass"], user=as_user, timeout=60)
+        fake.wait(30)
+        got = json.load(open(out)) if os.path.exists(out) else {}
+        assert r.returncode == 125 and f"uid {attacker}" in r.stderr, (got, describe(r))
+        assert not got.get("fds") and not got.get("bytes"), f"another user's server got {got}"
+    finally:
+        if fake.poll() is None:
+            fake.kill()
+            fake.wait()
+        fake.stdout.close()
+        fake.stderr.close()
+
+
+def capture_request(run_jail, user, rootfs, world_tmp, code: str) -> bytes:
+    """The request `pyjail --via SOCK -- python -c CODE` sends, as `user`: received by a
+    listener of this test process (root's, or the user's own) that answers as pyjail serve
+    would."""
+    d = world_tmp.dir(0o777)
+    path = str(d / "capture.sock")
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    s.bind(path)
+    os.chmod(path, 0o777)
+    s.listen(1)
+    got = {}
+
+    def serve_once():
+        c, _ = s.accept()
+        c.send(struct.pack("<II1024s512s", 1, 0, os.path.realpath(rootfs).encode(), b""))
+        data, anc, _, _ = c.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
+        for _, _, payload in anc:
+            for fd in struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]):
+                os.close(fd)
+        got["request"] = data
+        c.close()
+
+    t = threading.Thread(target=serve_once)
+    t.start()
+    run_jail(["--quiet", "--via", path, "--", "python", "-c", code], user=user, timeout=60)
+    t.join(30)
+    s.close()
+    return got["request"]
+
+
+def test_a_burst_of_runs_cannot_wedge_the_server_and_its_template(run_jail, as_user, serve, world_tmp,
+                                                                 jail_rootfs):
+    # Attack: many clients at once (a busy pool, or one user on purpose). The server forwards
+    # every request it reads to the template and reads the template's replies one per turn
+    # of its loop, both over blocking sends: once the template's replies fill their socket
+    # while the server still sends requests, each waits for the other, and every run of the
+    # server (and every later one) hangs with no deadline to end it.
+    sock, p = serve(as_user)
+    # Large requests: the server's sends block often, so the requests that arrive meanwhile
+    # are handled together in its next turn.
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "pass  # " + "x" * 100_000)
+    report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    null = os.open("/dev/null", os.O_RDWR)
+    conns = []
+    try:
+        for _ in range(300):
+            conns.append(raw_connect(sock))
+        fds = struct.pack("4i", report_theirs.fileno(), null, null, null)
+        for c in conns:
+            c.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+        started = 0
+        deadline = time.monotonic() + 120
+        for c in conns:
+            c.settimeout(max(1.0, deadline - time.monotonic()))
+            try:
+                kind, text = reply_of(c)
+            except socket.timeout:
+                break
+            started += kind == 2
+        assert started == len(conns), f"{started} of {len(conns)} runs started: the server is wedged"
+    finally:
+        for c in conns:
+            c.close()
+        os.close(null)
+        report_ours.close()
+        report_theirs.close()
+    r = via(run_jail, as_user, sock, "print('served')")
+    assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+
+
+def test_a_client_that_sends_and_leaves_at_once_leaves_no_run(run_jail, as_user, serve, world_tmp, jail_rootfs):
+    # Attack: clients that send a request and close the connection before the template has
+    # answered (the server learns of the run only after its client is gone): each such run
+    # must be ended, not left running unsupervised below the template.
+    sock, p = serve(as_user)
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "import time; time.sleep(60)")
+    template = descendants(p.pid)
+    report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    null = os.open("/dev/null", os.O_RDWR)
+    try:
+        fds = struct.pack("4i", report_theirs.fileno(), null, null, null)
+        for _ in range(10):
+            c = raw_connect(sock)
+            c.sendmsg([request], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+            c.close()
+        r = via(run_jail, as_user, sock, "print('served')")  # after the ten, in order
+        assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+        deadline = time.monotonic() + 5
+        while descendants(p.pid) - template and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not descendants(p.pid) - template, "runs outlived their clients"
+    finally:
+        os.close(null)
+        report_ours.close()
+        report_theirs.close()
