@@ -267,7 +267,10 @@ class Server:
         # for the cell's result (see _show).
         self.images, self.shown_figures, self.image_room = [], [], 0
         self.namespace["display"] = self.display
-        sys.meta_path.insert(0, _PyplotHook(self._show_figures))
+        hook = _PyplotHook(self._show_figures)
+        sys.meta_path.insert(0, hook)
+        if "matplotlib.pyplot" in sys.modules:      # preloaded (a template's fork)
+            hook.patch(sys.modules["matplotlib.pyplot"])
         self.loop = None     # the event loop of cells with a top-level await
         sys.argv = [""]
         if "" not in sys.path:
@@ -957,6 +960,16 @@ class _PyplotHook:
     def __init__(self, show):
         self.show = show
 
+    def patch(self, pyplot):
+        show = self.show
+
+        def show_figures(*args, **kwargs):
+            """Show every open figure as an image of the cell's result, and
+            close it (pyjail)."""
+            show()
+
+        pyplot.show = show_figures
+
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "matplotlib.pyplot":
             return None
@@ -972,17 +985,10 @@ class _PyplotHook:
         load = getattr(loader, "exec_module", None)
         if load is None:
             return spec
-        show = self.show
 
         def exec_module(module):
             load(module)
-
-            def show_figures(*args, **kwargs):
-                """Show every open figure as an image of the cell's result, and
-                close it (pyjail)."""
-                show()
-
-            module.show = show_figures
+            self.patch(module)
 
         try:
             loader.exec_module = exec_module

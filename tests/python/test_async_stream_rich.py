@@ -359,6 +359,9 @@ def test_matplotlib_figures_come_back_as_images(data_rootfs):
         assert r.ok, r.error
         assert [i.mime for i in r.images] == ["image/png"] and png_size(r.images[0].data)[0] > 100
         assert "cannot be shown" not in r.stderr and "non-interactive" not in r.stderr, r.stderr
+        # show() shows and closes: the next plot is a figure of its own.
+        r = s.run("plt.plot([1])\nplt.show()\nplt.plot([2])\nplt.show()\nplt.get_fignums()")
+        assert r.value == "[]" and len(r.images) == 2, (r.error, r.stderr)
         # A trailing figure: once, though pyplot holds it too.
         r = s.run("fig, ax = plt.subplots(figsize=(2, 1))\nax.plot([1, 2])\nfig")
         assert r.ok and r.value.startswith("<Figure size 200x100") and len(r.images) == 1
@@ -370,3 +373,15 @@ def test_matplotlib_figures_come_back_as_images(data_rootfs):
         # A chart of a DataFrame.
         r = s.run("import pandas as pd\npd.DataFrame({'a': [1, 3, 2]}).plot()")
         assert r.ok and len(r.images) == 1
+
+
+def test_figures_of_a_session_forked_from_a_template_with_pyplot_preloaded(data_rootfs):
+    # pyplot imported before the in-jail server starts: its show() is replaced all the same.
+    with pyjail.Pool(preload=["matplotlib.pyplot"], rootfs=data_rootfs, profile="repl") as pool:
+        with pool.session(timeout=120) as s:
+            r = s.run("import sys\nprint('matplotlib.pyplot' in sys.modules)\n"
+                      "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()\n"
+                      "plt.plot([2, 1])\nplt.show()")
+            assert r.ok and r.stdout == "True\n", (r.error, r.stderr)
+            # Two figures: each show() showed and closed the current one.
+            assert [i.mime for i in r.images] == ["image/png"] * 2
