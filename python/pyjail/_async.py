@@ -199,6 +199,16 @@ class AsyncSession:
     def restarts(self) -> int:
         return self._session.restarts if self._session is not None else 0
 
+    @property
+    def pid(self) -> Optional[int]:
+        """The host pid of the current pyjail process (None when not running)."""
+        return self._session.pid if self._session is not None else None
+
+    @property
+    def last_report(self) -> Any:
+        """pyjail's report of the last jail of this session that ended."""
+        return self._session.last_report if self._session is not None else None
+
     async def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
             return getattr(self._started(), method)(*args, **kwargs)

@@ -96,7 +96,9 @@ def test_async_session_has_the_api_of_session():
             await s.expose({"double": lambda v: 2 * v})
             assert (await s.run("double(y)")).value == "[1, 2, 1, 2]"
             assert await s.ping() > 0
+            pid = s.pid
             await s.restart()
+            assert s.pid != pid
             assert (await s.run("'x' in dir()")).value == "False"
             assert s.restarts == 1
         assert s.closed
