@@ -9,6 +9,11 @@ runs outside the jail.
   (:class:`CellResult`: stdout, stderr, the trailing expression's repr, the
   exception with its traceback), survives cell timeouts and moves files in and
   out.
+- :class:`AsyncSession` and :func:`arun` are the same for asyncio programs
+  (coroutine methods; one call at a time per session, sessions in parallel).
+- ``on_stdout``/``on_stderr`` callbacks receive output as it is written; a
+  cell's ``images`` hold the figures it showed (PNG bytes and MIME type);
+  cells may ``await`` at the top level.
 - :mod:`pyjail.langchain` and :mod:`pyjail.smolagents` plug sessions into
   LangChain and smolagents.
 
@@ -22,16 +27,17 @@ counts, frames): a jail that breaks the protocol is ended, and run() raises
 
 from ._channel import ProtocolError
 from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_binary)
+from ._async import AsyncSession, arun
 from ._pool import Pool
 from ._run import Result, run
-from ._session import (CellError, CellResult, FinalCall, JailObject, Session, SessionClosedError,
-                       SessionDiedError, SessionError)
+from ._session import (CellError, CellResult, FinalCall, Image, JailObject, Session,
+                       SessionClosedError, SessionDiedError, SessionError)
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "Result", "Report", "Pool",
-    "Session", "CellResult", "CellError", "FinalCall", "JailObject",
+    "run", "arun", "Result", "Report", "Pool",
+    "Session", "AsyncSession", "CellResult", "CellError", "FinalCall", "Image", "JailObject",
     "PyjailError", "BinaryNotFoundError", "JailError", "ProtocolError",
     "SessionError", "SessionClosedError", "SessionDiedError",
     "find_binary", "__version__",

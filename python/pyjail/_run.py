@@ -9,7 +9,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
@@ -17,6 +17,7 @@ from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, Pro
 from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, check_name, find_binary,
                       jail_args, pyjail_message, render_output)
 from ._launch import Launched, handshake, launch, server_command
+from ._stream import OutputCallback, Streams
 
 __all__ = ["run", "Result"]
 
@@ -186,7 +187,9 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
         max_output_files: int = 100, max_output_bytes: int = 64 << 20,
         max_output: int = 16 << 20, output_limit: Optional[Size] = None,
-        python_args: Sequence[str] = ()) -> Result:
+        python_args: Sequence[str] = (), on_stdout: Optional[OutputCallback] = None,
+        on_stderr: Optional[OutputCallback] = None,
+        _started: Optional[Callable[[Launched], None]] = None) -> Result:
     """Run Python code (or a script file) in a fresh jail and wait for it.
 
     ``code`` is the program's source, or ``script`` a host path to it; ``args``
@@ -205,6 +208,11 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     it: the name of one built with ``pyjail rootfs build`` (e.g. ``"data"``;
     ``pyjail rootfs list`` shows them) or a path (None: the profile's, by
     default the installed one). A name that does not exist raises JailError.
+
+    ``on_stdout`` and ``on_stderr`` are called, in this thread, with the text
+    the program writes to that stream (str, decoded as UTF-8) as it writes it,
+    up to ``max_output`` bytes per stream. An exception a callback raises ends
+    its calls and is raised once the program has ended and the jail is gone.
 
     Returns a Result; the program's failures are in it, never raised. Raises
     BinaryNotFoundError without a pyjail binary, JailError when pyjail cannot
@@ -238,6 +246,9 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     # pyjail's own backstop is --wall-time; this one only guards against a
     # pyjail that does not end (it never should).
     backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0
+    streams = None
+    if on_stdout is not None or on_stderr is not None:
+        streams = Streams(on_stdout, on_stderr, max_output, strict=False)
     if not inputs and not outputs:
         # The script is bound into the jail from a host path: the one named
         # file of a run, removed however the run ends (but a SIGKILL of this
@@ -250,7 +261,10 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
             jail = launch(exe, opts, ["python"] + list(python_args) + [path] + list(args),
                           stderr_to_file=False)
             try:
-                out, err, rc, pyjail_err = _run_direct(jail, stdin, max_output, backstop)
+                if _started is not None:
+                    _started(jail)   # arun: a cancelled call kills it
+                out, err, rc, pyjail_err = _run_direct(jail, stdin, max_output, backstop,
+                                                       streams)
             finally:
                 jail.close()
         finally:
@@ -261,16 +275,21 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
         jail = launch(exe, opts, server_command())
         try:
+            if _started is not None:
+                _started(jail)
             out, err, rc, collected, skipped = _run_served(
                 jail, inputs, script_name, source,
                 ["{python}"] + list(python_args) + [script_name] + list(args),
-                stdin, collect, max_output_files, max_output_bytes, max_output, backstop)
+                stdin, collect, max_output_files, max_output_bytes, max_output, backstop,
+                streams)
             pyjail_err = jail.stderr()
         finally:
             jail.close()
     report = jail.report()
     if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
         raise JailError(pyjail_message(pyjail_err, report), report)
+    if streams is not None:
+        streams.finish()
     return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),
                   stderr_bytes=bytes(err.head) + bytes(err.tail),
                   stdout_omitted=out.omitted, stderr_omitted=err.omitted, report=report,
@@ -288,7 +307,8 @@ def _finish(proc: "subprocess.Popen[bytes]", backstop: Optional[float]) -> int:
 
 
 def _run_direct(jail: Launched, stdin: Optional[bytes], max_output: int,
-                backstop: Optional[float]) -> Tuple[_wire.Capture, _wire.Capture, int, bytes]:
+                backstop: Optional[float], streams: Optional[Streams] = None
+                ) -> Tuple[_wire.Capture, _wire.Capture, int, bytes]:
     """pyjail -- python main.py: the program's own stdin, stdout and stderr."""
     proc = jail.proc
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -300,8 +320,8 @@ def _run_direct(jail: Launched, stdin: Optional[bytes], max_output: int,
         sel.register(proc.stdin, selectors.EVENT_WRITE)
     else:
         proc.stdin.close()
-    sel.register(proc.stdout, selectors.EVENT_READ, out)
-    sel.register(proc.stderr, selectors.EVENT_READ, err)
+    sel.register(proc.stdout, selectors.EVENT_READ, (out, 1))
+    sel.register(proc.stderr, selectors.EVENT_READ, (err, 2))
     try:
         while sel.get_map():
             left = None if backstop is None else backstop - time.monotonic()
@@ -325,7 +345,10 @@ def _run_direct(jail: Launched, stdin: Optional[bytes], max_output: int,
                 if not data:
                     sel.unregister(key.fileobj)
                     continue
-                key.data.add(data)
+                capture, stream = key.data
+                capture.add(data)
+                if streams is not None:
+                    streams.add(stream, data)
     finally:
         sel.close()
         for s in (proc.stdin, proc.stdout, proc.stderr):
@@ -341,8 +364,8 @@ def _run_direct(jail: Launched, stdin: Optional[bytes], max_output: int,
 
 def _run_served(jail: Launched, inputs: Dict[str, bytes], script_name: str, source: bytes,
                 argv: List[str], stdin: Optional[bytes], collect: Union[bool, List[str]],
-                max_files: int, max_bytes: int, max_output: int, backstop: Optional[float]
-                ) -> Tuple[_wire.Capture, _wire.Capture, int, Dict[str, bytes], Dict[str, str]]:
+                max_files: int, max_bytes: int, max_output: int, backstop: Optional[float],
+                streams: Optional[Streams] = None) -> Tuple[_wire.Capture, _wire.Capture, int, Dict[str, bytes], Dict[str, str]]:
     """With files: the in-jail server writes the inputs into the private /work,
     runs the program as its child, streams its output in frames and sends back
     the files it wrote, capped, before the jail ends."""
@@ -376,6 +399,8 @@ def _run_served(jail: Launched, inputs: Dict[str, bytes], script_name: str, sour
             op = reply.get("op")
             if op == "out" and reply.get("stream") in (1, 2):
                 (out if reply.get("stream") == 1 else err).add(body)
+                if streams is not None:
+                    streams.add(reply.get("stream"), body)
             elif op == "exited":
                 files, skipped = _outputs_from_jail(reply, body, collect, script_name,
                                                     max_files, max_bytes)

@@ -34,12 +34,14 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
                         parse_frame)
+    from ._wire import IMAGES_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
                              encode_value, list_files, parse_frame)
+    from pyjail_wire import IMAGES_LIMIT
     import pyjail_spawn as spawn
 
 # The server's own source files, whose frames a cell's traceback leaves out.
@@ -110,12 +112,20 @@ class _Drain:
     The main thread takes the buffer after a cell under the same lock, after
     reading whatever is still in the pipe itself (see take): everything
     written before the cell ended is in the buffer it takes, with no marker
-    in the stream."""
+    in the stream.
 
-    def __init__(self, rfd, limit):
+    While a cell that asked for it runs (see stream), what is read is also
+    sent to the driver as ``output`` frames, at once, up to the cell's output
+    limit: under the lock, so every one goes out before the cell's result."""
+
+    def __init__(self, rfd, limit, number, send):
         import threading
         self.rfd = rfd
         self.limit = limit
+        self.number = number        # 1 or 2: the stream, as output frames name it
+        self.send = send
+        self.stream_id = None       # the streaming cell's request id
+        self.stream_room = 0        # bytes it may still be sent
         self.lock = threading.Lock()
         self.buf = Capture(limit)
         os.set_blocking(rfd, False)
@@ -133,6 +143,21 @@ class _Drain:
             if not data:
                 return False
             self.buf.add(data)
+            if self.stream_id is not None and self.stream_room > 0:
+                self._stream(data[:self.stream_room])
+
+    def _stream(self, data):
+        self.stream_room -= len(data)
+        try:
+            self.send({"op": "output", "id": self.stream_id, "stream": self.number}, data)
+        except Exception:
+            self.stream_id = None    # the channel is gone: the result says the rest
+
+    def stream(self, rid, room):
+        """From now on (a cell starts) send what is read as ``output`` frames
+        of request ``rid``, at most ``room`` bytes; None: no more."""
+        with self.lock:
+            self.stream_id, self.stream_room = rid, room
 
     def _loop(self):
         poller = select.poll()
@@ -154,6 +179,7 @@ class _Drain:
             if pending:
                 self._read_available()
             out, self.buf = self.buf, Capture(next_limit)
+            self.stream_id = None
         return out
 
 
@@ -203,7 +229,8 @@ class Server:
         self.control_ack = queue.SimpleQueue()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         try:
-            self.drains = (_Drain(r1, self.output_limit), _Drain(r2, self.output_limit))
+            self.drains = (_Drain(r1, self.output_limit, 1, self.send),
+                           _Drain(r2, self.output_limit, 2, self.send))
             self.output_poll = select.poll()
             for d in self.drains:
                 self.output_poll.register(d.rfd, select.POLLIN)
@@ -236,6 +263,15 @@ class Server:
         main.__dict__["__builtins__"] = __builtins__
         sys.modules["__main__"] = main
         self.namespace = main.__dict__
+        # What cells show (display(), plt.show(), a trailing figure): images
+        # for the cell's result (see _show).
+        self.images, self.shown_figures, self.image_room = [], [], 0
+        self.namespace["display"] = self.display
+        hook = _PyplotHook(self._show_figures)
+        sys.meta_path.insert(0, hook)
+        if "matplotlib.pyplot" in sys.modules:      # preloaded (a template's fork)
+            hook.patch(sys.modules["matplotlib.pyplot"])
+        self.loop = None     # the event loop of cells with a top-level await
         sys.argv = [""]
         if "" not in sys.path:
             sys.path.insert(0, "")
@@ -443,6 +479,12 @@ class Server:
         name = header.get("name") or "<cell-%d>" % self.cell_count
         result = {"op": "result", "id": rid, "error": None, "value": None}
         started = self._processes_before_cell()
+        self.images, self.shown_figures = [], []
+        room = header.get("image_limit")
+        self.image_room = room if isinstance(room, int) and room >= 0 else 8 << 20
+        if header.get("stream"):
+            for d in self.drains:
+                d.stream(rid, self.output_limit)
         self._lend_channel()
         try:
             self._run_cell(code, name, header, result)
@@ -466,8 +508,12 @@ class Server:
         out, err = (d.take(self.output_limit, d.rfd in ready) for d in self.drains)
         result["stdout"] = [len(out.head), len(out.tail), out.omitted]
         result["stderr"] = [len(err.head), len(err.tail), err.omitted]
+        images, self.images, self.shown_figures = self.images, [], []
+        if images:
+            result["images"] = [[mime, len(data)] for mime, data in images]
         self.send(_fit_result(result),
-                  bytes(out.head) + bytes(out.tail) + bytes(err.head) + bytes(err.tail))
+                  b"".join([bytes(out.head), bytes(out.tail), bytes(err.head), bytes(err.tail)] +
+                           [data for _mime, data in images]))
 
     def _processes_before_cell(self):
         """The jail's processes now, for _kill_started_since. Listing /proc is
@@ -509,12 +555,15 @@ class Server:
                     sys.stderr = new
         _set_handler(self.signal.SIGINT, self.sigint_handler)
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        # `await` at the top level of a cell, as in IPython: such a cell
+        # compiles to a coroutine, run to its end on the session's loop.
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
             tree = ast.parse(code, name, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), name, "eval")
-            body = compile(tree, name, "exec")
+                last = compile(ast.Expression(tree.body.pop().value), name, "eval", flags)
+            body = compile(tree, name, "exec", flags)
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
             # The code did not compile: no frames to show, only where and why.
             import traceback
@@ -526,9 +575,16 @@ class Server:
         try:
             self.in_cell = True
             try:
-                exec(body, self.namespace)
+                if body.co_flags & _CO_COROUTINE:
+                    self._await(eval(body, self.namespace))
+                else:
+                    exec(body, self.namespace)
                 if last is not None:
                     value = eval(last, self.namespace)
+                    if last.co_flags & _CO_COROUTINE:
+                        value = self._await(value)
+                    if value is not None:
+                        self._show(value, trailing=True)
             finally:
                 self.in_cell = False
         except _EndCell as e:
@@ -540,6 +596,8 @@ class Server:
             result["error"] = self._describe(e)
         if os.getpid() != self.pid:
             self._end_forked_child()
+        if "ended_by" not in result:
+            self._show_open_figures()
         self._flush()
         if value is not None:
             result["value"] = self._safe(repr, value, REPR_LIMIT)
@@ -550,6 +608,102 @@ class Server:
                     result["data"] = encode_value(value)
                 except Exception:
                     pass
+
+    def _await(self, coroutine):
+        """Runs a cell's coroutine on the session's own event loop (tasks a
+        cell creates live on into later cells, as in IPython)."""
+        import asyncio
+        if self.loop is None or self.loop.is_closed():
+            self.loop = asyncio.new_event_loop()
+        task = self.loop.create_task(coroutine)
+        try:
+            return self.loop.run_until_complete(task)
+        except BaseException:
+            # An interrupt (the cell's timeout) ends the cell's coroutine too.
+            if not task.done():
+                task.cancel()
+                try:
+                    self.loop.run_until_complete(task)
+                except BaseException:
+                    pass
+            raise
+
+    # ------------------------------------------------------------ rich results
+
+    def display(self, *objects):
+        """Show objects as the cell's results, as IPython's display() does:
+        a matplotlib figure, or an object with _repr_png_/_repr_jpeg_/_repr_svg_
+        (a PIL image), becomes an image of the cell's result (CellResult.images);
+        anything else is printed as its repr."""
+        for obj in objects:
+            if not self._show(obj):
+                print(repr(obj))
+
+    def _show(self, obj, trailing=False):
+        """Adds ``obj``'s image to the cell's result, if it has one: True if it
+        had one (shown, or left out for the limits, with a note on stderr).
+        For a cell's trailing value, an image that cannot be made is noted
+        on stderr, not raised."""
+        try:
+            image = _image_of(obj)
+        except Exception as e:
+            if not trailing:
+                raise
+            self._note("the image of the cell's value could not be made: %s: %s"
+                       % (type(e).__name__, e))
+            return True
+        if image is None:
+            return False
+        if _is_figure(obj):
+            if any(f is obj for f in self.shown_figures):
+                return True     # shown once per cell (a trailing figure pyplot also holds)
+            self.shown_figures.append(obj)
+        mime, data = image
+        if len(self.images) >= IMAGES_LIMIT or len(data) > self.image_room:
+            self._note("an image (%s, %d bytes) was left out of the result: a cell's result "
+                       "holds at most %d images and %d more bytes of them"
+                       % (mime, len(data), IMAGES_LIMIT, self.image_room))
+            return True
+        self.image_room -= len(data)
+        self.images.append((mime, data))
+        return True
+
+    def _show_figures(self):
+        """pyplot.show() in a cell: every open figure becomes an image of the
+        cell's result and is closed (as IPython's inline backend does)."""
+        pyplot = sys.modules.get("matplotlib.pyplot")
+        if pyplot is None:
+            return
+        try:
+            from matplotlib._pylab_helpers import Gcf
+            figures = [m.canvas.figure for m in Gcf.get_all_fig_managers()]
+        except Exception:
+            figures = [pyplot.figure(n) for n in pyplot.get_fignums()]
+        try:
+            for fig in figures:
+                self._show(fig)
+        finally:
+            pyplot.close("all")
+
+    def _show_open_figures(self):
+        """At a cell's end: the figures it left open, as if it had called
+        pyplot.show() (a figure is shown once, then closed)."""
+        if "matplotlib.pyplot" not in sys.modules:
+            return
+        try:
+            self.in_cell = True
+            try:
+                self._show_figures()
+            finally:
+                self.in_cell = False
+        except BaseException as e:
+            self._note("the cell's figures could not be shown: %s: %s" % (type(e).__name__, e))
+
+    def _note(self, text):
+        try:
+            sys.stderr.write("[pyjail: %s]\n" % text)
+        except Exception:
+            pass
 
     def _end_forked_child(self):
         # A bare os.fork() in a cell: the child ends where the cell ends.
@@ -758,6 +912,89 @@ class Server:
         """pyjail.run with files (see _spawn): main() then exits with the
         program's status."""
         spawn.serve_spawn(self, rid, header, body)
+
+
+# A code object's flag: compiled from a cell with a top-level await (the value
+# of inspect.CO_COROUTINE, without importing inspect).
+_CO_COROUTINE = 0x0080
+
+
+def _is_figure(obj):
+    figure = sys.modules.get("matplotlib.figure")
+    cls = getattr(figure, "Figure", None)
+    return cls is not None and isinstance(obj, cls)
+
+
+def _image_of(obj):
+    """(MIME type, bytes) of what a notebook would show of ``obj`` as an
+    image, or None: a matplotlib figure as PNG, else the object's own
+    _repr_png_, _repr_jpeg_ or _repr_svg_ (IPython's protocol)."""
+    import io
+    if _is_figure(obj):
+        buf = io.BytesIO()
+        obj.savefig(buf, format="png", bbox_inches="tight")
+        return "image/png", buf.getvalue()
+    if isinstance(obj, type):
+        return None     # a class, whose _repr_png_ is a plain function
+    for method, mime in (("_repr_png_", "image/png"), ("_repr_jpeg_", "image/jpeg"),
+                         ("_repr_svg_", "image/svg+xml")):
+        fn = getattr(obj, method, None)
+        if not callable(fn):
+            continue
+        data = fn()
+        if isinstance(data, tuple) and data:
+            data = data[0]      # (data, metadata)
+        if isinstance(data, str) and mime == "image/svg+xml":
+            data = data.encode("utf-8")
+        if isinstance(data, (bytes, bytearray)):
+            return mime, bytes(data)
+    return None
+
+
+class _PyplotHook:
+    """A finder on sys.meta_path that gives matplotlib.pyplot, once it is
+    imported, a show() that shows the figures as the cell's images (its own
+    would warn that the headless backend cannot show them). It finds
+    nothing itself: the usual finders do, and their loader is wrapped."""
+
+    def __init__(self, show):
+        self.show = show
+
+    def patch(self, pyplot):
+        show = self.show
+
+        def show_figures(*args, **kwargs):
+            """Show every open figure as an image of the cell's result, and
+            close it (pyjail)."""
+            show()
+
+        pyplot.show = show_figures
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "matplotlib.pyplot":
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        load = getattr(loader, "exec_module", None)
+        if load is None:
+            return spec
+
+        def exec_module(module):
+            load(module)
+            self.patch(module)
+
+        try:
+            loader.exec_module = exec_module
+        except (AttributeError, TypeError):
+            pass     # a loader that cannot be wrapped: pyplot's own show()
+        return spec
 
 
 def _cut(text, limit):

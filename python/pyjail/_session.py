@@ -9,7 +9,7 @@ import subprocess
 import threading
 import time
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
                     Union)
 
@@ -19,8 +19,9 @@ from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, Pro
 from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
                       find_binary, jail_args, pyjail_message, render_output)
 from ._launch import Launched, handshake, launch, server_command
+from ._stream import OutputCallback, Streams
 
-__all__ = ["Session", "CellResult", "CellError", "FinalCall", "JailObject",
+__all__ = ["Session", "CellResult", "CellError", "FinalCall", "Image", "JailObject",
            "SessionError", "SessionClosedError", "SessionDiedError"]
 
 
@@ -83,6 +84,29 @@ class FinalCall:
 
 
 @dataclass
+class Image:
+    """An image a cell showed (a matplotlib figure, ``display(img)``), as a
+    notebook would: its MIME type (``image/png``, ``image/jpeg`` or
+    ``image/svg+xml``) and its bytes, which the host never decodes."""
+
+    mime: str
+    data: bytes = field(repr=False)
+
+    def __repr__(self) -> str:
+        return "Image(mime=%r, %d bytes)" % (self.mime, len(self.data))
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        with open(path, "wb") as f:
+            f.write(self.data)
+
+    def _repr_png_(self) -> Optional[bytes]:
+        return self.data if self.mime == "image/png" else None
+
+    def _repr_jpeg_(self) -> Optional[bytes]:
+        return self.data if self.mime == "image/jpeg" else None
+
+
+@dataclass
 class CellResult:
     """What one cell did."""
 
@@ -116,6 +140,11 @@ class CellResult:
     timed out, and were killed (see ``kill_failed_cell_processes``)."""
     report: Optional[Report] = None
     """pyjail's report of the jail that ended, when ``restarted``."""
+    images: List[Image] = field(default_factory=list)
+    """The images the cell showed, in order: ``plt.show()``, ``display(...)``,
+    a trailing figure (or object with ``_repr_png_``), and the figures it left
+    open. At most 32, of at most ``max_image_bytes`` in all (the jail notes on
+    stderr what it left out)."""
 
     @property
     def ok(self) -> bool:
@@ -177,6 +206,8 @@ class Session:
     takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
     the profile's); a name that does not exist raises JailError. ``timeout`` is the default time limit of one cell
     (None: no limit); ``wall_time`` limits the whole session's life.
+    ``max_image_bytes`` caps the images one cell's result holds (see
+    CellResult.images).
     """
 
     def __init__(self, *, profile: str = "repl", timeout: Optional[float] = None,
@@ -188,12 +219,14 @@ class Session:
                  options: Optional[Mapping[str, Any]] = None,
                  extra_args: Sequence[str] = (), binary: Optional[str] = None,
                  output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
+                 max_image_bytes: int = 8 << 20,
                  interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
                  auto_restart: bool = True, start_timeout: float = 30.0) -> None:
         self.binary = find_binary(binary)
         self.timeout = timeout
         self.output_limit = int(output_limit)
         self.max_file_bytes = int(max_file_bytes)
+        self.max_image_bytes = int(max_image_bytes)
         self.interrupt_grace = float(interrupt_grace)
         self.kill_failed_cell_processes = kill_failed_cell_processes
         self.auto_restart = auto_restart
@@ -235,7 +268,8 @@ class Session:
         # Nothing is left behind, also at exit or garbage collection.
         self._finalizer = weakref.finalize(self, jail.close)
         assert proc.stdin is not None and proc.stdout is not None
-        max_body = max(self.max_file_bytes, 4 * self.output_limit) + (1 << 20)
+        max_body = max(self.max_file_bytes,
+                       4 * self.output_limit + self.max_image_bytes) + (1 << 20)
         deadline = time.monotonic() + self.start_timeout
         try:
             self._chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(), max_body)
@@ -463,10 +497,18 @@ class Session:
 
     def run(self, code: str, timeout: Optional[float] = _NOT_GIVEN, *,
             want_data: bool = False, want_str: bool = False,
-            name: Optional[str] = None) -> CellResult:
+            name: Optional[str] = None, on_stdout: Optional[OutputCallback] = None,
+            on_stderr: Optional[OutputCallback] = None) -> CellResult:
         """Run one cell. ``timeout``: seconds (None: no limit; default: the
         session's ``timeout``). Exceptions of the code are in the result's
-        ``error``, never raised; a closed session raises SessionClosedError."""
+        ``error``, never raised; a closed session raises SessionClosedError.
+
+        ``on_stdout`` and ``on_stderr`` are called, in this thread, with the
+        text the cell writes to that stream (str, decoded as UTF-8) as it
+        writes it, up to ``output_limit`` bytes per stream (the result still
+        holds the output's start and end). An exception a callback raises ends
+        its calls for the cell and is raised by run() once the cell has ended
+        (the session keeps its state)."""
         if not isinstance(code, str):
             raise TypeError("code must be a str, not %s" % type(code).__name__)
         if timeout is _NOT_GIVEN:
@@ -476,7 +518,13 @@ class Session:
             if note is not None:
                 return CellResult(error=CellError("InterpreterDied", note), restarted=True,
                                   report=self.last_report)
-            return self._exec(code, timeout, want_data, want_str, name)
+            streams = None
+            if on_stdout is not None or on_stderr is not None:
+                streams = Streams(on_stdout, on_stderr, self.output_limit)
+            res = self._exec(code, timeout, want_data, want_str, name, streams)
+        if streams is not None:
+            streams.finish()
+        return res
 
     def _interrupt(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
@@ -488,7 +536,7 @@ class Session:
                 pass
 
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
-              name: Optional[str]) -> CellResult:
+              name: Optional[str], streams: Optional[Streams] = None) -> CellResult:
         chan = self._chan
         assert chan is not None
         rid = self._new_id()
@@ -502,6 +550,10 @@ class Session:
             header["str"] = True
         if name:
             header["name"] = name
+        if streams is not None:
+            header["stream"] = True
+        if self.max_image_bytes != 8 << 20:
+            header["image_limit"] = self.max_image_bytes
         deadline = start + timeout if timeout is not None else None
         interrupted_at: Optional[float] = None
         descendants_killed = False
@@ -522,17 +574,20 @@ class Session:
                         # Interrupted, unless it finished on its own just as time ran out.
                         res.timed_out = interrupted_at is not None and res.error is not None
                         return res
-                    if op != "call":
+                    if op == "output" and streams is not None and reply.get("id") == rid:
+                        streams.add(reply.get("stream"), body)
+                    elif op != "call":
                         raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
-                    # An answer the jail does not read in time (it floods us
-                    # with calls) ends the cell no later than a kill would.
-                    if interrupted_at is not None:
-                        send_by = interrupted_at + self.interrupt_grace
-                    elif deadline is not None:
-                        send_by = deadline + self.interrupt_grace
                     else:
-                        send_by = time.monotonic() + self.io_timeout
-                    self._serve_call(reply, send_by)
+                        # An answer the jail does not read in time (it floods
+                        # us with calls) ends the cell no later than a kill would.
+                        if interrupted_at is not None:
+                            send_by = interrupted_at + self.interrupt_grace
+                        elif deadline is not None:
+                            send_by = deadline + self.interrupt_grace
+                        else:
+                            send_by = time.monotonic() + self.io_timeout
+                        self._serve_call(reply, send_by)
                 # Checked after every frame too: a jail that keeps the channel
                 # readable (a flood of calls) must not stop the deadline.
                 if next_action is None or time.monotonic() < next_action:
@@ -609,17 +664,22 @@ class Session:
                      output_limit: int) -> CellResult:
         oh, ot, oo = _lengths(reply, "stdout")
         eh, et, eo = _lengths(reply, "stderr")
-        if oh + ot + eh + et != len(body):
+        if oh + ot + eh + et > len(body):
             raise ProtocolError("result body length mismatch")
         if oh + ot > output_limit or eh + et > output_limit:
             raise ProtocolError("a cell's output over output_limit=%d" % output_limit)
+        images = _images(reply, len(body) - (oh + ot + eh + et), self.max_image_bytes)
         stdout = render_output(body[:oh], body[oh:oh + ot], oo)
-        stderr = render_output(body[oh + ot:oh + ot + eh], body[oh + ot + eh:], eo)
+        stderr = render_output(body[oh + ot:oh + ot + eh], body[oh + ot + eh:oh + ot + eh + et], eo)
         value, value_str = reply.get("value"), reply.get("value_str")
         res = CellResult(stdout=stdout, stderr=stderr, stdout_omitted=oo, stderr_omitted=eo,
                          value=value if isinstance(value, str) else None,
                          value_str=value_str if isinstance(value_str, str) else None,
                          duration_s=time.monotonic() - start)
+        pos = oh + ot + eh + et
+        for mime, size in images:
+            res.images.append(Image(mime, body[pos:pos + size]))
+            pos += size
         err = reply.get("error")
         if isinstance(err, dict):
             res.error = CellError(str(err.get("type", "Exception")), str(err.get("message", "")),
@@ -835,6 +895,28 @@ class Session:
             t = time.monotonic()
             self._request({"op": "ping"}, timeout=timeout)
             return time.monotonic() - t
+
+
+def _images(reply: Dict[str, Any], room: int, max_bytes: int) -> List[Tuple[str, int]]:
+    """A result's images ([MIME type, size] each), checked: a known image type,
+    at most IMAGES_LIMIT of them, sizes that fill the rest of the body (``room``
+    bytes) exactly and add up to at most ``max_bytes``. ProtocolError otherwise."""
+    entries = reply.get("images", [])
+    if not isinstance(entries, list) or len(entries) > _wire.IMAGES_LIMIT:
+        raise ProtocolError("a result with a bad list of images")
+    out: List[Tuple[str, int]] = []
+    total = 0
+    for entry in entries:
+        if not (isinstance(entry, list) and len(entry) == 2 and entry[0] in _wire.IMAGE_MIMES
+                and type(entry[1]) is int and entry[1] >= 0):
+            raise ProtocolError("a result with a bad image entry")
+        total += entry[1]
+        out.append((entry[0], entry[1]))
+    if total != room:
+        raise ProtocolError("result body length mismatch")
+    if total > max_bytes:
+        raise ProtocolError("a result's images over max_image_bytes=%d" % max_bytes)
+    return out
 
 
 def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:

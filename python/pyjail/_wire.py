@@ -24,7 +24,8 @@ else is accepted from the jail: ``decode_header_from_jail`` checks each frame
 against it, and the server dispatches the driver's requests through it.
 
 A Session: ``ping`` -> ``pong``; ``exec`` (a cell) -> ``result``, with ``call``
--> ``reply`` for each host function the cell calls on the way; ``expose``,
+-> ``reply`` for each host function the cell calls on the way, and (``stream``)
+``output`` frames of what the cell writes, as it writes it; ``expose``,
 ``set``, ``put``, ``list``, ``killall`` -> ``ok``; ``get`` -> ``file``; any
 request -> ``error`` when it fails; ``bye`` ends the server. ``pyjail.run``
 with files: ``put`` each input, then ``spawn`` -> ``out`` frames (the program's
@@ -64,6 +65,8 @@ REPR_LIMIT = 64 << 10       # characters of a value's repr sent back
 ERROR_LIMIT = 4096          # characters of an error message sent back
 SKIPPED_LIMIT = 1000        # files named as left out of pyjail.run's outputs
 TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
+IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")  # the images a cell may show
+IMAGES_LIMIT = 32           # images one cell's result holds
 DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
 ID_LIMIT = 64               # characters of a request's id
 
@@ -102,7 +105,7 @@ _ops = [
     Op("ping", DRIVER, id=STR),
     Op("bye", DRIVER),
     Op("exec", DRIVER, id=STR, code=STR, output_limit_=NAT, kill_failed_=BOOL, data_=BOOL,
-       str_=BOOL, name_=STR),
+       str_=BOOL, name_=STR, stream_=BOOL, image_limit_=NAT),
     Op("expose", DRIVER, id=STR, functions=DICT, ends_cell=LIST),
     Op("set", DRIVER, id=STR, variables=DICT),
     Op("put", DRIVER, id=STR, path=STR, mode_=NAT),   # body: the file
@@ -118,13 +121,15 @@ _ops = [
     Op("hello", JAIL, protocol=INT, pid=NAT, python_=STR, server_=STR),
     Op("pong", JAIL, id=STR),
     Op("result", JAIL, id=STR, error="dict|null", value="str|null", stdout=LIST, stderr=LIST,
-       value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT),  # body: the output
+       value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT,
+       images_=LIST),  # body: the output, then the images ([mime, size] each, in order)
     Op("error", JAIL, id="str|null", error=STR, errno_=INT, strerror_=STR, too_large_=NAT),
     Op("ok", JAIL, id=STR, size_=NAT, mtime_ns_=INT, entries_=LIST, truncated_=BOOL,
        failed_=DICT, killed_=NAT),
     Op("file", JAIL, id=STR),                     # body: the file
     Op("call", JAIL, id=STR, name=STR, args=ANY, kwargs=ANY),
     Op("out", JAIL, stream=NAT),                  # body: output of run()'s program
+    Op("output", JAIL, id=STR, stream=NAT),       # body: a cell's output, as it is written
     Op("exited", JAIL, id=STR, status=INT, files=LIST, skipped=LIST),  # body: the files
 ]
 OPS: Dict[str, Op] = {op.name: op for op in _ops}

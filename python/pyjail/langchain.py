@@ -287,7 +287,17 @@ class PythonREPLTool(BaseTool):
 
     async def _arun(self, query: str,
                     run_manager: Optional[AsyncCallbackManagerForToolRun] = None) -> str:
-        return await run_in_executor(None, self._run, query)
+        # Natively async (pyjail.AsyncSession): the event loop goes on while the
+        # cell runs, and cancelling the call interrupts the cell. Calls on one
+        # tool take turns (one interpreter); separate tools run in parallel.
+        from ._async import AsyncSession, _in_thread
+        if self.sanitize_input:
+            query = sanitize_input(query)
+        repl = self.python_repl
+        session = AsyncSession.wrap(await _in_thread(repl.prepared_session))
+        limit = repl.timeout
+        result = await session.run(sanitize_input(query), timeout=limit)
+        return await _in_thread(repl.answer, result, limit)
 
     def close(self) -> None:
         """End the tool's session (a later call starts a fresh one)."""
@@ -342,9 +352,13 @@ class PythonAstREPLTool(BaseTool):
         if self.sanitize_input:
             query = sanitize_input(query)
         session = self._prepare()
-        repl = self.python_repl
-        limit = repl.timeout
+        limit = self.python_repl.timeout
         result = session.run(query, timeout=limit, want_str=True, want_data=True)
+        return self._answer(result, limit)
+
+    def _answer(self, result: CellResult, limit: Optional[float]) -> Any:
+        """The tool's answer to a cell's result (for _run and _arun)."""
+        repl = self.python_repl
         if not result.ok or result.value is None:
             return repl.answer(result, limit, error_style="type")
         printed = _printed(result)
@@ -357,7 +371,14 @@ class PythonAstREPLTool(BaseTool):
 
     async def _arun(self, query: str,
                     run_manager: Optional[AsyncCallbackManagerForToolRun] = None) -> Any:
-        return await run_in_executor(None, self._run, query)
+        # Natively async, as PythonREPLTool._arun.
+        from ._async import AsyncSession, _in_thread
+        if self.sanitize_input:
+            query = sanitize_input(query)
+        session = AsyncSession.wrap(await _in_thread(self._prepare))
+        limit = self.python_repl.timeout
+        result = await session.run(query, timeout=limit, want_str=True, want_data=True)
+        return await _in_thread(self._answer, result, limit)
 
     def close(self) -> None:
         """End the tool's session (a later call starts a fresh one)."""

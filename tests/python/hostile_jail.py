@@ -102,6 +102,20 @@ def run_program(attack):
     os._exit(0)     # as the server does once the program has exited
 
 
+PNG = b"\x89PNG\r\n\x1a\n"
+# attack: ([(of this cell?, body) of output frames], [(MIME type, bytes[, size said]) of images])
+RESULT_ATTACKS = {
+    "image-ok": ([], [("image/png", PNG)]),
+    "image-mime": ([], [("text/html", b"<script>")]),
+    "image-count": ([], [("image/png", PNG)] * 33),
+    "image-sizes": ([], [("image/png", PNG, 100)]),     # a size past the body's end
+    "image-over-cap": ([], [("image/png", PNG * (300 << 10))]),
+    "output-ok": ([(True, b"ab\xc3"), (True, b"\xa9")], []),
+    "output-over-cap": ([(True, b"x" * 800), (True, b"y" * 800)], []),
+    "output-other-id": ([(False, b"x")], []),
+}
+
+
 def session(attack):
     """A Session: answer requests until the attack's request comes."""
     while True:
@@ -147,6 +161,17 @@ def session(attack):
             # The cell's value: what the host answered the call with.
             send(frame({"op": "result", "id": rid, "error": None,
                         "value": json.dumps(reply), "stdout": [0, 0, 0], "stderr": [0, 0, 0]}))
+            continue
+        elif attack in RESULT_ATTACKS:
+            # A cell's result or its streamed output, forged (see test_async_stream_rich).
+            frames, images = RESULT_ATTACKS[attack]
+            for stream, body in frames:
+                send(frame({"op": "output", "id": rid if stream else "r999", "stream": 1},
+                           body))
+            entries = [[i[0], i[2] if len(i) > 2 else len(i[1])] for i in images]
+            send(frame({"op": "result", "id": rid, "error": None, "value": None,
+                        "stdout": [0, 0, 0], "stderr": [0, 0, 0], "images": entries},
+                       b"".join(i[1] for i in images)))
             continue
         elif attack in ("flood", "flood-ping"):
             flood(frame({"op": "result", "id": "stray"}))

@@ -40,6 +40,8 @@ WELL_FORMED_FROM_JAIL = [
     {"op": "result", "id": "r1", "error": None, "value": "42", "stdout": [0, 0, 0],
      "stderr": [1, 2, 3], "value_str": "42", "data": 42, "killed": 0,
      "ended_by": {"name": "f", "token": "f1"}},
+    {"op": "result", "id": "r1", "error": None, "value": None, "stdout": [0, 0, 0],
+     "stderr": [0, 0, 0], "images": [["image/png", 4]]},
     {"op": "error", "id": None, "error": "bad"},
     {"op": "error", "id": "r1", "error": "no such file", "errno": 2, "strerror": "No such file",
      "too_large": 5},
@@ -50,6 +52,7 @@ WELL_FORMED_FROM_JAIL = [
     {"op": "file", "id": "r1"},
     {"op": "call", "id": "c1", "name": "f", "args": [], "kwargs": {"$d": []}},
     {"op": "out", "stream": 2},
+    {"op": "output", "id": "r1", "stream": 1},
     {"op": "exited", "id": "run", "status": -9, "files": [], "skipped": []},
 ]
 
@@ -78,6 +81,11 @@ def test_every_frame_the_jail_may_send_passes_the_checked_decoder(header):
     ({"op": "hello", "protocol": "1", "pid": 2}, "protocol is str, not int"),
     ({"op": "exited", "id": "run", "status": 0, "files": {}, "skipped": []},
      "files is dict, not list"),
+    ({"op": "output", "stream": 1}, "without id"),
+    ({"op": "output", "id": "r1", "stream": -1}, "stream is int, not nat"),
+    ({"op": "output", "id": "r1", "stream": "1"}, "stream is str, not nat"),
+    ({"op": "result", "id": "r1", "error": None, "value": None, "stdout": [], "stderr": [],
+      "images": {}}, "images is dict, not list"),
 ])
 def test_a_frame_outside_the_table_is_refused(header, why):
     with pytest.raises(ValueError, match=why.replace("(", r"\(")):
@@ -112,6 +120,15 @@ def test_driver_frames_are_checked_by_the_server_too():
     with pytest.raises(ValueError, match="path is nat"):
         _wire.check_header({"op": "put", "id": "p", "path": 5}, _wire.DRIVER)
     assert _wire.check_header({"op": "exec", "id": "r", "code": ""}, _wire.DRIVER).name == "exec"
+    assert _wire.check_header({"op": "exec", "id": "r", "code": "", "stream": True,
+                               "image_limit": 1 << 20}, _wire.DRIVER).name == "exec"
+    with pytest.raises(ValueError, match="stream is nat, not bool"):
+        _wire.check_header({"op": "exec", "id": "r", "code": "", "stream": 1}, _wire.DRIVER)
+    with pytest.raises(ValueError, match="image_limit is int, not nat"):
+        _wire.check_header({"op": "exec", "id": "r", "code": "", "image_limit": -1},
+                           _wire.DRIVER)
+    with pytest.raises(ValueError, match="unknown operation 'output'"):
+        _wire.check_header({"op": "output", "id": "r", "stream": 1}, _wire.DRIVER)
 
 
 # ------------------------------------------------------------------ the boot

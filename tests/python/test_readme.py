@@ -68,3 +68,19 @@ def test_run_and_session_examples(pyjail_bin):
     assert "half: 1.5707963267948966\n 6.283185307179586" in r.stdout
     assert "True 3.141592653589793" in r.stdout
     assert "ZeroDivisionError" in r.stdout
+
+
+def test_async_streaming_and_images_examples(pyjail_bin):
+    r = run_example(find("pyjail.AsyncSession("), pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    # (Lines written close together may come in one call of on_stdout.)
+    assert r.stdout.startswith("live: step 0\n") and "step 1\nlive: step 2\n" in \
+        r.stdout.replace("step 1\nstep 2", "step 1\nlive: step 2"), r.stdout
+    assert r.stdout.endswith("step 2\n'done'\n['0\\n', '1\\n', '4\\n']\n"), r.stdout
+
+
+def test_images_example(pyjail_bin, data_rootfs):
+    r = run_example(find("plt.show()"), pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("[Image(mime='image/png', ") and r.stdout.endswith(
+        " bytes)] b'\\x89PNG'\n"), r.stdout
