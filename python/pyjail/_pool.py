@@ -19,8 +19,6 @@ forks the program from itself: the preloads are there too.
 
 from __future__ import annotations
 
-import asyncio
-import functools
 import itertools
 import os
 import select
@@ -154,9 +152,15 @@ class Pool:
         return Session(**kwargs)
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
-        """``run`` for asyncio: awaits the run in a worker thread."""
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(None, functools.partial(self.run, code, **kwargs))
+        """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
+        async ``on_stdout``/``on_stderr``); cancelling it ends the run."""
+        from ._async import arun
+        kwargs.setdefault("profile", self._profile)
+        if self._rootfs is not None:
+            kwargs.setdefault("rootfs", self._rootfs)
+        kwargs["binary"] = self._binary
+        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
+        return await arun(code, **kwargs)
 
     @property
     def sockets(self) -> List[str]:
