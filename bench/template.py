@@ -3,7 +3,7 @@
 
 A "request" is what a caller does: start `pyjail --via SOCKET -- python -c CODE` (or a fresh
 `pyjail -- python -c CODE`); the time measured is from that start to the first line the
-program prints, its first statement (`print('ready')` after the imports it needs, which a
+program prints, its first statement (`print("ready", flush=True)` after the imports it needs, which a
 template has already done). Every round runs each command once, in a fresh random order.
 
     bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--markdown FILE]
@@ -30,8 +30,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 
-DATA_CODE = "import numpy, pandas; print('ready')"
-PLAIN_CODE = "print('ready')"
+DATA_CODE = "import numpy, pandas; print('ready', flush=True)"
+PLAIN_CODE = "print('ready', flush=True)"
 
 
 def first_line_ms(argv: list[str]) -> float:

@@ -26,6 +26,8 @@ USAGE = ("a run from a template runs `python FILE [ARGS]`, `python -c CODE [ARGS
 
 def main(preload):
     import importlib
+    # What every run uses to start and end its program: imported once, here.
+    import atexit, runpy, signal, threading, traceback, types  # noqa: F401,E401
     for name in preload:
         importlib.import_module(name)
     import gc
