@@ -3,17 +3,23 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <csetjmp>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "exitstatus.hpp"
 #include "init.hpp"
 #include "steps.hpp"
+#include "sys.hpp"
 
 namespace pyjail {
 
@@ -23,6 +29,23 @@ namespace {
 sigset_t g_program_mask;
 struct sigaction g_program_actions[NSIG];
 
+// The run's pid 1 shares the template's memory (CLONE_VM | CLONE_VFORK: the template waits,
+// no page is copied) until it has forked the program and exec'd the reaper; the program, the
+// one copy of the template, comes back into the template's frame through this jump.
+sigjmp_buf g_program_entry;
+int g_reaper_fd = -1;              // pyjail-reaper, opened when the template starts
+constexpr std::size_t kPid1Stack = 256 * 1024;
+void* g_pid1_stack = nullptr;      // mapped for each run's pid 1 while it shares our memory
+// pid 1's descriptors while it sets the run up: 3 the report socket, 4 the reaper's binary,
+// 5 and 6 the ends of the pipe the program waits on until the reaper is undumpable.
+constexpr int kReleaseReadFd = 6;
+
+struct Pid1Args {
+    const RunRequest* request;
+    const int* fds;
+    int release_w, release_r;
+};
+
 }  // namespace
 
 namespace program {
@@ -31,14 +54,21 @@ namespace {
 
 // The run's program: what a fresh interpreter would have, and nothing of pid 1's.
 void become_program() {
+    // pid 1 execs the reaper right after forking us; until the reaper has made itself
+    // undumpable again (exec resets it), we must not run a byte of the program: /proc/1/mem
+    // would be open to us. Then none of pid 1's descriptors (3-6) stays with us.
+    char go;
+    while (::read(kReleaseReadFd, &go, 1) < 0 && errno == EINTR) {
+    }
+    (void)sys_close_range(3, ~0U, 0);
+    // pid 1's stack, copied with the rest: not ours to keep.
+    if (g_pid1_stack != nullptr) ::munmap(g_pid1_stack, kPid1Stack);
     for (int s = 1; s < NSIG; ++s)
         if (s != SIGKILL && s != SIGSTOP) ::sigaction(s, &g_program_actions[s], nullptr);
     ::sigprocmask(SIG_SETMASK, &g_program_mask, nullptr);
-    // pid 1 is not dumpable (it is a copy of the template); the program is, as an exec'd one
-    // would be: it may read its own /proc files. It cannot reach pid 1 or the template.
+    // pid 1 is not dumpable; the program is, as an exec'd one would be: it may read its own
+    // /proc files. It cannot reach pid 1 or the template.
     (void)::prctl(PR_SET_DUMPABLE, 1);
-    // The report socket is pid 1's alone: close-on-exec does nothing where nothing execs.
-    ::close(pid1::report_fd());
 }
 
 }  // namespace
@@ -49,14 +79,41 @@ namespace pid1 {
 
 namespace {
 
-// Returns only in the program.
-void run_forked(const RunRequest& r, const int* fds, const zygote::ForkHooks& hooks) {
+// Keeps `keep` at 3, 4, ... (close-on-exec) and closes every other descriptor above 2: a leaked
+// fd to a host file or socket would be a way out of every other protection.
+void keep_only(const int* keep, int n) {
+    int moved[8];
+    for (int k = 0; k < n; ++k)  // out of the way first: a target may be another's source
+        if ((moved[k] = ::fcntl(keep[k], F_DUPFD_CLOEXEC, 64)) < 0)
+            fail(ChildStep::CloseFds, errno, kExitJailError, "fcntl(F_DUPFD)");
+    for (int k = 0; k < n; ++k)
+        if (::dup3(moved[k], 3 + k, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
+    if (sys_close_range(static_cast<unsigned>(3 + n), ~0U, 0) != 0)
+        fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
+    set_report_fd(3);
+}
+
+// The run's pid 1, on a stack of its own in the template's memory (the template waits). Never
+// returns: ends in the reaper's exec (or _exit on a failed step).
+int run_forked(void* arg) {
+    const auto& a = *static_cast<const Pid1Args*>(arg);
+    const RunRequest& r = *a.request;
+    const int* fds = a.fds;
     set_report_fd(fds[0]);
-    // This process is a copy of the template: the program (same uid) must not read its memory
-    // or ptrace it.
+    // Until the exec, the template waits for us: nothing here may wait on the client. A client
+    // that does not read its report socket (or many runs sharing one) makes our messages fail,
+    // and the run with them, instead of freezing the template for every other run. The
+    // reaper blocks again.
+    int flags = ::fcntl(fds[0], F_GETFL);
+    if (flags < 0 || ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0) ::_exit(kExitJailError);
+    // Sharing the template's memory: the program (same uid) must not read it or ptrace us.
     if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(ChildStep::Dumpable, errno, kExitJailError, "prctl");
     int at = 4;
     const int script_fd = r.has_script ? fds[at++] : -1;
+    // The script is copied in before the exec: from a regular file only (a pipe could stall).
+    struct stat script_st {};
+    if (script_fd >= 0 && (::fstat(script_fd, &script_st) != 0 || !S_ISREG(script_st.st_mode)))
+        fail(ChildStep::CopyScript, EINVAL, kExitJailError, "the script is not a regular file");
     if (r.into_cgroup) {
         // The leaf the server made for this run, opened by the server: the kernel checks the
         // move with the opener's credentials, so the template needs no rights over the
@@ -80,7 +137,8 @@ void run_forked(const RunRequest& r, const int* fds, const zygote::ForkHooks& ho
     const int stdio[3] = {fds[1], fds[2], fds[3]};
     take_stdio(stdio);
     new_session();
-    close_inherited_fds();
+    const int keep[4] = {fds[0], g_reaper_fd, a.release_w, a.release_r};  // -> 3, 4, 5, 6
+    keep_only(keep, 4);
     drop_capabilities();
     set_no_new_privs();
     join_new_keyring();
@@ -88,17 +146,24 @@ void run_forked(const RunRequest& r, const int* fds, const zygote::ForkHooks& ho
     install_init_signals();
     send_ready(listener);
 
-    // The program: a fork of this copy of the interpreter, with its locks and at-fork hooks
-    // (which reseed `random`) seen to. pid 1 never runs the interpreter again.
-    if (hooks.before) hooks.before();
+    // The program: the one copy of the template's memory. It goes back into the template's
+    // frame (g_program_entry), where the interpreter's fork bookkeeping is finished.
     pid_t program = ::fork();
     if (program < 0) fail(ChildStep::Fork, errno, kExitJailError, "cannot start the program");
-    if (program == 0) {
-        if (hooks.after_child) hooks.after_child();
-        program::become_program();
-        return;  // into the interpreter: the caller's caller runs the program
-    }
-    run_reaper(program, report_fd());
+    if (program == 0) ::siglongjmp(g_program_entry, 1);
+    // pid 1 leaves the template's memory for the reaper (init.cpp): the report socket and the
+    // program's release go with it; the reaper binary's descriptor does not.
+    if (::fcntl(3, F_SETFD, 0) != 0 || ::fcntl(5, F_SETFD, 0) != 0)
+        fail(ChildStep::Exec, errno, kExitJailError, "fcntl");
+    char pid_text[16];
+    std::snprintf(pid_text, sizeof pid_text, "%d", program);
+    char* argv[] = {const_cast<char*>("pyjail-reaper"), pid_text, const_cast<char*>("3"),
+                    const_cast<char*>("5"), nullptr};
+    char* envp[] = {nullptr};
+    ::syscall(SYS_execveat, 4, "", argv, envp, AT_EMPTY_PATH);
+    int e = errno;
+    ::kill(program, SIGKILL);
+    fail(ChildStep::Exec, e, kExitJailError, "cannot execute the run's reaper");
 }
 
 }  // namespace
@@ -112,23 +177,49 @@ void save_program_signals() {
     for (int s = 1; s < NSIG; ++s) ::sigaction(s, nullptr, &g_program_actions[s]);
 }
 
+void set_reaper(int fd) { g_reaper_fd = fd; }
+
 pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
                std::string& error) {
+    int release[2];
+    if (::pipe2(release, O_CLOEXEC) != 0) {
+        error = std::string("pipe: ") + std::strerror(errno);
+        return -1;
+    }
+    g_pid1_stack = ::mmap(nullptr, kPid1Stack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_STACK, -1, 0);
+    if (g_pid1_stack == MAP_FAILED) {
+        g_pid1_stack = nullptr;
+        ::close(release[0]);
+        ::close(release[1]);
+        error = std::string("cannot map a stack for the run's pid 1: ") + std::strerror(errno);
+        return -1;
+    }
     // The next child is pid 1 of a new pid namespace: it sees neither the template nor any
     // other run, and everything it leaves dies with it.
     if (::unshare(CLONE_NEWPID) != 0) {
         error = std::string("cannot create the run's pid namespace: ") + std::strerror(errno);
+        ::munmap(g_pid1_stack, kPid1Stack);
+        ::close(release[0]);
+        ::close(release[1]);
         return -1;
     }
     if (hooks.before) hooks.before();
-    pid_t pid = ::fork();
-    if (pid == 0) {
+    if (sigsetjmp(g_program_entry, 0) != 0) {
+        // The run's program, forked by its pid 1: its jail is complete.
         if (hooks.after_child) hooks.after_child();
-        pid1::run_forked(request, fds, hooks);
-        return 0;  // only the program gets here
+        program::become_program();
+        return 0;
     }
-    int fork_errno = errno;
+    Pid1Args args{&request, fds, release[1], release[0]};
+    pid_t pid = ::clone(pid1::run_forked, static_cast<char*>(g_pid1_stack) + kPid1Stack,
+                        CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
+    int clone_errno = errno;
+    // pid 1 has exec'd the reaper (or failed): its stack and our ends of the release are ours.
     if (hooks.after_parent) hooks.after_parent();
+    ::munmap(g_pid1_stack, kPid1Stack);
+    g_pid1_stack = nullptr;
+    ::close(release[0]);
+    ::close(release[1]);
     // Back to our own pid namespace for the next run's unshare.
     if (::setns(own_pidns, CLONE_NEWPID) != 0) {
         // Later runs would not get a pid namespace of their own: the template ends here (the
@@ -138,7 +229,7 @@ pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const F
         ::_exit(kExitJailError);
     }
     if (pid < 0) {
-        error = std::string("cannot fork the template: ") + std::strerror(fork_errno);
+        error = std::string("cannot start the run's pid 1: ") + std::strerror(clone_errno);
         return -1;
     }
     return pid;

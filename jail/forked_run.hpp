@@ -4,16 +4,19 @@
 // (zygote/module.cpp), which supplies the interpreter's fork hooks.
 //
 //   template (namespace zygote)        run's pid 1 (pid1::)               the program
-//   unshare(CLONE_NEWPID), fork ---->  join the run's cgroup leaf;
-//   back to its own pid namespace      new mount, net, ipc, uts, cgroup
-//   (setns); reply {pid, pidfd}        namespaces; its own /tmp, /work,
+//   unshare(CLONE_NEWPID); clone       shares the template's memory (no
+//   (CLONE_VM | CLONE_VFORK): waits -> copy): joins the run's cgroup leaf;
+//                                      new mount, net, ipc, uts, cgroup
+//                                      namespaces; its own /tmp, /work,
 //                                      /dev/shm, /dev/pts, /proc (masked);
 //                                      hostname, lo, rlimits, stdio,
 //                                      setsid, close fds, drop every
 //                                      capability, no_new_privs, keyring,
-//                                      the run's filter, "ready"; fork -> returns into the
-//                                      then reaps and reports (init.cpp)   interpreter, which
-//                                                                          runs the program
+//                                      the run's filter, "ready"; fork -> the one copy of the
+//                                      exec pyjail-reaper (init.cpp)       template: back into
+//   resumes at the exec; back to its   reaps and reports                  its frame, waits until
+//   own pid namespace (setns); reply                                      the reaper is
+//   {pid, pidfd}                                                          undumpable, runs
 //
 // The same steps as a fresh jail's (steps.cpp), from the same plan the client computed; what
 // differs is documented in man pyjail(1), TEMPLATES: the user namespace, the rootfs mount and
@@ -39,6 +42,10 @@ struct ForkHooks {
 // Called once when the template starts, before it changes any signal: the dispositions and
 // mask each run's program starts with (the interpreter's own handlers, e.g. SIGINT's).
 void save_program_signals();
+
+// The reaper's binary (pyjail-reaper, template/reaper.cpp), opened O_PATH when the template
+// starts: each run's pid 1 execs it once the program is forked.
+void set_reaper(int fd);
 
 // Forks `request`'s run. `fds` as request_fd_count says: report socket, fds 0-2, [script],
 // [cgroup.procs]; `own_pidns` an fd of the template's pid namespace. Returns the run's pid 1

@@ -4,7 +4,7 @@
 // there the template runs only this loop. Each request becomes a run by zygote::fork_run
 // (forked_run.cpp): the per-run isolation is C++ code, never Python.
 //
-// serve(fd) returns None when the server closes the socket (the template then exits), and
+// serve(fd, reaper) returns None when the server closes the socket (the template then exits), and
 // (argv, env) in a run's program, whose jail is complete by then.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -62,10 +62,13 @@ PyObject* str_list(const std::vector<std::string>& v) {
     return list;
 }
 
-PyObject* serve(PyObject*, PyObject* arg) {
-    long control = PyLong_AsLong(arg);
-    if (control < 0 && PyErr_Occurred()) return nullptr;
-    const int ctl = static_cast<int>(control);
+PyObject* serve(PyObject*, PyObject* args) {
+    int ctl = -1;
+    const char* reaper = nullptr;
+    if (!PyArg_ParseTuple(args, "is", &ctl, &reaper)) return nullptr;
+    int reaper_fd = ::open(reaper, O_PATH | O_CLOEXEC);
+    if (reaper_fd < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, reaper);
+    zygote::set_reaper(reaper_fd);
     zygote::save_program_signals();
     int pidns = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (pidns < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, "/proc/self/ns/pid");
@@ -147,9 +150,9 @@ PyObject* serve(PyObject*, PyObject* arg) {
 }
 
 PyMethodDef kMethods[] = {
-    {"serve", serve, METH_O,
-     "serve(fd): answer run requests on fd until it closes (None); in a run's program, "
-     "return (argv, env)."},
+    {"serve", serve, METH_VARARGS,
+     "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
+     "return (argv, env). reaper: the path of pyjail-reaper."},
     {nullptr, nullptr, 0, nullptr},
 };
 

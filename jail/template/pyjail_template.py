@@ -38,7 +38,7 @@ def main(preload):
     import _pyjail_zygote
     global _TEMPLATE_MODULES
     _TEMPLATE_MODULES = frozenset(sys.modules)
-    got = _pyjail_zygote.serve(0)
+    got = _pyjail_zygote.serve(0, os.path.join(HERE, "pyjail-reaper"))
     if got is None:    # the server has gone
         return 0
     _exit_fast(run_program(*got))
