@@ -481,6 +481,36 @@ def no_leftovers(request, pyjail_bin):
     assert not new_procs, f"pyjail processes left running: {new_procs}"
 
 
+@pytest.fixture
+def serve(pyjail_command, world_tmp):
+    """serve(user, *options, ready=True) -> (socket path, Popen) of a `pyjail serve` started as
+    `user` (and, with ready, waited for until it takes runs); stopped (SIGTERM) at the end of
+    the test, when its socket must be gone."""
+    started = []
+
+    def serve(user, *options, ready=True):
+        d = world_tmp.dir(0o777)
+        sock = str(d / "t.sock")
+        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
+                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             cwd="/")
+        started.append((p, sock))
+        if ready:
+            line = p.stdout.readline().decode()
+            assert line.startswith("pyjail serve: ready at " + sock), (
+                line + p.stderr.read().decode() if p.poll() is not None else line)
+        return sock, p
+
+    yield serve
+    for p, sock in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            p.wait(15)
+        p.stdout.close()
+        p.stderr.close()
+        assert not os.path.exists(sock), "the server left its socket behind"
+
+
 @pytest.fixture(scope="session")
 def host_namespaces() -> dict[str, str]:
     return {n: os.readlink(f"/proc/self/ns/{n}")

@@ -17,36 +17,6 @@ import pytest
 from pyjail_testing.runs import describe
 
 
-@pytest.fixture
-def serve(pyjail_command, world_tmp):
-    """serve(user, *options) -> socket path of a `pyjail serve` started as `user` and ready;
-    stopped (SIGTERM) at the end of the test, when the socket must be gone."""
-    started = []
-
-    def serve(user, *options, ready=True):
-        d = world_tmp.dir(0o777)
-        sock = str(d / "t.sock")
-        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd="/")
-        started.append((p, sock))
-        if not ready:
-            return p
-        line = p.stdout.readline().decode()
-        assert line.startswith("pyjail serve: ready at " + sock), (
-            line + p.stderr.read().decode() if p.poll() is not None else line)
-        return sock
-
-    yield serve
-    for p, sock in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            p.wait(15)
-        p.stdout.close()
-        p.stderr.close()
-        assert not os.path.exists(sock), "the server left its socket behind"
-
-
 def via(run_jail, user, sock, code, *opts, **kwargs):
     return run_jail(["--quiet", *opts, "--via", sock, "--", "python", "-c", textwrap.dedent(code)],
                     user=user, **kwargs)
@@ -58,7 +28,7 @@ def result(r):
 
 
 def test_a_run_is_a_jail_of_its_own(run_jail, as_user, serve):
-    sock = serve(as_user, "--preload", "json")
+    sock, _ = serve(as_user, "--preload", "json")
     r = via(run_jail, as_user, sock, """
         import json, os, sys
         status = open("/proc/self/status").read()
@@ -80,7 +50,7 @@ def test_a_run_is_a_jail_of_its_own(run_jail, as_user, serve):
 
 
 def test_the_exit_status_and_report_are_a_fresh_runs(run_jail, as_user, serve, world_tmp):
-    sock = serve(as_user)
+    sock, _ = serve(as_user)
     report = world_tmp.dir(0o777) / "r.json"
     r = run_jail(["--quiet", "--report", str(report), "--via", sock, "--", "python", "-c",
                   "import sys; print('out'); print('err', file=sys.stderr); sys.exit(7)"], user=as_user)
@@ -93,7 +63,7 @@ def test_the_exit_status_and_report_are_a_fresh_runs(run_jail, as_user, serve, w
 
 
 def test_nothing_of_one_run_reaches_the_next(run_jail, as_user, serve):
-    sock = serve(as_user, "--preload", "json")
+    sock, _ = serve(as_user, "--preload", "json")
     first = result(via(run_jail, as_user, sock, """
         import json, os, random, subprocess, sys, tempfile
         open("/tmp/left", "w").write("x"); open("/work/left", "w").write("x")
@@ -120,7 +90,7 @@ def test_nothing_of_one_run_reaches_the_next(run_jail, as_user, serve):
 
 
 def test_concurrent_runs_cannot_see_each_other(run_jail, as_user, serve):
-    sock = serve(as_user)
+    sock, _ = serve(as_user)
     code = """
         import json, os, sys, time
         me = sys.argv[1]
@@ -147,7 +117,7 @@ def test_concurrent_runs_cannot_see_each_other(run_jail, as_user, serve):
 
 
 def test_a_run_cannot_reach_the_template_or_other_runs(run_jail, as_user, serve):
-    sock = serve(as_user)
+    sock, _ = serve(as_user)
     r = via(run_jail, as_user, sock, """
         import ctypes, json, os, signal
         out = {}
@@ -181,7 +151,7 @@ def test_a_run_cannot_reach_the_template_or_other_runs(run_jail, as_user, serve)
     ("import sys\nwhile True: sys.stdout.write('x' * 65536)", ("--output-limit", "1M"), "output-limit"),
 ])
 def test_a_run_that_breaks_its_limits_ends_alone(run_jail, as_user, serve, world_tmp, bomb, opts, status):
-    sock = serve(as_user)
+    sock, _ = serve(as_user)
     report = world_tmp.dir(0o777) / "r.json"
     # Another run is in flight the whole time, and must finish untouched.
     neighbour = {}
@@ -201,7 +171,7 @@ def test_a_run_that_breaks_its_limits_ends_alone(run_jail, as_user, serve, world
 
 
 def test_a_killed_template_is_started_again(run_jail, as_user, serve, helpers):
-    sock = serve(as_user, "--preload", "json")
+    sock, _ = serve(as_user, "--preload", "json")
     first = via(run_jail, as_user, sock, "print('one')")
     assert first.returncode == 0
     # The template's supervisor is the server's child; killing it ends the template's jail.
@@ -221,7 +191,7 @@ def test_a_killed_template_is_started_again(run_jail, as_user, serve, helpers):
 
 
 def test_what_a_template_run_cannot_have_is_refused(run_jail, as_user, serve, world_tmp):
-    sock = serve(as_user)
+    sock, _ = serve(as_user)
     src = world_tmp.dir()
     r = run_jail(["--ro-bind", f"{src}:/data", "--via", sock, "--", "python", "-c", "pass"], user=as_user)
     assert r.returncode == 125 and "cannot bind host paths" in r.stderr, describe(r)
@@ -232,14 +202,14 @@ def test_what_a_template_run_cannot_have_is_refused(run_jail, as_user, serve, wo
 
 
 def test_a_template_that_cannot_start_says_why(serve, as_user):
-    p = serve(as_user, "--preload", "no_such_module_here", ready=False)
+    _, p = serve(as_user, "--preload", "no_such_module_here", ready=False)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 125, (out, err)
     assert b"No module named 'no_such_module_here'" in err and b"did not start" in err, err
 
 
 def test_the_socket_is_only_its_users(run_jail, root_user, serve, pyjail_command, _preflight):
-    sock = serve(root_user)
+    sock, _ = serve(root_user)
     assert oct(os.stat(sock).st_mode & 0o777) == "0o600"
     other = _preflight("unprivileged")
     r = run_jail(["--via", sock, "--", "python", "-c", "pass"], user=other)

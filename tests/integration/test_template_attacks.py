@@ -24,34 +24,6 @@ from pyjail_testing import skip_or_fail
 from pyjail_testing.runs import describe
 
 
-@pytest.fixture
-def serve(pyjail_command, world_tmp):
-    """serve(user, *options) -> (socket path, Popen) of a `pyjail serve` started as `user` and
-    ready; stopped (SIGTERM) at the end of the test, when the socket must be gone."""
-    started = []
-
-    def serve(user, *options):
-        d = world_tmp.dir(0o777)
-        sock = str(d / "t.sock")
-        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd="/")
-        started.append((p, sock))
-        line = p.stdout.readline().decode()
-        assert line.startswith("pyjail serve: ready at " + sock), (
-            line + p.stderr.read().decode() if p.poll() is not None else line)
-        return sock, p
-
-    yield serve
-    for p, sock in started:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-            p.wait(15)
-        p.stdout.close()
-        p.stderr.close()
-        assert not os.path.exists(sock), "the server left its socket behind"
-
-
 def via(run_jail, user, sock, code, *args, opts=(), **kwargs):
     return run_jail(["--quiet", *opts, "--via", sock, "--", "python", "-c", textwrap.dedent(code), *args],
                     user=user, **kwargs)
