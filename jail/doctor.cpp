@@ -383,7 +383,11 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
     checks.push_back(check_kernel());
     checks.push_back(check_user_namespaces());
     if (std::string mountinfo; try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
-        checks.push_back({"root file system", Check::Verdict::Fail, "/ is the initramfs (rootfs)",
+        // A warning: / may be a bind of the initramfs (as a VM's or a container's init makes
+        // it), which pivot_root can leave; the strict jail's check below says whether it can.
+        checks.push_back({"root file system", Check::Verdict::Warn,
+                          "/ is the initramfs (rootfs), or a mount of it: pivot_root cannot leave the "
+                          "initramfs itself",
                           kInitramfsRootHint});
     if (read_trimmed("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1")
         checks.push_back({"apparmor", Check::Verdict::Warn,

@@ -111,6 +111,8 @@ def test_a_profile_never_binds_the_home_from_which_it_runs(run_jail, as_user, wo
 def test_credentials_root_and_ancestors_need_the_explicit_opt_in(run_jail, as_user, world_tmp,
                                                                 helpers):
     home = _home_with_credentials(world_tmp)
+    # The fallback notice's daily stamp goes elsewhere: /work must show the home as it is.
+    env = {"HOME": str(home), "XDG_STATE_HOME": str(world_tmp.dir(0o777))}
     other = world_tmp.dir(0o755)
     (other / ".aws").mkdir()
     cases = {
@@ -121,13 +123,13 @@ def test_credentials_root_and_ancestors_need_the_explicit_opt_in(run_jail, as_us
         "ancestor": ["--ro-bind", f"{home.parent}:/mnt/x"],
     }
     for what, opts in cases.items():
-        r = run_jail([*opts, "--", "python", "-c", "pass"], user=as_user, env={"HOME": str(home)})
+        r = run_jail([*opts, "--", "python", "-c", "pass"], user=as_user, env=env)
         assert r.returncode == 125, (what, helpers.describe(r))
         assert "--allow-sensitive-bind" in r.stderr, (what, r.stderr)
     # Named on the command line and opted in: the user means it.
     r = run_jail(["--workdir", str(home), "--allow-sensitive-bind", "--", "python", "-c",
                   "import os; print(sorted(os.listdir('/work')))"],
-                 user=as_user, env={"HOME": str(home)})
+                 user=as_user, env=env)
     assert r.returncode == 0, helpers.describe(r)
     assert r.stdout.strip() == "['.ssh']"
 

@@ -219,7 +219,8 @@ def test_explicit_systemd_fails_with_one_line(bus, calls, as_user, pyjail_comman
 def test_no_bus_is_todays_fallback(bus, calls, as_user, pyjail_command, world_tmp):
     """With no bus to ask, auto prints exactly what --cgroup-manager none does."""
     missing = f"unix:path={world_tmp.dir()}/no-bus"
-    args = ["--cpu-time", "30", "--", "python", "-c", "print('ran')"]
+    # The fallback notice on every run (not once a day), so that both runs say it.
+    args = ["--cgroup-notice", "always", "--cpu-time", "30", "--", "python", "-c", "print('ran')"]
     auto = run_in_session(bus, pyjail_command, as_user, args, address=missing)
     none = run_in_session(bus, pyjail_command, as_user, ["--cgroup-manager", "none", *args],
                           address=missing)
