@@ -121,9 +121,17 @@ void run_request(std::string_view input) {
     std::string again = encode_request(r);
     expect(encode_request(decode_request(again)) == again, "a decoded request changes in another round");
     expect(!r.argv.empty() && r.argv.size() <= 4096, "a request without a command, or with too many arguments");
-    for (const auto& op : r.mounts)
-        expect(!op.target.empty() && op.target.front() != '/' && op.target.find("..") == std::string::npos,
-               "a mount target outside the run");
+    for (const auto& op : r.mounts) {
+        // Relative, and no component climbs ("ac.." is a name; ".." is not).
+        expect(!op.target.empty() && op.target.front() != '/', "a mount target outside the run");
+        std::string_view t = op.target;
+        for (std::size_t start = 0; start <= t.size();) {
+            std::size_t end = std::min(t.find('/', start), t.size());
+            std::string_view part = t.substr(start, end - start);
+            expect(!part.empty() && part != "." && part != "..", "a mount target with an empty, . or .. part");
+            start = end + 1;
+        }
+    }
 }
 
 void dbus(std::string_view input) {
