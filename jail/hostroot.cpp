@@ -28,8 +28,10 @@ bool root_is_initramfs(std::string_view mountinfo) {
         if (field(line, 4) != "/") continue;
         std::size_t dash = line.find(" - ");
         if (dash == std::string_view::npos) continue;
-        // A later mount on / hides the earlier one: the last decides.
-        initramfs = field(line.substr(dash + 3), 0) == "rootfs";
+        // A later mount on / hides the earlier one: the last decides. Only the initial rootfs
+        // itself is its own parent; a bind of it moved onto / (as a VM's or a container's init
+        // makes) is a mount pivot_root can leave.
+        initramfs = field(line.substr(dash + 3), 0) == "rootfs" && field(line, 0) == field(line, 1);
     }
     return initramfs;
 }

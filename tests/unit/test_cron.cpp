@@ -65,5 +65,9 @@ TEST_CASE("host root: an initramfs root (rootfs) is recognised") {
     const char* normal = "25 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw\n"
                          "26 25 0:30 / /tmp rw - rootfs x rw\n";
     CHECK_FALSE(root_is_initramfs(normal));
+    // A bind of the initramfs moved onto / and chrooted into (pivot_root works from there).
+    const char* bound = "30 1 0:2 / / rw - rootfs rootfs rw\n"
+                        "31 30 0:5 / /proc rw,nosuid - proc proc rw\n";
+    CHECK_FALSE(root_is_initramfs(bound));
     CHECK_FALSE(root_is_initramfs(""));
 }
