@@ -127,16 +127,21 @@ class Pool:
                 raise JailError("pyjail: this Pool is closed")
             return self._servers[next(self._turn) % len(self._servers)].socket
 
-    def run(self, code: Optional[str] = None, **kwargs: Any) -> Result:
-        """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
-        a template: the same arguments (``files``, ``outputs``, ``stdin``,
-        ``timeout``, ``memory``, ...) and the same Result."""
-        kwargs.setdefault("profile", self._profile)
+    def _through_template(self, kwargs: Any, profile: bool = True) -> Any:
+        """The arguments of a run or session, sent to one of the templates."""
+        if profile:
+            kwargs.setdefault("profile", self._profile)
         if self._rootfs is not None:
             kwargs.setdefault("rootfs", self._rootfs)
         kwargs["binary"] = self._binary
         kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
-        return run(code, **kwargs)
+        return kwargs
+
+    def run(self, code: Optional[str] = None, **kwargs: Any) -> Result:
+        """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
+        a template: the same arguments (``files``, ``outputs``, ``stdin``,
+        ``timeout``, ``memory``, ...) and the same Result."""
+        return run(code, **self._through_template(kwargs))
 
     def session(self, **kwargs: Any) -> Session:
         """A ``Session`` whose interpreter is a fork of a template: its cells
@@ -145,22 +150,13 @@ class Pool:
         restarts, it forks the template again. The agent adapters take it as
         ``session=`` (``PythonREPLTool(python_repl=PythonREPL(session=...))``,
         ``PyjailExecutor(session=...)``)."""
-        if self._rootfs is not None:
-            kwargs.setdefault("rootfs", self._rootfs)
-        kwargs["binary"] = self._binary
-        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
-        return Session(**kwargs)
+        return Session(**self._through_template(kwargs, profile=False))
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
         async ``on_stdout``/``on_stderr``); cancelling it ends the run."""
         from ._async import arun
-        kwargs.setdefault("profile", self._profile)
-        if self._rootfs is not None:
-            kwargs.setdefault("rootfs", self._rootfs)
-        kwargs["binary"] = self._binary
-        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
-        return await arun(code, **kwargs)
+        return await arun(code, **self._through_template(kwargs))
 
     @property
     def sockets(self) -> List[str]:
