@@ -39,6 +39,21 @@ def assert_cgroup_run(vm_run, report):
 
 @pytest.mark.parametrize("user", USERS)
 @pytest.mark.vm(REPORTED + """
+report --memory 64M -- python3 -c 'x = bytearray(24 << 20); print("survived", len(x) >> 20)'
+""", timeout=90)
+def test_memory_under_the_limit_is_there_to_use(vm_run, user):
+    # The positive control of the bomb below: the same limit, a third of it touched (bytearray
+    # zero-fills every page), and the program ends normally.
+    rc, report, program = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert rc == 0 and program == "survived 24\n", vm_run.describe()
+    assert report["status"] == "ok" and report["oom_kills"] == 0
+    assert report["limits"]["memory"]["mechanism"] == "cgroup-v2"
+    assert 24 << 20 < report["memory_peak_bytes"] <= 64 << 20
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
 report --memory 64M -- python3 -c 'x = bytearray(200 << 20); print("survived")'
 """, timeout=90)
 def test_a_memory_bomb_is_oom_killed_as_a_whole(vm_run, user):
@@ -58,10 +73,37 @@ def test_a_memory_bomb_is_oom_killed_as_a_whole(vm_run, user):
 @pytest.mark.vm(REPORTED + """
 report --pids 20 -- python3 -c '
 import os, time
-for i in range(100):
-    if os.fork() == 0:
-        time.sleep(5)
+children = []
+for i in range(8):
+    pid = os.fork()
+    if pid == 0:
+        time.sleep(2)
         os._exit(0)
+    children.append(pid)
+print("forked", len(children), "exited", sum(os.waitpid(c, 0)[1] == 0 for c in children))
+'
+""", timeout=90)
+def test_processes_under_the_pids_limit_run(vm_run, user):
+    # The positive control of the fork bomb below: the same limit, eight children at once.
+    rc, report, program = parse(vm_run)
+    assert_cgroup_run(vm_run, report)
+    assert rc == 0 and program == "forked 8 exited 8\n", vm_run.describe()
+    assert report["status"] == "ok" and report["pids_limit_hits"] == 0
+
+
+@pytest.mark.parametrize("user", USERS)
+@pytest.mark.vm(REPORTED + """
+report --pids 20 -- python3 -c '
+import os, time
+forked = 0
+try:
+    for i in range(100):
+        if os.fork() == 0:
+            time.sleep(5)
+            os._exit(0)
+        forked += 1
+finally:
+    print("forked", forked, flush=True)
 '
 """, timeout=90)
 def test_a_fork_bomb_hits_the_pids_limit(vm_run, user):
@@ -69,6 +111,10 @@ def test_a_fork_bomb_hits_the_pids_limit(vm_run, user):
     assert_cgroup_run(vm_run, report)
     assert rc == 1, vm_run.describe()
     assert "BlockingIOError" in program  # fork() failed with EAGAIN
+    # Stopped near the limit, not at the first fork: 20 tasks, less the jail's pid 1 and the
+    # program itself (a fork that always failed would have passed the lines above).
+    forked = int(re.search(r"forked (\d+)", program).group(1))
+    assert 12 <= forked <= 18, program
     assert report["status"] == "pids-limit"
     assert report["pids_limit_hits"] >= 1
     assert report["limits"]["pids"]["mechanism"] == "cgroup-v2"
