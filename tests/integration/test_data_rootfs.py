@@ -10,25 +10,14 @@ fail under PYJAIL_MUST_WORK=1.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
 
-# This directory's conftest by its path (as test_root_attacks.py does): `from conftest import`
-# may find another test directory's conftest first when several directories run in one pytest.
-if "integration_conftest" not in sys.modules:
-    _spec = importlib.util.spec_from_file_location("integration_conftest",
-                                                   Path(__file__).with_name("conftest.py"))
-    _module = importlib.util.module_from_spec(_spec)
-    sys.modules[_spec.name] = _module  # dataclasses look their module up there
-    _spec.loader.exec_module(_module)
-_conftest = sys.modules["integration_conftest"]
-describe, skip_or_fail = _conftest.describe, _conftest.skip_or_fail
-without_notices = _conftest.without_notices
+from pyjail_testing import skip_or_fail
+from pyjail_testing.runs import describe, without_notices
 
 REQUIREMENTS = Path(__file__).resolve().parents[2] / "rootfs" / "data-requirements.txt"
 STRICT_DATA = ("--profile", "strict", "--rootfs", "data")
