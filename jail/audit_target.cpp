@@ -3,6 +3,7 @@
 // checked and closed before the jail is created, opened again to append once the jail is
 // gone, so no jailed process can inherit it, however the child's set-up goes.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,28 +21,23 @@ namespace pyjail {
 
 void check_audit_log(const std::string& path) {
     // Opened (created if missing) and closed: an unusable log fails the run before it starts.
-    UniqueFd fd = setup::open_audit_log(path);
+    UniqueFd fd = setup::open_audit_log(path, {});
 }
 
-bool append_audit_line(const std::string& path, const std::string& line) {
-    try {
-        UniqueFd fd = setup::open_audit_log(path);
-        // One write of the whole line to an O_APPEND descriptor: the kernel places it at the
-        // end of the file at once, so concurrent runs' lines never interleave.
-        ssize_t n;
-        do {
-            n = ::write(fd.get(), line.data(), line.size());
-        } while (n < 0 && errno == EINTR);
-        if (n != static_cast<ssize_t>(line.size())) {
-            std::fprintf(stderr, "pyjail: audit log: cannot write %s: %s\n", path.c_str(),
-                         n < 0 ? std::strerror(errno) : "short write (disk full?)");
-            return false;
-        }
-        return true;
-    } catch (const JailError& e) {
-        std::fprintf(stderr, "pyjail: %s\n", e.one_line().c_str());
-        return false;
-    }
+void append_audit_line(const std::string& path, const std::string& line,
+                       const std::vector<WritablePlace>& places) {
+    // Checked again now that the jail is gone: it may have changed a link on the way.
+    UniqueFd fd = setup::open_audit_log(path, places);
+    // One write of the whole line to an O_APPEND descriptor: the kernel places it at the end
+    // of the file at once, so concurrent runs' lines never interleave.
+    ssize_t n;
+    do {
+        n = ::write(fd.get(), line.data(), line.size());
+    } while (n < 0 && errno == EINTR);
+    if (n != static_cast<ssize_t>(line.size()))
+        throw JailError("audit log",
+                        fmt::format("cannot write {}: {}", path,
+                                    n < 0 ? std::strerror(errno) : "short write (disk full?)"));
 }
 
 AuditIdentity audit_identity(const std::optional<std::string>& program_sha256) {

@@ -3,16 +3,20 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "audit.hpp"
+#include "writable_place.hpp"
 
 namespace pyjail {
 
 // Throws JailError (step "audit log") when `path` cannot be appended to; leaves it closed.
 void check_audit_log(const std::string& path);
 
-// Appends `line` with one write(). A failure is said on stderr; returns whether it worked.
-bool append_audit_line(const std::string& path, const std::string& line);
+// Appends `line` with one write(), after refusing a log that one of `places` (where the jail
+// could write) reaches. Throws JailError (step "audit log").
+void append_audit_line(const std::string& path, const std::string& line,
+                       const std::vector<WritablePlace>& places);
 
 // Who runs pyjail, now.
 AuditIdentity audit_identity(const std::optional<std::string>& program_sha256);

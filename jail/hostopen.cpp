@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <grp.h>
 #include <sys/fsuid.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 
 #include "error.hpp"
 #include "trust.hpp"
+#include "writable_place.hpp"
 
 namespace pyjail {
 
@@ -61,11 +63,85 @@ enum class Links {
     FollowUnplanted,  // only links nobody but a trusted user could have put there
 };
 
+struct Lookups;
+
 struct WalkRules {
     TrustedUids trusted;
     Links links = Links::Refuse;
     bool trusted_dirs = false;  // every directory on the way must be trusted (trust.hpp)
     bool resolve_last = false;  // open the last component too (else only its directory)
+    Lookups* lookups = nullptr;  // where to note each directory a name is looked up in
+};
+
+FileId id_of(const struct stat& st) {
+    return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
+}
+
+// The mount a descriptor lies on (/proc/self/fdinfo), or -1.
+long mount_id_of(int fd) {
+    std::string info;
+    if (!try_read_file(fmt::format("/proc/self/fdinfo/{}", fd), info)) return -1;
+    auto at = info.find("mnt_id:");
+    if (at == std::string::npos) return -1;
+    return std::strtol(info.c_str() + at + 7, nullptr, 10);
+}
+
+// /proc/self/mountinfo's root and mount point of each mount, by id.
+struct MountTable {
+    struct Entry {
+        long id;
+        std::string root, point;
+    };
+    std::vector<Entry> entries;
+
+    static std::string unescape(const std::string& s) {  // "\040" is a space
+        std::string out;
+        for (std::size_t i = 0; i < s.size(); ++i) {
+            auto octal = [&](std::size_t k) { return k < s.size() && s[k] >= '0' && s[k] <= '7'; };
+            if (s[i] == '\\' && octal(i + 1) && octal(i + 2) && octal(i + 3)) {
+                out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+                i += 3;
+            } else {
+                out += s[i];
+            }
+        }
+        return out;
+    }
+    static MountTable read() {
+        MountTable t;
+        std::string text;
+        if (!try_read_file("/proc/self/mountinfo", text)) return t;
+        std::size_t at = 0;
+        while (at < text.size()) {
+            std::size_t end = text.find('\n', at);
+            if (end == std::string::npos) end = text.size();
+            std::vector<std::string> f;
+            std::size_t i = at;
+            while (i < end && f.size() < 5) {
+                std::size_t j = text.find(' ', i);
+                if (j == std::string::npos || j > end) j = end;
+                f.push_back(text.substr(i, j - i));
+                i = j + 1;
+            }
+            if (f.size() == 5) t.entries.push_back({std::strtol(f[0].c_str(), nullptr, 10), unescape(f[3]), unescape(f[4])});
+            at = end + 1;
+        }
+        return t;
+    }
+    const Entry* find(long id) const {
+        for (const Entry& e : entries)
+            if (e.id == id) return &e;
+        return nullptr;
+    }
+};
+
+// The directories a walk looked names up in, each with what lies above it on the host: what
+// a jail that can write one of them could have changed (writable_place.hpp).
+struct Lookups {
+    MountTable mounts = MountTable::read();
+    std::vector<LookupDir> dirs;
+
+    void note(int dir_fd, const std::string& path);
 };
 
 // Where a walk ended: the directory holding the last component, and, with resolve_last, the
@@ -77,6 +153,7 @@ struct Walked {
     std::string name;
     UniqueFd node;
     NodeFacts node_facts;
+    std::optional<FileId> node_id = std::nullopt;  // set by walk_to_output
 };
 
 // Resolves an absolute host path one component at a time, each opened O_NOFOLLOW from the
@@ -101,6 +178,7 @@ Walked walk(const std::string& path, const WalkRules& r) {
         if (name == ".") continue;
         const bool last = parts.empty();
         if (name == "..") {
+            if (r.lookups != nullptr) r.lookups->note(cur.get(), cur_path);
             // Back to a directory this walk has already checked on its way down.
             UniqueFd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
             if (!up) throw Refused{fmt::format("cannot open {}/..", cur_path), errno};
@@ -112,6 +190,7 @@ Walked walk(const std::string& path, const WalkRules& r) {
             continue;
         }
         std::string here = join(cur_path, name);
+        if (r.lookups != nullptr) r.lookups->note(cur.get(), cur_path);
         if (last && !r.resolve_last) return {std::move(cur), cur_facts, cur_path, name, {}, {}};
         UniqueFd fd(::openat(cur.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
         if (!fd) {
@@ -151,6 +230,38 @@ Walked walk(const std::string& path, const WalkRules& r) {
         cur_path = here;
     }
     throw Refused{fmt::format("{} names no file", path)};
+}
+
+// Climbs from the directory by "..", which crosses mounts as the kernel resolves it, and notes
+// the root of each mount on the way by its path within its filesystem: a bind mount shows a
+// directory under another name, and its ancestors under that name are not its real ones.
+void Lookups::note(int dir_fd, const std::string& path) {
+    LookupDir d{path, {}, {}};
+    UniqueFd cur(::openat(dir_fd, ".", O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!cur) throw Refused{fmt::format("cannot open {}", path), errno};
+    struct stat st {};
+    if (::fstat(cur.get(), &st) != 0) throw Refused{fmt::format("cannot stat {}", path), errno};
+    long mnt = mount_id_of(cur.get());
+    for (int depth = 0;; ++depth) {
+        if (mnt < 0 || depth > 4096) throw Refused{fmt::format("cannot tell where {} lies", path), EIO};
+        d.ancestors.push_back(id_of(st));
+        UniqueFd up(::openat(cur.get(), "..", O_PATH | O_DIRECTORY | O_CLOEXEC));
+        struct stat up_st {};
+        if (!up || ::fstat(up.get(), &up_st) != 0)
+            throw Refused{fmt::format("cannot open the directories above {}", path), errno};
+        long up_mnt = mount_id_of(up.get());
+        const bool top = id_of(up_st) == id_of(st) && up_mnt == mnt;
+        if (up_mnt != mnt || top) {
+            const MountTable::Entry* m = mounts.find(mnt);
+            if (m == nullptr) throw Refused{fmt::format("cannot tell where {} lies", path), EIO};
+            d.mounts.push_back({static_cast<std::uint64_t>(st.st_dev), m->root});
+        }
+        if (top) break;
+        cur = std::move(up);
+        st = up_st;
+        mnt = up_mnt;
+    }
+    dirs.push_back(std::move(d));
 }
 
 // The jail's host user's file-system identity for the duration of an open: fsuid and fsgid
@@ -309,74 +420,212 @@ namespace {
 struct OutputFile {
     const char* step;      // "report", "audit log"
     const char* what;      // "the report file", "the audit log"
-    bool append;           // O_APPEND and never truncated; else truncated after the checks
+    bool append;           // O_APPEND and never truncated; else replaced whole
     mode_t create_mode;
 };
 
-UniqueFd open_output(const std::string& path, const OutputFile& o) {
+const char* const kOutputFix = "give a path in a directory only you can write, e.g. your home";
+
+JailError output_refused(const std::string& path, const OutputFile& o, const std::string& why) {
+    return JailError(o.step, fmt::format("refusing to write {}: {}", path, why), 0, kOutputFix);
+}
+
+JailError output_symlink(const std::string& path, const OutputFile& o) {
+    return JailError(o.step, fmt::format("cannot write {}", path), ELOOP,
+                     fmt::format("{} must not be a symbolic link", o.what));
+}
+
+// The directory the output goes in, and what is there now (if anything) checked: no symlink
+// another user could have planted on the way (the file is written with pyjail's rights,
+// perhaps root's), and at the path only a regular file pyjail may write. Throws JailError.
+Walked walk_to_output(const std::string& path, const OutputFile& o, Lookups* lookups = nullptr) {
     const uid_t euid = ::geteuid();
-    auto refuse = [&](const std::string& why, int err, const std::string& hint) {
-        return JailError(o.step, fmt::format("refusing to write {}: {}", path, why), err, hint);
-    };
-    const std::string fix = "give a path in a directory only you can write, e.g. your home";
-    auto symlink_error = [&] {
-        return JailError(o.step, fmt::format("cannot write {}", path), ELOOP,
-                         fmt::format("{} must not be a symbolic link", o.what));
-    };
     try {
-        // No symlink another user could have planted, at any component: the file is written
-        // with pyjail's rights (perhaps root's).
-        Walked w = walk(path, {{0, euid}, Links::FollowUnplanted, false, false});
-        std::string here = join(w.dir_path, w.name);
+        WalkRules rules{{0, euid}, Links::FollowUnplanted, false, false};
+        rules.lookups = lookups;
+        Walked w = walk(path, rules);
         // Look before opening: a FIFO would block open() (or take the file), a device acts
         // on open.
         struct stat st {};
         if (::fstatat(w.dir.get(), w.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0) {
-            if (S_ISLNK(st.st_mode)) throw symlink_error();
+            if (S_ISLNK(st.st_mode)) throw output_symlink(path, o);
             if (std::string why = report_file_refusal(w.dir_facts, facts_of(st), euid, protected_hardlinks());
                 !why.empty())
-                throw refuse(why, 0, fix);
+                throw output_refused(path, o, why);
+            w.node_facts = facts_of(st);
+            w.node_id = id_of(st);
         }
-        // No O_TRUNC: nothing is truncated before the checks; O_NONBLOCK: a FIFO swapped in
-        // since cannot block us; O_NOFOLLOW: nor can a symlink.
-        UniqueFd fd(::openat(w.dir.get(), w.name.c_str(),
-                             O_WRONLY | O_CREAT | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK |
-                                 (o.append ? O_APPEND : 0),
-                             o.create_mode));
-        if (!fd) {
-            int e = errno;
-            if (e == ELOOP) throw symlink_error();
-            if (e == ENXIO) throw refuse("it is a FIFO, not a regular file", 0, fix);
-            throw JailError(o.step, fmt::format("cannot write {}", path), e);
-        }
-        // What was really opened decides.
-        if (std::string why = report_file_refusal(w.dir_facts, fstat_facts(fd.get(), here), euid,
-                                                  protected_hardlinks());
-            !why.empty())
-            throw refuse(why, 0, fix);
-        if (!o.append && ::ftruncate(fd.get(), 0) != 0)
-            throw JailError(o.step, fmt::format("cannot truncate {}", path), errno);
-        int fl = ::fcntl(fd.get(), F_GETFL);
-        if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0)
-            throw JailError(o.step, fmt::format("cannot write {}", path), errno);
-        return fd;
+        return w;
     } catch (const Refused& r) {
         // A directory on the way that is missing or unreadable is a plain failure.
         if (r.err != 0) throw JailError(o.step, fmt::format("cannot write {}", path), r.err);
-        throw refuse(r.why, 0, fix);
+        throw output_refused(path, o, r.why);
     }
+}
+
+// Refuses an output the jail could have changed (writable_place.hpp): resolved again from
+// its path, each directory on the way with its real ancestors.
+void refuse_jail_writable(const std::string& path, const OutputFile& o,
+                          const std::vector<WritablePlace>& places) {
+    if (places.empty()) return;
+    Lookups lookups;
+    Walked w = walk_to_output(path, o, &lookups);
+    OutputPath out{std::move(lookups.dirs), w.node_id, w.node_facts.nlink};
+    if (std::string why = jail_writable_reason(out, places, !o.append); !why.empty())
+        throw JailError(o.step, fmt::format("refusing to write {}: {}", path, why), 0,
+                        "give a path outside the work directory and the writable binds, where "
+                        "the jail cannot erase or forge it");
+}
+
+UniqueFd open_for_append(const std::string& path, const OutputFile& o) {
+    Walked w = walk_to_output(path, o);
+    std::string here = join(w.dir_path, w.name);
+    // O_NONBLOCK: a FIFO swapped in since the look cannot block us; O_NOFOLLOW: nor can a
+    // symlink.
+    UniqueFd fd(::openat(w.dir.get(), w.name.c_str(),
+                         O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY | O_NOFOLLOW | O_NONBLOCK,
+                         o.create_mode));
+    if (!fd) {
+        int e = errno;
+        if (e == ELOOP) throw output_symlink(path, o);
+        if (e == ENXIO) throw output_refused(path, o, "it is a FIFO, not a regular file");
+        throw JailError(o.step, fmt::format("cannot write {}", path), e);
+    }
+    try {
+        // What was really opened decides.
+        if (std::string why = report_file_refusal(w.dir_facts, fstat_facts(fd.get(), here), ::geteuid(),
+                                                  protected_hardlinks());
+            !why.empty())
+            throw output_refused(path, o, why);
+    } catch (const Refused& r) {
+        throw JailError(o.step, fmt::format("cannot write {}", path), r.err);
+    }
+    int fl = ::fcntl(fd.get(), F_GETFL);
+    if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0)
+        throw JailError(o.step, fmt::format("cannot write {}", path), errno);
+    return fd;
+}
+
+const OutputFile kReport{"report", "the report file", false, 0644};
+// 0600: what ran, by whom, is the log owner's business. Appended, never truncated: a run must
+// not be able to erase the record of the runs before it.
+const OutputFile kAuditLog{"audit log", "the audit log", true, 0600};
+
+bool write_all(int fd, const std::string& text) {
+    std::size_t done = 0;
+    while (done < text.size()) {
+        ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            if (n == 0) errno = ENOSPC;
+            return false;
+        }
+        done += static_cast<std::size_t>(n);
+    }
+    return true;
+}
+
+// A name for the new report beside the old one, until it is renamed into place.
+std::string temp_name_for(const std::string& name) {
+    unsigned char r[8] = {};
+    if (::getrandom(r, sizeof r, 0) != static_cast<ssize_t>(sizeof r))
+        throw JailError("report", "cannot draw a random name", errno);
+    std::string suffix = ".pyjail-";
+    for (unsigned char c : r) suffix += fmt::format("{:02x}", c);
+    return "." + name.substr(0, 200) + suffix;
 }
 
 }  // namespace
 
-UniqueFd open_report(const std::string& path) {
-    return open_output(path, {"report", "the report file", false, 0644});
+void check_report(const std::string& path) {
+    Walked w = walk_to_output(path, kReport);
+    // The new report is made in this directory when the run is over.
+    if (::faccessat(w.dir.get(), ".", W_OK | X_OK, AT_EACCESS) != 0)
+        throw JailError("report", fmt::format("cannot write {}", path), errno);
 }
 
-UniqueFd open_audit_log(const std::string& path) {
-    // 0600: what ran, by whom, is the log owner's business. Appended, never truncated: a run
-    // must not be able to erase the record of the runs before it.
-    return open_output(path, {"audit log", "the audit log", true, 0600});
+void write_report(const std::string& path, const std::string& text,
+                  const std::vector<WritablePlace>& places) {
+    refuse_jail_writable(path, kReport, places);
+    Walked w = walk_to_output(path, kReport);
+    auto fail = [&](const char* what) { return JailError("report", fmt::format("{} {}", what, path), errno); };
+    // Replaced whole, never written in place: whatever is at the path when the run ends is a
+    // file pyjail made now, not one somebody else could have held open (or linked) meanwhile.
+    // O_TMPFILE: nothing is left behind if pyjail dies before the rename.
+    std::string temp = temp_name_for(w.name);
+    UniqueFd fd(::openat(w.dir.get(), ".", O_TMPFILE | O_WRONLY | O_CLOEXEC, kReport.create_mode));
+    bool named = false;
+    if (!fd && (errno == EOPNOTSUPP || errno == EISDIR || errno == EINVAL)) {
+        // A file system without O_TMPFILE: a named new file instead, removed on failure.
+        fd.reset(::openat(w.dir.get(), temp.c_str(),
+                          O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY,
+                          kReport.create_mode));
+        named = static_cast<bool>(fd);
+    }
+    if (!fd) throw fail("cannot write");
+    auto forget_temp = [&] {
+        if (named) ::unlinkat(w.dir.get(), temp.c_str(), 0);
+    };
+    if (!write_all(fd.get(), text)) {
+        JailError e = fail("cannot write");
+        forget_temp();
+        throw e;
+    }
+    if (!named &&
+        ::linkat(AT_FDCWD, fmt::format("/proc/self/fd/{}", fd.get()).c_str(), w.dir.get(), temp.c_str(),
+                 AT_SYMLINK_FOLLOW) != 0)
+        throw fail("cannot write");
+    if (::renameat(w.dir.get(), temp.c_str(), w.dir.get(), w.name.c_str()) != 0) {
+        JailError e = fail("cannot put in place");
+        ::unlinkat(w.dir.get(), temp.c_str(), 0);
+        throw e;
+    }
+}
+
+void check_report_place(const std::string& path, const std::vector<WritablePlace>& places) {
+    refuse_jail_writable(path, kReport, places);
+}
+
+void check_audit_log_place(const std::string& path, const std::vector<WritablePlace>& places) {
+    refuse_jail_writable(path, kAuditLog, places);
+}
+
+UniqueFd open_audit_log(const std::string& path, const std::vector<WritablePlace>& places) {
+    refuse_jail_writable(path, kAuditLog, places);
+    return open_for_append(path, kAuditLog);
+}
+
+std::vector<WritablePlace> writable_places(const std::vector<BindSpec>& binds) {
+    std::vector<WritablePlace> places;
+    MountTable mounts = MountTable::read();
+    for (const BindSpec& b : binds) {
+        if (!b.writable) continue;
+        // Opened as the jail's pid 1 opens it, following links. A source that does not exist
+        // cannot be bound either (the run fails then); any other failure leaves us unable to
+        // tell what the jail could write, so the run stops here.
+        UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
+        if (!fd && (errno == ENOENT || errno == ENOTDIR)) continue;
+        if (!fd)
+            throw JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), errno,
+                            "pyjail must see what the jail may write, to keep the report and "
+                            "the audit log out of it");
+        struct stat st {};
+        if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
+        WritablePlace p{id_of(st), S_ISDIR(st.st_mode), "", b.source, b.origin};
+        // Its path within its filesystem: its mount's root, and its path below the mount point.
+        char buf[PATH_MAX];
+        ssize_t n = ::readlink(fmt::format("/proc/self/fd/{}", fd.get()).c_str(), buf, sizeof buf - 1);
+        const MountTable::Entry* m = mounts.find(mount_id_of(fd.get()));
+        if (n > 0 && m != nullptr) {
+            std::string at(buf, static_cast<std::size_t>(n));
+            if (m->point == "/" || fs_path_within(at, m->point)) {
+                std::string below = m->point == "/" ? at : at.substr(m->point.size());
+                p.fs_path = below.empty() ? m->root : m->root == "/" ? below : m->root + below;
+            }
+        }
+        places.push_back(std::move(p));
+    }
+    return places;
 }
 
 }  // namespace setup

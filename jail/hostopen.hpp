@@ -4,9 +4,11 @@
 // make root read or write a file for the jail:
 //   - the script the jail runs: opened with the host user's rights; root's own file only on a
 //     path nobody else could have planted (trust.hpp);
-//   - the report: no symlink planted by others on the way, only a regular file, truncated
-//     only after the checks;
+//   - the report: no symlink planted by others on the way, only a regular file, replaced whole
+//     by a new one when the run is over;
 //   - the audit log: the same rules, appended to and never truncated;
+//   - neither where the jail could write (writable_place.hpp): inside --workdir or a writable
+//     --bind, or on a way that goes through one;
 //   - pyjail's own data (profiles, rootfs, compiled filters): only on a path that only root
 //     and the invoking user can change.
 // Bind sources and --workdir are not opened here: the jail's pid 1 opens them after it has
@@ -17,8 +19,11 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
+#include "policy.hpp"
 #include "sys.hpp"
+#include "writable_place.hpp"
 
 namespace pyjail {
 
@@ -36,14 +41,31 @@ namespace setup {
 UniqueFd open_script(const std::string& path, const std::string& shown,
                      const std::optional<HostUserIds>& host_user);
 
-// The report file (absolute path), open for writing: created 0644 when missing, truncated
-// only after the checks, nothing created or truncated when refused. Throws JailError
-// (step "report").
-UniqueFd open_report(const std::string& path);
+// The report file (absolute path), checked before the run: no symlink on the way that another
+// user could have planted, at the path nothing but a regular file pyjail may replace, and a
+// directory pyjail can write. Nothing is created. Throws JailError (step "report").
+void check_report(const std::string& path);
+
+// Writes the report when the run is over: a new file in the checked directory, renamed over
+// `path` (so what is found there is this file, whoever held the old one), after refusing a
+// path the jail could have changed (one of `places` holds it or the way to it). Throws
+// JailError (step "report").
+void write_report(const std::string& path, const std::string& text,
+                  const std::vector<WritablePlace>& places);
+
+// Refuse (JailError, step "report" or "audit log") an output that one of `places` could
+// reach: the check before the jail starts.
+void check_report_place(const std::string& path, const std::vector<WritablePlace>& places);
+void check_audit_log_place(const std::string& path, const std::vector<WritablePlace>& places);
 
 // The audit log (absolute path), open for appending (O_APPEND), by the same rules as the
-// report: created 0600 when missing, never truncated. Throws JailError (step "audit log").
-UniqueFd open_audit_log(const std::string& path);
+// report: created 0600 when missing, never truncated; and not where one of `places` could
+// reach it. Throws JailError (step "audit log").
+UniqueFd open_audit_log(const std::string& path, const std::vector<WritablePlace>& places);
+
+// The host places a jail with these binds can write (the writable ones: --bind, --workdir),
+// as the jail's pid 1 will open them. Throws JailError (step "bind").
+std::vector<WritablePlace> writable_places(const std::vector<BindSpec>& binds);
 
 }  // namespace setup
 

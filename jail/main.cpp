@@ -19,6 +19,8 @@
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "explain.hpp"
+#include "hostopen.hpp"
+#include "mountplan.hpp"
 #include "paths.hpp"
 #include "policy.hpp"
 #include "prepare.hpp"
@@ -92,27 +94,55 @@ int cli_report_fd(const CliArgs& cli) {
 struct AuditTarget {
     std::string path;
     std::optional<std::string> program_sha256;
+    std::vector<WritablePlace> places;  // where the jail can write: never the log's place
 
     void use(const std::string& p) {
         if (p.empty() || !path.empty()) return;
         check_audit_log(p);  // before anything runs: an unusable log fails the run
         path = p;
     }
-    void write(const RunFacts& facts) const {
-        if (!path.empty()) append_audit_line(path, audit_line(audit_identity(program_sha256), facts));
+    // A log the jail can reach is one it can erase, forge, or replace with a directory so
+    // that its own line is never written.
+    void keep_out_of(const std::vector<WritablePlace>& writable) {
+        if (path.empty()) return;
+        setup::check_audit_log_place(path, writable);
+        places = writable;
+    }
+    void write(const RunFacts& facts) const {  // throws JailError
+        if (!path.empty()) append_audit_line(path, audit_line(audit_identity(program_sha256), facts), places);
     }
 };
 
-void write_error_report(const ReportTarget& report, const AuditTarget& audit, RunFacts& facts,
-                        const JailError& e) {
-    facts.setup_error = true;
+void set_error(RunFacts& facts, const JailError& e) {
     facts.exit_code = e.exit_code();
     facts.error_step = e.step();
     facts.error_message = e.message();
     facts.error_errno = e.err();
     facts.error_hint = e.hint();
-    report.write(facts);
-    audit.write(facts);
+}
+
+// The end of every run: its audit line, then its report. A run whose line cannot be written
+// fails (exit 125), and the report says why: no run goes unrecorded with exit status 0.
+int record_run(const ReportTarget& report, const AuditTarget& audit, RunFacts& facts, int code) {
+    try {
+        audit.write(facts);
+    } catch (const JailError& e) {
+        std::fprintf(stderr, "pyjail: %s\n", e.one_line().c_str());
+        if (!facts.setup_error) {
+            facts.record_error = true;
+            set_error(facts, e);
+            code = e.exit_code();
+        }
+    }
+    if (!report.write(facts) && !facts.setup_error) code = kExitJailError;
+    return code;
+}
+
+void write_error_report(const ReportTarget& report, const AuditTarget& audit, RunFacts& facts,
+                        const JailError& e) {
+    facts.setup_error = true;
+    set_error(facts, e);
+    record_run(report, audit, facts, e.exit_code());
 }
 
 // What `pyjail serve` runs: a template jail (serve.hpp) from the same settings a run would
@@ -185,15 +215,19 @@ int run(int argc, char** argv) {
         Policy policy = make_policy(settings, cli.command, cwd);
         if (!policy.explain) audit.use(policy.audit_log);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
+        if (!policy.explain && (!audit.path.empty() || report.wanted())) {
+            // Before the jail exists: neither file where the jail can write (hostopen.hpp).
+            auto places = setup::writable_places(all_binds(policy));
+            audit.keep_out_of(places);
+            report.keep_out_of(places);
+        }
         if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
             const bool hash = !audit.path.empty();
             int code = supervisor::run_via(absolute_path(it->second.back(), cwd), std::move(policy), dirs,
                                            argv, facts, [&](int script_fd) {
                                                if (hash) audit.program_sha256 = sha256_of_fd(script_fd);
                                            });
-            report.write(facts);
-            audit.write(facts);
-            return code;
+            return record_run(report, audit, facts, code);
         }
         PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
         const RunPlan& plan = prepared.plan;
@@ -215,9 +249,7 @@ int run(int argc, char** argv) {
         }
         supervisor::settle_cgroup(prepared.plan);
         int code = supervisor::run_jail(prepared, argv, facts);
-        report.write(facts);
-        audit.write(facts);
-        return code;
+        return record_run(report, audit, facts, code);
     } catch (const JailError& e) {
         // The report says what failed too: a cron job or an agent reads it, not stderr.
         write_error_report(report, audit, facts, e);

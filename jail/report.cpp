@@ -80,7 +80,7 @@ std::string report_json(const RunFacts& f) {
     j["denied_syscalls"] = denied;
     j["denied_syscalls_throttled"] = f.denied_throttled;
     j["error"] = nullptr;
-    if (f.setup_error) {
+    if (f.setup_error || f.record_error) {
         const char* name = f.error_errno != 0 ? strerrorname_np(f.error_errno) : nullptr;
         j["error"] = {{"step", f.error_step},
                       {"errno", f.error_errno},

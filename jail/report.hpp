@@ -12,6 +12,7 @@
 #include "limits.hpp"
 #include "seccomp.hpp"
 #include "sys.hpp"
+#include "writable_place.hpp"
 
 namespace pyjail {
 
@@ -45,8 +46,10 @@ struct RunFacts : JailEnd, Usage {
     int exit_code = 0;                       // pyjail's own exit status
     std::vector<LimitEntry> limits;
     std::string cgroup;                      // the jail's cgroup path, or ""
-    // Set-up errors.
+    // Set-up errors, or (record_error) a failure to keep the run's record once it was over:
+    // the status stays the program's, the error says what failed.
     bool setup_error = false;
+    bool record_error = false;
     std::string error_step, error_message, error_hint;
     int error_errno = 0;
     std::string profile;
@@ -72,19 +75,25 @@ std::string report_json(const RunFacts& facts);
 
 std::string json_string(const std::string& s);
 
-// Where the report goes (--report FILE, --report-fd N), opened before anything runs so that
-// an unwritable report fails the run up front. Not pure: report_target.cpp, in the binary.
+// Where the report goes (--report FILE, --report-fd N), checked before anything runs so that
+// an unwritable report fails the run up front. A FILE is written when the run is over, as a
+// new file renamed over FILE: the jail may have had the old one (hostopen.hpp). Not pure:
+// report_target.cpp, in the binary.
 class ReportTarget {
 public:
     // `path` ("" for none) or `fd` (-1 for none). Throws JailError (step "report").
     static ReportTarget open(const std::string& path, int fd);
-    bool wanted() const { return fd_ >= 0; }
-    void write(const RunFacts& facts) const;  // failures are reported on stderr
+    // Refuses (JailError, step "report") a FILE the jail could reach through one of
+    // `places`, now and again when it is written.
+    void keep_out_of(const std::vector<WritablePlace>& places);
+    bool wanted() const { return fd_ >= 0 || !path_.empty(); }
+    // Failures are said on stderr; returns whether the report was written.
+    bool write(const RunFacts& facts) const;
 
 private:
-    UniqueFd owned_;
     int fd_ = -1;
-    std::string name_;
+    std::string path_;
+    std::vector<WritablePlace> places_;
 };
 
 }  // namespace pyjail

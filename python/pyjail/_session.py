@@ -700,6 +700,9 @@ class Session:
             token = ended.get("token")
             if isinstance(token, str) and token in self._final_values:
                 res.final = FinalCall(str(ended.get("name")), self._final_values.pop(token))
+        # The values of the cell's other ending calls (a cell that caught what ended it and
+        # called again) are nobody's: not kept until the next cell.
+        self._final_values.clear()
         return res
 
     # ---------------------------------------------------------- host functions

@@ -24,7 +24,10 @@ tools that need the network or credentials keep working while the code itself
 has neither. ``final_answer(...)`` ends the step, and the agent receives the
 final answer tool's own return value; a PIL image given to it crosses as PNG
 bytes (never a pickle) and reaches the tool as a PIL image (smolagents then
-makes it an ``AgentImage``). Managed agents are called the same way.
+makes it an ``AgentImage``), decoded only when its pixels are first used. The
+final answers of one code action carry at most ``MAX_IMAGES_PER_CELL`` images
+of ``MAX_IMAGE_PIXELS`` pixels in all; past that, final_answer raises
+ValueError in the jail. Managed agents are called the same way.
 
 It behaves as smolagents' Docker, E2B and Modal executors do: the same
 ``CodeOutput`` fields, errors raised as smolagents' own ``AgentError`` types
@@ -64,8 +67,12 @@ DEFAULT_TIMEOUT = 30.0
 """Seconds a code action may run (smolagents' own default for its local executor)."""
 
 MAX_IMAGE_PIXELS = 4096 * 4096
-"""The largest image a final answer may carry out of the jail: a small PNG can
-unpack to gigabytes, and the host decodes it."""
+"""The pixels the final answers of one code action may carry out of the jail, in
+all: a small PNG can unpack to gigabytes, and a cell can call final_answer again
+and again (catching what ends it). 16 Mi pixels decode to at most 64 MiB."""
+
+MAX_IMAGES_PER_CELL = 8
+"""The images the final answers of one code action may carry."""
 
 _IMAGE_TAG = "__pyjail_image__"
 
@@ -87,23 +94,84 @@ def wrap(host):
 """ % _IMAGE_TAG
 
 
-def _from_jail(value: Any) -> Any:
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+# The chunks that make a PNG's pixels. The others are left out: text, ICC profiles and the
+# like are zlib streams that PIL would inflate as soon as the image is opened.
+_PNG_PIXEL_CHUNKS = (b"IHDR", b"PLTE", b"tRNS", b"IDAT", b"IEND")
+
+
+def _png_pixels_only(data: bytes) -> "tuple[bytes, int, int]":
+    """The PNG with only its pixel chunks, and its width and height, read from its
+    header: nothing is decompressed. ValueError if it is not a whole PNG."""
+    if not data.startswith(_PNG_SIGNATURE):
+        raise ValueError("it is not a PNG")
+    kept, pos, size, kind = [_PNG_SIGNATURE], len(_PNG_SIGNATURE), None, b""
+    while kind != b"IEND":
+        if pos + 12 > len(data):
+            raise ValueError("the PNG is cut short")
+        length = int.from_bytes(data[pos:pos + 4], "big")
+        kind, end = data[pos + 4:pos + 8], pos + 12 + length
+        if end > len(data):
+            raise ValueError("the PNG is cut short")
+        if kind == b"IHDR":
+            if size is not None or length != 13:
+                raise ValueError("the PNG's header is malformed")
+            size = (int.from_bytes(data[pos + 8:pos + 12], "big"),
+                    int.from_bytes(data[pos + 12:pos + 16], "big"))
+        if kind in _PNG_PIXEL_CHUNKS:
+            kept.append(data[pos:end])
+        pos = end
+    if size is None:
+        raise ValueError("the PNG has no header")
+    return b"".join(kept), size[0], size[1]
+
+
+class _CellImages:
+    """What the final answers of one code action have made the host hold."""
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.images = 0
+        self.pixels = 0
+
+    def admit(self, width: int, height: int) -> None:
+        if width * height > MAX_IMAGE_PIXELS:
+            raise ValueError("the image is %dx%d pixels, more than the %d a final answer may carry"
+                             % (width, height, MAX_IMAGE_PIXELS))
+        if self.images >= MAX_IMAGES_PER_CELL:
+            raise ValueError("the final answers of one code action may carry at most %d images"
+                             % MAX_IMAGES_PER_CELL)
+        if self.pixels + width * height > MAX_IMAGE_PIXELS:
+            raise ValueError("the image is %dx%d pixels, and with the %d this code action's final "
+                             "answers carry already, more than the %d they may carry in all"
+                             % (width, height, self.pixels, MAX_IMAGE_PIXELS))
+        self.images += 1
+        self.pixels += width * height
+
+
+def _from_jail(value: Any, cell: _CellImages) -> Any:
     """A final answer's argument as the tool should get it: PNG bytes the jail
-    tagged as an image become a PIL image (decoded here, never unpickled)."""
+    tagged as an image become a PIL image (never unpickled), counted against the
+    cell's share. The image is opened, not decoded: its pixels are decoded when
+    the caller first uses them (PIL loads lazily), so the host holds only the
+    compressed PNG until then."""
     if not (isinstance(value, dict) and set(value) == {_IMAGE_TAG, "data"} and
             value[_IMAGE_TAG] == "image/png" and isinstance(value["data"], bytes)):
         return value
     from PIL import Image
     try:
-        # Only the header is read here; pixels are decoded by load(), below.
-        image = Image.open(io.BytesIO(value["data"]), formats=["PNG"])
+        png, width, height = _png_pixels_only(value["data"])
+    except ValueError as e:
+        raise ValueError("the final answer's image could not be read: %s" % e) from None
+    cell.admit(width, height)
+    try:
+        image = Image.open(io.BytesIO(png), formats=["PNG"])
     except Exception as e:
         raise ValueError("the final answer's image could not be read: %s" % e) from None
-    width, height = image.size
-    if width * height > MAX_IMAGE_PIXELS:
-        raise ValueError("the image is %dx%d pixels, more than the %d a final answer may carry"
-                         % (width, height, MAX_IMAGE_PIXELS))
-    image.load()
+    if image.size != (width, height):
+        raise ValueError("the final answer's image could not be read: its size is unclear")
     return image
 
 
@@ -159,6 +227,7 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         self._variables: Dict[str, Any] = {}
         self._wrapped = False
         self._restarts_seen = self.session.restarts
+        self._cell_images = _CellImages()
         self.state: Dict[str, Any] = {"_print_outputs": ""}
 
     def describe(self) -> str:
@@ -185,7 +254,8 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
                     "%s (%s)" % (k, v.get("type", "any") if isinstance(v, dict) else "any")
                     for k, v in inputs.items())
             docs[name] = desc
-            functions[name] = _final_answer_on_host(tool) if name == "final_answer" else tool
+            functions[name] = (_final_answer_on_host(tool, self._cell_images)
+                               if name == "final_answer" else tool)
         self.session.expose(functions, ends_cell=[n for n in tools if n == "final_answer"],
                             docs=docs)
         self._wrapped = "final_answer" in tools
@@ -210,6 +280,7 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         send_values(self.session, variables, "additional_args")
 
     def __call__(self, code_action: str) -> CodeOutput:
+        self._cell_images.reset()  # each code action has the whole share
         result = self.session.run(code_action, timeout=self.timeout, want_data=True)
         logs = self._logs(result)
         self.state["_print_outputs"] = logs
@@ -266,10 +337,10 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         self.cleanup()
 
 
-def _final_answer_on_host(tool: Any) -> Any:
+def _final_answer_on_host(tool: Any, cell: _CellImages) -> Any:
     """The final answer tool, called with images rebuilt from PNG bytes."""
     def final_answer(*args: Any, **kwargs: Any) -> Any:
-        return tool(*[_from_jail(a) for a in args],
-                    **{k: _from_jail(v) for k, v in kwargs.items()})
+        return tool(*[_from_jail(a, cell) for a in args],
+                    **{k: _from_jail(v, cell) for k, v in kwargs.items()})
     final_answer.__doc__ = getattr(tool, "__doc__", None)
     return final_answer

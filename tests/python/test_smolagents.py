@@ -251,3 +251,88 @@ def test_an_image_final_answer_comes_back_as_an_image(data_rootfs):
             "final_answer('gave up')"]), executor=executor, verbosity_level=0)
         assert agent.run("Draw a big one.") == "gave up"
         assert "more than the 16777216 a final answer may carry" in str(steps_of(agent)[0].error)
+
+
+# A PNG made in the jail without PIL: zeros compress about 1000 to 1.
+_MAKE_PNG = """
+import struct, zlib
+def png(w, h):
+    def chunk(kind, data):
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+    rows = zlib.compress(b"".join(b"\\0" + bytes(4 * w) for _ in range(h)), 9)
+    return (b"\\x89PNG\\r\\n\\x1a\\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 6, 0, 0, 0))
+            + chunk(b"zTXt", b"note\\0\\0" + zlib.compress(bytes(1 << 20), 9))
+            + chunk(b"IDAT", rows) + chunk(b"IEND", b""))
+def tagged(w, h):  # what the jail's final_answer sends for a PIL image
+    return {"__pyjail_image__": "image/png", "data": png(w, h)}
+def answer_many(image, times):
+    refused = []
+    for _ in range(times):
+        try:
+            final_answer(image)
+        except ValueError as e:
+            refused.append(str(e))
+        except BaseException:
+            pass   # what ends the cell, caught to call again
+    return refused
+"""
+
+
+class KeepingFinalAnswer(FinalAnswerTool):
+    """The final answer tool, keeping what it is given (as an agent's memory would)."""
+
+    def __init__(self):
+        super().__init__()
+        self.given = []
+
+    def forward(self, answer):
+        self.given.append(answer)
+        return answer
+
+
+def test_one_cell_cannot_make_the_host_hold_many_decoded_images(monkeypatch):
+    PIL = pytest.importorskip("PIL.Image")
+    from PIL import PngImagePlugin
+    per_cell, pixels_per_cell = 8, 4096 * 4096  # MAX_IMAGES_PER_CELL, MAX_IMAGE_PIXELS
+    decoded = []
+    real_load = PngImagePlugin.PngImageFile.load
+
+    def counting_load(image):
+        if image.tile:  # pixels not decoded yet: this call decodes them
+            decoded.append(image.size)
+        return real_load(image)
+
+    monkeypatch.setattr(PngImagePlugin.PngImageFile, "load", counting_load)
+    tool = KeepingFinalAnswer()
+    with PyjailExecutor(timeout=120) as ex:
+        ex.send_tools({"final_answer": tool})
+        # 100 answers of a 512x512 image: only the first 8 reach the host.
+        out = ex(_MAKE_PNG + "refused = answer_many(tagged(512, 512), 100)\n"
+                 "print(len(refused), *refused[:1])\nfinal_answer('done')")
+        assert out.is_final_answer and out.output == "done"
+        assert out.logs == ("%d the final answers of one code action may carry at most %d images\n"
+                            % (100 - per_cell, per_cell))
+        images = tool.given[:-1]
+        assert len(images) == per_cell
+        assert all(isinstance(i, PIL.Image) and i.size == (512, 512) for i in images)
+        # None decoded: the host holds the compressed PNGs (the text chunk left out).
+        assert decoded == []
+        assert all("note" not in i.info for i in images)
+        # Decoded when the caller asks, once.
+        assert images[0].getpixel((5, 5)) == (0, 0, 0, 0)
+        assert images[0].getpixel((6, 6)) == (0, 0, 0, 0)
+        assert decoded == [(512, 512)]
+
+        # The pixels in all, too: four 2048x2048 images fill a cell's share.
+        tool.given.clear()
+        out = ex(_MAKE_PNG + "refused = answer_many(tagged(2048, 2048), 5)\n"
+                 "print(len(refused), *refused[:1])\nfinal_answer('done')")
+        assert len(tool.given) - 1 == pixels_per_cell // (2048 * 2048) == 4
+        assert out.logs.startswith("1 the image is 2048x2048 pixels, and with the 16777216 this "
+                                   "code action's final answers carry already, more than the "
+                                   "16777216 they may carry in all")
+        # The next code action has the whole share again.
+        tool.given.clear()
+        out = ex(_MAKE_PNG + "final_answer(tagged(2048, 2048))")
+        assert out.is_final_answer and out.output.size == (2048, 2048)
+        assert len(decoded) == 1
