@@ -32,8 +32,10 @@ inline constexpr const char* kTemplateDirInJail = "/tmp/.pyjail-template";
 std::vector<std::string> template_command(const std::vector<std::string>& preload);
 
 // Serves until SIGTERM, SIGINT or SIGHUP (exit status 0), or until the first template cannot
-// start (JailError). `prepared` is the template's jail (RunPlan::is_template).
-int serve(const PreparedRun& prepared, const std::string& socket, const std::vector<std::string>& preload,
-          char** host_argv);
+// start (JailError). `prepared` is the template's jail (RunPlan::is_template); `runs` the
+// settings as given (before the template's own: no time limits), the most a run may have
+// (serve_bounds.hpp).
+int serve(const PreparedRun& prepared, const Policy& runs, const std::string& socket,
+          const std::vector<std::string>& preload, char** host_argv);
 
 }  // namespace pyjail::serve
