@@ -146,8 +146,10 @@ def _template_socket(binary: Path, user: JailUser) -> str:
         # A server holds its runs to its own settings: this one's are as large as a run's
         # may be (a run refused for its network or filter runs fresh: see _run).
         nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
-        loose = ["--wall-time", "0", "--cpu-time", "0", "--memory=", "--pids=", "--cpus=", "--fsize=",
-                 "--output-limit=", "--tmpfs-size", "16G",
+        # (Memory, pids and CPUs stay limited, so that the server looks for the same cgroup
+        # controllers as a run does.)
+        loose = ["--wall-time", "0", "--cpu-time", "0", "--memory", "1024G", "--pids", "1000000", "--cpus", "4096",
+                 "--fsize=", "--output-limit=", "--tmpfs-size", "16G",
                  "--nofile", str(nofile if nofile != resource.RLIM_INFINITY else 1 << 20)]
         p = subprocess.Popen([*user.prefix, str(binary), *_extra_args(), "serve", "--quiet",
                               "--socket", sock, "--preload", "json", *loose],
