@@ -31,6 +31,7 @@
 #include "run_request.hpp"
 #include "serve_bounds.hpp"
 #include "spawn.hpp"
+#include "supervise.hpp"
 #include "sys.hpp"
 #include "template_protocol.hpp"
 
@@ -109,7 +110,14 @@ struct Client {
     std::optional<supervisor::CgroupLeaf> leaf;
     UniqueFd pidfd;                   // the run's pid 1, once started
     bool run_ended = false;
+    double wall_time = 0;             // the request's, in seconds (0: none)
+    double deadline_ms = 0;           // monotonic_ms when the server ends the run (0: never)
 };
+
+// How long after its own wall time a run whose client has not ended it is ended by the server:
+// the client's deadline (from before the request was sent) always comes first, so a client
+// that works reports the run's end itself.
+constexpr double kWallTimeBackstopS = 10;
 
 // Clients held at once, at most (connected, queued, or with a run in flight): each holds up to
 // kFdsPerClient descriptors here. More are refused with a reason until some leave.
@@ -163,7 +171,7 @@ public:
         start_template();
         epoll_event events[64];
         while (true) {
-            int n = ::epoll_wait(epoll_.get(), events, 64, -1);
+            int n = ::epoll_wait(epoll_.get(), events, 64, next_deadline_in_ms());
             if (n < 0) {
                 if (errno == EINTR) continue;
                 throw JailError("serve", "epoll_wait", errno);
@@ -198,6 +206,7 @@ public:
                 return !c->conn && c->state != Client::State::Forwarded && (!c->pidfd || c->run_ended);
             });
             if (accept_now) accept_clients();
+            end_overdue_runs();
         }
     }
 
@@ -336,6 +345,7 @@ private:
                 kill_run(*c);
                 return;
             }
+            if (c->wall_time > 0) c->deadline_ms = monotonic_ms() + (c->wall_time + kWallTimeBackstopS) * 1000;
             std::string leaf = c->leaf ? c->leaf->path() : std::string();
             send_reply(c->conn.get(), TemplateReplyKind::Started, r.pid, restarted_, leaf, c->pidfd.get());
             restarted_ = false;
@@ -468,6 +478,7 @@ private:
             }
             c.request = encode_request(r);
             c.fds = std::move(owned);
+            c.wall_time = r.wall_time;
         } catch (const std::exception& e) {
             send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false, e.what(), -1);
             close_conn(c);
@@ -522,6 +533,29 @@ private:
             last_allow_ = allow;
         }
         return last_filter_;
+    }
+
+    // Attack: a client that stops (SIGSTOP, a debugger) or never enforces the wall time it
+    // asked for: its connection stays open, and the run would last for ever, beyond the
+    // server's --wall-time. The server ends it a little after its own wall time.
+    int next_deadline_in_ms() const {
+        double next = 0;
+        for (const auto& c : clients_)
+            if (c->deadline_ms > 0 && !c->run_ended && (next == 0 || c->deadline_ms < next)) next = c->deadline_ms;
+        if (next == 0) return -1;
+        double in = next - monotonic_ms();
+        return in <= 0 ? 0 : static_cast<int>(std::min(in + 1, 3600.0 * 1000));
+    }
+    void end_overdue_runs() {
+        const double now = monotonic_ms();
+        for (auto& c : clients_)
+            if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms) {
+                c->deadline_ms = 0;
+                kill_run(*c);
+                if (!prepared_.plan.policy.quiet)
+                    std::fprintf(stderr, "pyjail serve: a run outlived its wall time (%g s) by %g s; its client did not "
+                                 "end it: killed\n", c->wall_time, kWallTimeBackstopS);
+            }
     }
 
     // A run whose client is gone must not outlive it: the client enforced its limits.

@@ -744,3 +744,28 @@ def test_a_server_refuses_a_writable_bind_its_runs_would_share(run_jail, as_user
         print(json.dumps([text, wrote]))
     """)
     assert result(r) == ["from the host\n", False]
+
+
+def test_a_run_whose_client_stops_is_ended_after_the_servers_wall_time(pyjail_command, as_user, serve):
+    # Attack: the client enforces the run's wall time; a client that stops (SIGSTOP, a
+    # debugger) keeps its connection open, and its run would go on for ever, beyond the
+    # server's --wall-time. The server ends it a little (10 s) after its wall time.
+    sock, p = serve(as_user, "--wall-time", "2")
+    template = descendants(p.pid)
+    client = subprocess.Popen([*pyjail_command(as_user), "--quiet", "--wall-time", "2", "--via", sock, "--",
+                               "python", "-c", "import time; print('started', flush=True); time.sleep(120)"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/")
+    try:
+        assert client.stdout.readline() == b"started\n"
+        run = descendants(p.pid) - template
+        assert len(run) == 2, run
+        client.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 40
+        while descendants(p.pid) & run and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not descendants(p.pid) & run, "the run outlived the server's wall time"
+        assert p.poll() is None
+    finally:
+        client.kill()
+        client.wait()
+        client.stdout.close()
