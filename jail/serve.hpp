@@ -2,7 +2,8 @@
 // profile's `preload` modules and waits (template/pyjail_template.py) -- and starts each run
 // that `pyjail --via PATH` (or the Python package's Pool) asks for as a fork of it that becomes
 // a jail of its own (forked_run.hpp). The client plans and supervises its run exactly as a
-// fresh one (spawn.cpp, run_via); this server only connects the two:
+// fresh one (spawn.cpp, run_via); this server holds the request to its own settings
+// (serve_bounds.hpp) and connects the two:
 //
 //   client (pyjail --via)          server (this file)                 template (a jail)
 //   connect  ------------------->  peer is the server's user (or

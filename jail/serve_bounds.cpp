@@ -75,18 +75,29 @@ std::optional<std::uint64_t> tmpfs_number(std::string v) {
     return *n * unit;
 }
 
+// The option a limit comes from, for messages: "--memory (RLIMIT_DATA)".
+std::string limit_named(const std::string& what) {
+    static const std::pair<const char*, const char*> options[] = {
+        {"RLIMIT_DATA", "--memory"}, {"RLIMIT_NPROC", "--pids"},   {"RLIMIT_CPU", "--cpu-time"},
+        {"RLIMIT_FSIZE", "--fsize"}, {"RLIMIT_NOFILE", "--nofile"}, {"memory.max", "--memory"},
+        {"pids.max", "--pids"},      {"cpu.max", "--cpus"}};
+    for (const auto& [name, option] : options)
+        if (what == name) return fmt::format("{} ({})", option, what);
+    return what;
+}
+
 std::optional<std::string> beyond_rlimits(const RunRequest& r, const ServeBounds& b) {
     for (const auto& bound : b.rlimits) {
         const std::uint64_t bound_hard = bound.hard != 0 ? bound.hard : bound.value;
         auto it = std::find_if(r.rlimits.begin(), r.rlimits.end(),
                                [&](const RlimitValue& l) { return l.resource == bound.resource; });
         if (it == r.rlimits.end())
-            return fmt::format("the run sets no {}; this server's runs have at most {}: {}", bound.name,
-                               bound.value, kFix);
+            return fmt::format("the run sets no {}; this server's runs have at most {}: {}",
+                               limit_named(bound.name), bound.value, kFix);
         const std::uint64_t hard = it->hard != 0 ? it->hard : it->value;
         if (it->value > bound.value || hard > bound_hard)
-            return fmt::format("the run asks for {} {}; this server's runs have at most {}: {}", bound.name,
-                               it->value, bound.value, kFix);
+            return fmt::format("the run asks for {} {}; this server's runs have at most {}: {}",
+                               limit_named(bound.name), it->value, bound.value, kFix);
     }
     return std::nullopt;
 }
@@ -110,15 +121,15 @@ std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds&
             ok = value == own->second;
         }
         if (!ok)
-            return fmt::format("the run asks for {} {}; this server's runs have {}: {}", file, value, own->second,
-                               kFix);
+            return fmt::format("the run asks for {} {}; this server's runs have {}: {}", limit_named(file), value,
+                               own->second, kFix);
     }
     // A limit of the server's that the request leaves out is a request for no limit.
     for (const auto& [file, value] : b.cgroup_files) {
         bool asked = std::any_of(r.cgroup_files.begin(), r.cgroup_files.end(),
                                  [&](const auto& f) { return f.first == file; });
         if (!asked)
-            return fmt::format("the run sets no {}; this server's runs have {}: {}", file, value, kFix);
+            return fmt::format("the run sets no {}; this server's runs have {}: {}", limit_named(file), value, kFix);
     }
     return std::nullopt;
 }

@@ -82,21 +82,21 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
     };
     const Case cases[] = {
         // The profile's (strict) limits where the server was given smaller ones.
-        {{{"memory", "512M"}}, false, "RLIMIT_DATA 536870912; this server's runs have at most 67108864"},
-        {{{"memory", "512M"}}, true, "memory.max 536870912; this server's runs have 67108864"},
-        {{{"memory", ""}}, false, "the run sets no RLIMIT_DATA"},
-        {{{"memory", ""}}, true, "the run sets no memory.max"},
-        {{{"pids", "128"}}, false, "RLIMIT_NPROC 128"},
-        {{{"pids", "128"}}, true, "pids.max 128"},
-        {{{"cpus", "2"}}, true, "cpu.max 200000 100000"},
-        {{{"cpu-time", "120"}}, false, "RLIMIT_CPU 120"},
+        {{{"memory", "512M"}}, false, "--memory (RLIMIT_DATA) 536870912; this server's runs have at most 67108864"},
+        {{{"memory", "512M"}}, true, "--memory (memory.max) 536870912; this server's runs have 67108864"},
+        {{{"memory", ""}}, false, "the run sets no --memory (RLIMIT_DATA)"},
+        {{{"memory", ""}}, true, "the run sets no --memory (memory.max)"},
+        {{{"pids", "128"}}, false, "--pids (RLIMIT_NPROC) 128"},
+        {{{"pids", "128"}}, true, "--pids (pids.max) 128"},
+        {{{"cpus", "2"}}, true, "--cpus (cpu.max) 200000 100000"},
+        {{{"cpu-time", "120"}}, false, "--cpu-time (RLIMIT_CPU) 120"},
         {{{"cpu-time", "120"}}, true, "--cpu-time 120"},
         {{{"cpu-time", "0"}}, true, "--cpu-time 0 (no limit)"},
         {{{"wall-time", "300"}}, false, "--wall-time 300; this server's runs have at most 3"},
         {{{"wall-time", "0"}}, false, "--wall-time 0 (no limit)"},
         {{{"output-limit", "2M"}}, false, "--output-limit 2097152"},
         {{{"output-limit", ""}}, false, "--output-limit none"},
-        {{{"nofile", "4096"}}, false, "RLIMIT_NOFILE 4096; this server's runs have at most 1024"},
+        {{{"nofile", "4096"}}, false, "--nofile (RLIMIT_NOFILE) 4096; this server's runs have at most 1024"},
         {{{"tmpfs-size", "1G"}}, false, "a tmpfs at /tmp of 1073741824; this server's runs have at most 67108864"},
         {{{"net", "loopback"}}, false, "another network than this server's runs have (--net none)"},
     };
@@ -134,10 +134,10 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
           std::string::npos);
     RunRequest junk = request_of(policy_with(server), true);
     junk.cgroup_files[0].second = "64M";
-    CHECK(why(junk, cb).find("memory.max 64M") != std::string::npos);
+    CHECK(why(junk, cb).find("--memory (memory.max) 64M") != std::string::npos);
     RunRequest max = request_of(policy_with(server), true);
     max.cgroup_files[0].second = "max";
-    CHECK(why(max, cb).find("memory.max max") != std::string::npos);
+    CHECK(why(max, cb).find("--memory (memory.max) max") != std::string::npos);
     // A server with a filter off takes any filter, and no filter.
     ServeBounds unfiltered = serve_bounds(policy_with(server), plan_limits(policy_with(server).limits, false), {});
     CHECK(why(off, unfiltered) == "");
