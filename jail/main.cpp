@@ -29,6 +29,7 @@
 #include "sha256.hpp"
 #include "rootfs_command.hpp"
 #include "serve.hpp"
+#include "serve_bounds.hpp"
 #include "spawn.hpp"
 #include "sys.hpp"
 
@@ -202,6 +203,10 @@ int run(int argc, char** argv) {
             if (socket.empty())
                 throw UsageError("pyjail serve needs --socket PATH",
                                  "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
+            // The settings as given are the runs': the most any of them may have.
+            const Policy runs = make_policy(settings, {"python"}, cwd);
+            if (auto why = serve_policy_refusal(runs))
+                throw UsageError("pyjail serve: " + *why, "bind it read-only (--ro-bind), or send files with each run");
             std::vector<std::string> preload = serve_template_settings(settings, dirs);
             Policy policy = make_policy(settings, serve::template_command(preload), cwd);
             PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
@@ -209,7 +214,7 @@ int run(int argc, char** argv) {
             // The server's cgroup (a systemd scope, if one must be asked for) holds the
             // template's leaf and every run's.
             supervisor::settle_cgroup(prepared.plan);
-            return serve::serve(prepared, absolute_path(socket, cwd), preload, argv);
+            return serve::serve(prepared, runs, absolute_path(socket, cwd), preload, argv);
         }
         if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
         Policy policy = make_policy(settings, cli.command, cwd);

@@ -4,6 +4,7 @@
 
 #include <string.h>  // explicit_bzero
 
+#include <cmath>
 #include <cstring>
 
 #include "error.hpp"
@@ -102,6 +103,21 @@ bool is_run_private(const std::string& t) {
     return false;
 }
 
+// Seconds travel as the bits of a double; a decoded one is a number of seconds a comparison
+// can order (NaN compares false with everything: it would pass every bound).
+std::uint64_t seconds_bits(double s) {
+    std::uint64_t v;
+    std::memcpy(&v, &s, sizeof v);
+    return v;
+}
+
+double seconds_from_bits(std::uint64_t bits, const char* what) {
+    double s;
+    std::memcpy(&s, &bits, sizeof s);
+    if (!std::isfinite(s) || s < 0) throw BadRequest(std::string(what) + " is not a number of seconds");
+    return s;
+}
+
 }  // namespace
 
 const char* rlimit_name(int resource) {
@@ -160,6 +176,11 @@ std::string encode_request(const RunRequest& r) {
     }
     w.str(r.rootfs);
     w.u32((r.has_script ? 1u : 0u) | (r.into_cgroup ? 2u : 0u));
+    w.strs(r.seccomp_allow);
+    w.u32(r.net);
+    w.u64(seconds_bits(r.wall_time));
+    w.u64(seconds_bits(r.cpu_time));
+    w.u64(r.output);
     return w.take();
 }
 
@@ -247,6 +268,11 @@ RunRequest decode_request(std::string_view bytes) {
     std::uint32_t flags = in.u32();
     r.has_script = (flags & 1) != 0;
     r.into_cgroup = (flags & 2) != 0;
+    r.seccomp_allow = in.strs("syscall names");
+    r.net = in.u32();
+    r.wall_time = seconds_from_bits(in.u64(), "the wall time");
+    r.cpu_time = seconds_from_bits(in.u64(), "the CPU time");
+    r.output = in.u64();
     if (!in.done()) throw BadRequest("bytes after the end of the request");
     for (const auto& op : r.mounts)
         if (op.kind == OpKind::Copy && !r.has_script) throw BadRequest("a copy op without a script");

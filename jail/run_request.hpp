@@ -39,6 +39,14 @@ struct RunRequest {
     // always, then the script (Copy ops read it) and the leaf's cgroup.procs (the server's).
     bool has_script = false;
     bool into_cgroup = false;
+    // What the server holds against its own settings before it forwards the request
+    // (serve_bounds.hpp): the set the filter was compiled from (empty with no filter), the
+    // network mode, and the limits the client's supervisor enforces (0: none).
+    std::vector<std::string> seccomp_allow;
+    std::uint32_t net = 0;          // NetMode
+    double wall_time = 0;           // seconds
+    double cpu_time = 0;            // seconds
+    std::uint64_t output = 0;       // bytes of stdout+stderr
 };
 
 // Descriptors that come with a request: 4 always, and one for each flag set.

@@ -3,6 +3,8 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/resource.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -13,6 +15,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdio>
@@ -26,7 +29,9 @@
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "run_request.hpp"
+#include "serve_bounds.hpp"
 #include "spawn.hpp"
+#include "supervise.hpp"
 #include "sys.hpp"
 #include "template_protocol.hpp"
 
@@ -84,9 +89,20 @@ void send_reply(int fd, TemplateReplyKind kind, pid_t pid, bool restarted, const
     (void)send_with_fd(fd, &r, sizeof r, pass);
 }
 
+struct Client;
+
+// What an epoll event is about: one of the server's own descriptors, or a client's.
+struct Watch {
+    enum class Kind { Signal, Listen, Control, Template, Conn, RunEnd };
+    Kind kind;
+    Client* client = nullptr;
+};
+
 // One client's run, from its request to its connection's end.
 struct Client {
     enum class State { AwaitRequest, Queued, Forwarded, Running };
+    Watch conn_watch{Watch::Kind::Conn, this};
+    Watch end_watch{Watch::Kind::RunEnd, this};
     UniqueFd conn;
     State state = State::AwaitRequest;
     std::string request;              // encoded, ready for the template
@@ -94,12 +110,35 @@ struct Client {
     std::optional<supervisor::CgroupLeaf> leaf;
     UniqueFd pidfd;                   // the run's pid 1, once started
     bool run_ended = false;
+    double wall_time = 0;             // the request's, in seconds (0: none)
+    double deadline_ms = 0;           // monotonic_ms when the server ends the run (0: never)
 };
+
+// How long after its own wall time a run whose client has not ended it is ended by the server:
+// the client's deadline (from before the request was sent) always comes first, so a client
+// that works reports the run's end itself.
+constexpr double kWallTimeBackstopS = 10;
+
+// Clients held at once, at most (connected, queued, or with a run in flight): each holds up to
+// kFdsPerClient descriptors here. More are refused with a reason until some leave.
+constexpr std::size_t kMaxClients = 512;
+constexpr std::size_t kFdsPerClient = 2 + kMaxPassedFds + 1;  // conn, pidfd, passed, cgroup.procs
+constexpr std::size_t kOwnFds = 64;                            // the server's own, with room to spare
+
+// How many clients fit in `nofile` descriptors (pure; the server's limit once raised).
+std::size_t clients_for(std::uint64_t nofile) {
+    if (nofile <= kOwnFds + kFdsPerClient) return 1;
+    return std::min<std::size_t>(kMaxClients, static_cast<std::size_t>((nofile - kOwnFds) / kFdsPerClient));
+}
 
 class Server {
 public:
-    Server(const PreparedRun& prepared, std::string socket, std::vector<std::string> preload, char** host_argv)
-        : prepared_(prepared), socket_(std::move(socket)), preload_(std::move(preload)), host_argv_(host_argv) {
+    Server(const PreparedRun& prepared, const Policy& runs, std::string socket, std::vector<std::string> preload,
+           char** host_argv)
+        : prepared_(prepared), socket_(std::move(socket)), preload_(std::move(preload)), host_argv_(host_argv),
+          // Planned as each run's client plans its limits: against this server's cgroup site.
+          bounds_(serve_bounds(runs, plan_limits(runs.limits, prepared.plan.cgroup.ok),
+                               prepared.plan.seccomp ? std::optional(prepared.plan.seccomp->allow) : std::nullopt)) {
         // The runs' leaves go where the template's does: the cgroup pyjail serve found.
         site_ = prepared.plan.cgroup;
         char real[PATH_MAX];
@@ -118,38 +157,56 @@ public:
         ::sigprocmask(SIG_BLOCK, &set, nullptr);
         sigfd_.reset(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
         ::signal(SIGPIPE, SIG_IGN);
+        max_clients_ = clients_for(raise_fd_limit());
+        // Attack: many clients at once. poll() over every client's descriptors failed with
+        // EINVAL once they outnumbered the open-file limit (about 510 clients), and the server
+        // exited with every run in flight. epoll holds any number; the clients themselves are
+        // bounded (accept_clients), and nothing a client does ends this loop.
+        epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
+        if (!epoll_) throw JailError("serve", "cannot create an epoll instance", errno);
+        spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
         listen_ = listen_at(socket_);
+        watch(sigfd_.get(), &signal_watch_);
+        watch(listen_.get(), &listen_watch_);
         start_template();
+        epoll_event events[64];
         while (true) {
-            std::vector<pollfd> fds = {{sigfd_.get(), POLLIN, 0}, {listen_.get(), POLLIN, 0},
-                                       {control_.get(), POLLIN, 0}, {template_pidfd_.get(), POLLIN, 0}};
-            std::vector<Client*> order;
-            for (auto& c : clients_) {
-                fds.push_back({c->conn.get(), POLLIN, 0});
-                order.push_back(c.get());
-                fds.push_back({c->run_ended ? -1 : c->pidfd.get(), POLLIN, 0});
-            }
-            if (::poll(fds.data(), fds.size(), -1) < 0) {
+            int n = ::epoll_wait(epoll_.get(), events, 64, next_deadline_in_ms());
+            if (n < 0) {
                 if (errno == EINTR) continue;
-                throw JailError("serve", "poll", errno);
+                throw JailError("serve", "epoll_wait", errno);
             }
-            if (fds[0].revents & POLLIN) {
-                std::fprintf(stderr, "pyjail serve: stopping\n");
-                return 0;
-            }
-            if (fds[2].revents & (POLLIN | POLLHUP | POLLERR)) on_template_message();
-            if (fds[3].revents & POLLIN) on_template_gone();
-            for (std::size_t i = 0; i < order.size(); ++i) {
-                Client* c = order[i];
-                if (fds[4 + 2 * i + 1].revents & POLLIN) c->run_ended = true;
-                if (fds[4 + 2 * i].revents & (POLLIN | POLLHUP | POLLERR)) on_client(*c);
+            bool accept_now = false;
+            for (int i = 0; i < n; ++i) {
+                const Watch& w = *static_cast<const Watch*>(events[i].data.ptr);
+                switch (w.kind) {
+                    case Watch::Kind::Signal:
+                        std::fprintf(stderr, "pyjail serve: stopping\n");
+                        return 0;
+                    case Watch::Kind::Listen: accept_now = true; break;
+                    case Watch::Kind::Control:
+                        if (control_) on_template_message();
+                        break;
+                    case Watch::Kind::Template:
+                        if (template_pidfd_) on_template_gone();
+                        break;
+                    case Watch::Kind::Conn:
+                        if (w.client->conn) on_client(*w.client);
+                        break;
+                    case Watch::Kind::RunEnd:
+                        // Readable for good once the run's pid 1 is gone: watched no more.
+                        unwatch(w.client->pidfd.get());
+                        w.client->run_ended = true;
+                        break;
+                }
             }
             // A client is forgotten (and its leaf removed) once its connection is closed, the
             // template has answered for it, and its run (if any) has ended.
             clients_.remove_if([](const std::unique_ptr<Client>& c) {
                 return !c->conn && c->state != Client::State::Forwarded && (!c->pidfd || c->run_ended);
             });
-            if (fds[1].revents & POLLIN) accept_clients();
+            if (accept_now) accept_clients();
+            end_overdue_runs();
         }
     }
 
@@ -189,6 +246,10 @@ private:
         template_pid_ = pid;
         template_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
         control_ = std::move(ours);
+        if (epoll_) {
+            watch(control_.get(), &control_watch_);
+            watch(template_pidfd_.get(), &template_watch_);
+        }
         template_ready_ = false;
         starts_++;
     }
@@ -211,7 +272,8 @@ private:
         int status = 0;
         if (template_pid_ > 0) ::waitpid(template_pid_, &status, 0);
         template_pid_ = -1;
-        control_.reset();
+        close_control();
+        unwatch(template_pidfd_.get());
         template_pidfd_.reset();
         std::string how = WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
                                             : fmt::format("signal {}", WTERMSIG(status));
@@ -219,7 +281,7 @@ private:
             send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false,
                        "the template ended while starting the run (" + how + ")", -1);
             c->state = Client::State::Running;
-            c->conn.reset();
+            close_conn(*c);
         }
         forwarded_.clear();
         if (!ever_ready_)
@@ -231,7 +293,7 @@ private:
             for (auto& c : clients_)
                 if (c->state == Client::State::Queued) {
                     send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, "the template cannot start again", -1);
-                    c->conn.reset();
+                    close_conn(*c);
                 }
             queued_.clear();
             return;
@@ -247,7 +309,7 @@ private:
         UniqueFd passed(fd);
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
         if (n != static_cast<ssize_t>(sizeof r)) {  // the template's end closed: it is going
-            control_.reset();
+            close_control();
             return;
         }
         r.text[sizeof r.text - 1] = '\0';
@@ -271,26 +333,48 @@ private:
         forward_next();
         if (r.kind == TemplateReplyKind::Started && passed) {
             c->state = Client::State::Running;
+            c->pidfd = std::move(passed);
+            if (!try_watch(c->pidfd.get(), &c->end_watch)) {  // its end could not be seen: ended now
+                kill_run(*c);
+                c->run_ended = true;
+                send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, "the server cannot watch the run", -1);
+                close_conn(*c);
+                return;
+            }
             if (!c->conn) {  // its client left while it started
-                c->pidfd = std::move(passed);
                 kill_run(*c);
                 return;
             }
+            if (c->wall_time > 0) c->deadline_ms = monotonic_ms() + (c->wall_time + kWallTimeBackstopS) * 1000;
             std::string leaf = c->leaf ? c->leaf->path() : std::string();
-            send_reply(c->conn.get(), TemplateReplyKind::Started, r.pid, restarted_, leaf, passed.get());
+            send_reply(c->conn.get(), TemplateReplyKind::Started, r.pid, restarted_, leaf, c->pidfd.get());
             restarted_ = false;
-            c->pidfd = std::move(passed);
         } else {
             c->state = Client::State::Running;  // nothing started: forgotten with its connection
             send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, r.text, -1);
-            c->conn.reset();
+            close_conn(*c);
         }
     }
 
     void accept_clients() {
-        while (true) {
+        // A bounded number per turn: a stream of connections must not keep the loop from the
+        // template's replies and the runs' ends.
+        for (int turn = 0; turn < 64; ++turn) {
             UniqueFd conn(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
-            if (!conn) return;
+            if (!conn) {
+                if (errno == EINTR || errno == ECONNABORTED) continue;
+                // Out of descriptors, the pending connection would keep the listening socket
+                // readable and this loop spinning: take it with the spare one, and refuse it.
+                if ((errno == EMFILE || errno == ENFILE) && spare_) {
+                    spare_.reset();
+                    UniqueFd taken(::accept4(listen_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+                    if (taken) refuse_connection(taken.get(), "the server is out of file descriptors");
+                    taken.reset();
+                    spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+                    continue;
+                }
+                return;
+            }
             // Only the server's own user (and root) may start runs: the socket's mode says so
             // too, but a socket inherited or passed on must not widen it.
             ucred cred{};
@@ -298,16 +382,69 @@ private:
             if (::getsockopt(conn.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
                 !trusted_serve_peer(cred.uid, ::geteuid()))
                 continue;
+            if (clients_.size() >= max_clients_) {
+                refuse_connection(conn.get(), fmt::format("the server holds {} clients, its most; try again when "
+                                                          "runs have ended, or start another pyjail serve",
+                                                          max_clients_));
+                continue;
+            }
             ServeHello hello{};
             hello.version = kServeProtocolVersion;
             hello.cgroup_ok = site_.ok ? 1 : 0;
             std::snprintf(hello.rootfs, sizeof hello.rootfs, "%s", rootfs_.c_str());
             std::snprintf(hello.why_not, sizeof hello.why_not, "%s", site_.why_not.c_str());
-            if (::send(conn.get(), &hello, sizeof hello, MSG_NOSIGNAL) != static_cast<ssize_t>(sizeof hello)) continue;
+            if (::send(conn.get(), &hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT) !=
+                static_cast<ssize_t>(sizeof hello))
+                continue;
             auto c = std::make_unique<Client>();
             c->conn = std::move(conn);
+            if (!try_watch(c->conn.get(), &c->conn_watch)) continue;
             clients_.push_back(std::move(c));
         }
+    }
+
+    void refuse_connection(int fd, const std::string& why) {
+        ServeHello hello{};
+        hello.version = kServeProtocolVersion;
+        std::snprintf(hello.refused, sizeof hello.refused, "%s", why.c_str());
+        (void)::send(fd, &hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+
+    // The soft open-file limit raised to the hard one (never lowered): what the clients'
+    // descriptors have to fit in.
+    static std::uint64_t raise_fd_limit() {
+        rlimit l{};
+        if (::getrlimit(RLIMIT_NOFILE, &l) != 0) return 1024;
+        if (l.rlim_cur < l.rlim_max) {
+            rlimit raised{l.rlim_max, l.rlim_max};
+            if (::setrlimit(RLIMIT_NOFILE, &raised) == 0) l = raised;
+        }
+        return l.rlim_cur;
+    }
+
+    // The server's own descriptors must be watched; a client's that cannot be (the kernel
+    // out of memory, or of the user's epoll watches) is refused or ended, not fatal.
+    bool try_watch(int fd, Watch* w) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.ptr = w;
+        return ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd, &ev) == 0;
+    }
+    void watch(int fd, Watch* w) {
+        if (!try_watch(fd, w)) throw JailError("serve", "cannot watch a descriptor", errno);
+    }
+    // Before a watched descriptor closes: a copy of it elsewhere (a child between fork and
+    // its close_range) would keep it in the epoll set.
+    void unwatch(int fd) {
+        if (fd >= 0 && epoll_) (void)::epoll_ctl(epoll_.get(), EPOLL_CTL_DEL, fd, nullptr);
+    }
+    void close_conn(Client& c) {
+        unwatch(c.conn.get());
+        c.conn.reset();
+    }
+    void close_control() {
+        unwatch(control_.get());
+        control_.reset();
     }
 
     void on_client(Client& c) {
@@ -320,13 +457,17 @@ private:
         if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
         if (n <= 0) {  // the client is gone: so is its run
             kill_run(c);
-            c.conn.reset();
+            close_conn(c);
             return;
         }
         if (c.state != Client::State::AwaitRequest) return;  // one request per connection
         try {
             RunRequest r = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
             if (got != request_fd_count(r)) throw BadRequest("the request's descriptors are missing");
+            if (auto why = beyond_bounds(r, bounds_)) throw BadRequest(*why);
+            // The run's filter is the one this server compiles from the set it just checked,
+            // never bytes whose set it cannot tell.
+            if (prepared_.plan.seccomp) r.seccomp_filter = filter_for(r.seccomp_allow);
             if (!r.cgroup_files.empty()) {
                 if (!site_.ok) throw BadRequest("cgroup limits asked for, but this server has no cgroup for runs");
                 c.leaf.emplace(site_, r.cgroup_files);
@@ -337,9 +478,10 @@ private:
             }
             c.request = encode_request(r);
             c.fds = std::move(owned);
+            c.wall_time = r.wall_time;
         } catch (const std::exception& e) {
             send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false, e.what(), -1);
-            c.conn.reset();
+            close_conn(c);
             return;
         }
         c.state = Client::State::Queued;
@@ -371,11 +513,49 @@ private:
         if (e != 0) {
             send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false,
                        std::string("cannot reach the template: ") + std::strerror(e), -1);
-            c.conn.reset();
+            close_conn(c);
             return;
         }
         c.state = Client::State::Forwarded;
         forwarded_.push_back(&c);
+    }
+
+    // The filter of a set within this server's (beyond_bounds checked it): the server's own
+    // for its own set, else compiled here (about a millisecond), the last one kept.
+    const std::vector<sock_filter>& filter_for(const std::vector<std::string>& allow) {
+        if (allow == prepared_.plan.seccomp->allow) return prepared_.plan.seccomp_filter;
+        if (allow != last_allow_) {
+            SeccompSet set;
+            set.allow = allow;
+            std::sort(set.allow.begin(), set.allow.end());
+            set.allow.erase(std::unique(set.allow.begin(), set.allow.end()), set.allow.end());
+            last_filter_ = compile_seccomp(set, prepared_.plan.policy.net);
+            last_allow_ = allow;
+        }
+        return last_filter_;
+    }
+
+    // Attack: a client that stops (SIGSTOP, a debugger) or never enforces the wall time it
+    // asked for: its connection stays open, and the run would last for ever, beyond the
+    // server's --wall-time. The server ends it a little after its own wall time.
+    int next_deadline_in_ms() const {
+        double next = 0;
+        for (const auto& c : clients_)
+            if (c->deadline_ms > 0 && !c->run_ended && (next == 0 || c->deadline_ms < next)) next = c->deadline_ms;
+        if (next == 0) return -1;
+        double in = next - monotonic_ms();
+        return in <= 0 ? 0 : static_cast<int>(std::min(in + 1, 3600.0 * 1000));
+    }
+    void end_overdue_runs() {
+        const double now = monotonic_ms();
+        for (auto& c : clients_)
+            if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms) {
+                c->deadline_ms = 0;
+                kill_run(*c);
+                if (!prepared_.plan.policy.quiet)
+                    std::fprintf(stderr, "pyjail serve: a run outlived its wall time (%g s) by %g s; its client did not "
+                                 "end it: killed\n", c->wall_time, kWallTimeBackstopS);
+            }
     }
 
     // A run whose client is gone must not outlive it: the client enforced its limits.
@@ -393,6 +573,13 @@ private:
     std::string socket_;
     std::vector<std::string> preload_;
     char** host_argv_;
+    ServeBounds bounds_;  // every request is held to the server's own settings
+    std::vector<std::string> last_allow_;
+    std::vector<sock_filter> last_filter_;
+    UniqueFd epoll_, spare_;
+    std::size_t max_clients_ = kMaxClients;
+    Watch signal_watch_{Watch::Kind::Signal}, listen_watch_{Watch::Kind::Listen},
+        control_watch_{Watch::Kind::Control}, template_watch_{Watch::Kind::Template};
     CgroupSite site_;
     std::string rootfs_;
     UniqueFd sigfd_, listen_;
@@ -410,9 +597,9 @@ private:
 
 }  // namespace
 
-int serve(const PreparedRun& prepared, const std::string& socket, const std::vector<std::string>& preload,
-          char** host_argv) {
-    Server server(prepared, socket, preload, host_argv);
+int serve(const PreparedRun& prepared, const Policy& runs, const std::string& socket,
+          const std::vector<std::string>& preload, char** host_argv) {
+    Server server(prepared, runs, socket, preload, host_argv);
     return server.run();
 }
 

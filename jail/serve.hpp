@@ -2,7 +2,8 @@
 // profile's `preload` modules and waits (template/pyjail_template.py) -- and starts each run
 // that `pyjail --via PATH` (or the Python package's Pool) asks for as a fork of it that becomes
 // a jail of its own (forked_run.hpp). The client plans and supervises its run exactly as a
-// fresh one (spawn.cpp, run_via); this server only connects the two:
+// fresh one (spawn.cpp, run_via); this server holds the request to its own settings
+// (serve_bounds.hpp) and connects the two:
 //
 //   client (pyjail --via)          server (this file)                 template (a jail)
 //   connect  ------------------->  peer is the server's user (or
@@ -32,8 +33,10 @@ inline constexpr const char* kTemplateDirInJail = "/tmp/.pyjail-template";
 std::vector<std::string> template_command(const std::vector<std::string>& preload);
 
 // Serves until SIGTERM, SIGINT or SIGHUP (exit status 0), or until the first template cannot
-// start (JailError). `prepared` is the template's jail (RunPlan::is_template).
-int serve(const PreparedRun& prepared, const std::string& socket, const std::vector<std::string>& preload,
-          char** host_argv);
+// start (JailError). `prepared` is the template's jail (RunPlan::is_template); `runs` the
+// settings as given (before the template's own: no time limits), the most a run may have
+// (serve_bounds.hpp).
+int serve(const PreparedRun& prepared, const Policy& runs, const std::string& socket,
+          const std::vector<std::string>& preload, char** host_argv);
 
 }  // namespace pyjail::serve

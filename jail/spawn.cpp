@@ -513,6 +513,9 @@ ServeConnection connect_to_server(const std::string& socket) {
                         n < 0 ? errno : 0, "restart `pyjail serve` with this pyjail");
     c.hello.rootfs[sizeof c.hello.rootfs - 1] = '\0';
     c.hello.why_not[sizeof c.hello.why_not - 1] = '\0';
+    c.hello.refused[sizeof c.hello.refused - 1] = '\0';
+    if (c.hello.refused[0] != '\0')
+        throw JailError("via", fmt::format("the server at {} takes no run now: {}", socket, c.hello.refused));
     return c;
 }
 
@@ -531,6 +534,12 @@ RunRequest make_run_request(const RunPlan& p, bool has_script) {
     if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
     r.rootfs = p.rootfs;
     r.has_script = has_script;
+    // For the server to hold against its own settings (serve_bounds.hpp).
+    if (p.seccomp) r.seccomp_allow = p.seccomp->allow;
+    r.net = static_cast<std::uint32_t>(p.policy.net);
+    r.wall_time = p.policy.wall_time;
+    r.cpu_time = p.policy.limits.cpu_time;
+    r.output = p.policy.limits.output.value_or(0);
     return r;
 }
 

@@ -27,9 +27,13 @@ struct ServeHello {
     std::uint32_t cgroup_ok;  // runs get a cgroup v2 leaf each (else rlimits: why_not)
     char rootfs[1024];        // the template's rootfs (a realpath)
     char why_not[512];
+    // Not empty: the server takes no run on this connection, and says why (it holds as many
+    // clients as it may); the client prints it and gives up.
+    char refused[256];
 };
 
-inline constexpr std::uint32_t kServeProtocolVersion = 1;
+// 2: the request carries what the server bounds (serve_bounds.hpp); the hello may refuse.
+inline constexpr std::uint32_t kServeProtocolVersion = 2;
 
 // Who may be at the other end of a connection to `pyjail serve`, seen from either end: the
 // same user, or root. The server runs nobody else's runs; the client gives its descriptors

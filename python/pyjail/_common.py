@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import decimal
 import json
 import os
 import shutil
@@ -74,8 +75,56 @@ def check_name(name: Any) -> str:
     return name
 
 
-def _size(v: Union[int, float, str]) -> str:
-    return str(int(v)) if isinstance(v, (int, float)) else str(v)
+#: pyjail's options that take no value (the flags of its option table): given for
+#: True, left out for False.
+FLAG_OPTIONS = frozenset({"allow-sensitive-bind", "explain", "verbose", "quiet"})
+
+
+def _number(v: Union[int, float]) -> str:
+    """A number as pyjail reads it: 3 and 3.0 as "3", 0.5 as "0.5" (never an exponent)."""
+    if isinstance(v, int) or float(v).is_integer():
+        return str(int(v))
+    return format(decimal.Decimal(repr(float(v))), "f")
+
+
+def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
+    """pyjail command-line arguments for options by name: the one mapping of
+    ``options=`` for run(), Session and Pool. A name is pyjail's option with
+    ``_`` or ``-`` between its words (``"cpu_time"`` and ``"cpu-time"`` are
+    ``--cpu-time``); a flag (``quiet``, ``verbose``, ...) is given for True and
+    left out for False; None leaves an option out; a list or tuple repeats it
+    (``{"ro_bind": ["/data", "/models"]}``); a mapping gives KEY=VALUE items
+    (``{"env": {"LANG": "C"}}``); other bools are ``true``/``false``; numbers
+    are written as pyjail reads them (``{"cpus": 0.5}``)."""
+    args: List[str] = []
+    for key, value in (options or {}).items():
+        if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
+            raise ValueError("option name %r: use pyjail's option name without dashes, e.g. "
+                             "'memory' or 'cpu_time'" % (key,))
+        name = key.replace("_", "-")
+        if value is None:
+            continue
+        if name in FLAG_OPTIONS:
+            if not isinstance(value, bool):
+                raise ValueError("option %r is a flag: True or False, not %r" % (key, value))
+            if value:
+                args.append("--" + name)
+            continue
+        if isinstance(value, Mapping):
+            values: List[Any] = ["%s=%s" % (k, v) for k, v in value.items()]
+        elif isinstance(value, (list, tuple)):
+            values = list(value)
+        else:
+            values = [value]
+        for v in values:
+            if isinstance(v, bool):
+                text = "true" if v else "false"
+            elif isinstance(v, (int, float)):
+                text = _number(v)
+            else:
+                text = os.fspath(v) if isinstance(v, os.PathLike) else str(v)
+            args += ["--" + name, text]
+    return args
 
 
 def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = None,
@@ -86,48 +135,31 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
-              audit_log: Optional[Union[str, "os.PathLike[str]"]] = None) -> List[str]:
+              audit_log: Optional[Union[str, "os.PathLike[str]"]] = None,
+              defaults: Sequence[str] = ()) -> List[str]:
     """pyjail command-line options for the given settings (None: the profile's).
 
     ``audit_log``: the file pyjail appends one JSON line per run to
     (``--audit-log``); None means ``$PYJAIL_AUDIT_LOG`` when that is set, so
     one variable points every run and session of a process at one log (a
     session is one run: its line is written when it ends). A relative path is
-    made absolute here, against this process's current directory."""
+    made absolute here, against this process's current directory.
+    ``defaults``: arguments (option_args's) that the others override: a
+    Pool's options for its runs."""
     args: List[str] = []
     if profile is not None:
         args += ["--profile", os.fspath(profile)]
-
-    def add(name: str, value: Any) -> None:
-        if value is None:
-            return
-        if isinstance(value, bool):
-            value = "true" if value else "false"
-        if isinstance(value, (list, tuple)):
-            for v in value:
-                add(name, v)
-            return
-        args.extend(["--" + name, _size(value) if isinstance(value, (int, float)) else str(value)])
-
-    if wall_time is not None:
-        args += ["--wall-time", repr(float(wall_time))]
-    if cpu_time is not None:
-        args += ["--cpu-time", repr(float(cpu_time))]
-    add("memory", memory)
-    add("pids", pids)
-    add("tmpfs-size", tmpfs_size)
-    add("net", net)
-    add("output-limit", output_limit)
-    if rootfs is not None:
-        add("rootfs", os.fspath(rootfs))
-    for key, value in (env or {}).items():
+    # Before the call's own settings, which replace them (a later option wins).
+    args += list(defaults)
+    for key in env or {}:
         if "=" in key or not key:
             raise ValueError("bad environment variable name %r" % key)
-        args += ["--env", "%s=%s" % (key, value)]
-    for spec in ro_bind:
-        args += ["--ro-bind", os.fspath(spec)]
-    for key, value in (options or {}).items():
-        add(key.replace("_", "-"), value)
+    args += option_args({"wall-time": wall_time, "cpu-time": cpu_time, "memory": memory,
+                         "pids": pids, "tmpfs-size": tmpfs_size, "net": net,
+                         "output-limit": output_limit,
+                         "rootfs": None if rootfs is None else os.fspath(rootfs),
+                         "env": dict(env or {}), "ro-bind": [os.fspath(s) for s in ro_bind]})
+    args += option_args(options)
     if audit_log is None and not any(k.replace("_", "-") == "audit-log" for k in (options or {})):
         audit_log = os.environ.get("PYJAIL_AUDIT_LOG") or None
     if audit_log is not None:

@@ -30,11 +30,14 @@ import threading
 import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from ._common import JailError, find_binary
+from ._common import JailError, find_binary, option_args
 from ._run import Result, run
 from ._session import Session
 
 __all__ = ["Pool"]
+
+# Options of `pyjail serve` itself, not of the runs it starts.
+_SERVER_ONLY = frozenset({"preload", "socket", "report", "report-fd", "explain"})
 
 
 class _Server:
@@ -86,9 +89,13 @@ class Pool:
     ``preload``: modules to import from the rootfs (e.g. ``["numpy",
     "pandas"]``); ``size``: templates (each forks one run at a time; runs
     themselves are concurrent either way); ``profile`` and ``rootfs`` as for
-    ``pyjail.run``; ``options``: other pyjail options for the templates (by
-    name, e.g. ``{"memory": "1G"}``), which also bound what the runs may ask
-    for. Raises JailError when a template cannot start (a module the rootfs
+    ``pyjail.run``; ``options``: other pyjail options by name, as
+    ``pyjail.run`` takes them (e.g. ``{"memory": "64M", "wall_time": 3}``).
+    The profile and options are every run's and session's settings (a run
+    may give smaller ones of its own) and their upper bound: the server
+    refuses a run that asks for more (a larger limit, another ``net``, a
+    filter that allows more), and the call raises JailError saying which.
+    Raises JailError when a template cannot start (a module the rootfs
     lacks, say), with pyjail's explanation.
     """
 
@@ -111,8 +118,10 @@ class Pool:
             args += ["--rootfs", self._rootfs]
         for name in preload:
             args += ["--preload", name]
-        for key, value in (options or {}).items():
-            args += ["--" + key] if value is True else ["--%s=%s" % (key, value)]
+        args += option_args(options)
+        # The runs' defaults: the same options, but those of the server alone.
+        self._defaults = option_args({k: v for k, v in (options or {}).items()
+                                      if k.replace("_", "-") not in _SERVER_ONLY})
         try:
             for i in range(size):
                 self._servers.append(_Server(self._binary, os.path.join(self._dir, "t%d.sock" % i),
@@ -127,12 +136,13 @@ class Pool:
                 raise JailError("pyjail: this Pool is closed")
             return self._servers[next(self._turn) % len(self._servers)].socket
 
-    def _through_template(self, kwargs: Any, profile: bool = True) -> Any:
-        """The arguments of a run or session, sent to one of the templates."""
-        if profile:
-            kwargs.setdefault("profile", self._profile)
+    def _through_template(self, kwargs: Any) -> Any:
+        """The arguments of a run or session, sent to one of the templates:
+        the Pool's profile and options first, the call's own on top."""
+        kwargs.setdefault("profile", self._profile)
         if self._rootfs is not None:
             kwargs.setdefault("rootfs", self._rootfs)
+        kwargs["_defaults"] = self._defaults
         kwargs["binary"] = self._binary
         kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
         return kwargs
@@ -146,11 +156,13 @@ class Pool:
     def session(self, **kwargs: Any) -> Session:
         """A ``Session`` whose interpreter is a fork of a template: its cells
         start with the preloads imported, and it starts in milliseconds. The
-        same arguments as ``Session`` (its own limits and profile); when it
-        restarts, it forks the template again. The agent adapters take it as
-        ``session=`` (``PythonREPLTool(python_repl=PythonREPL(session=...))``,
+        same arguments as ``Session``, on top of the Pool's profile and
+        options (which bound it like a run: a session lives at most the
+        Pool's wall time); when it restarts, it forks the template again. The
+        agent adapters take it as ``session=``
+        (``PythonREPLTool(python_repl=PythonREPL(session=...))``,
         ``PyjailExecutor(session=...)``)."""
-        return Session(**self._through_template(kwargs, profile=False))
+        return Session(**self._through_template(kwargs))
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and

@@ -189,7 +189,8 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         max_output: int = 16 << 20, output_limit: Optional[Size] = None,
         python_args: Sequence[str] = (), on_stdout: Optional[OutputCallback] = None,
         on_stderr: Optional[OutputCallback] = None,
-        _started: Optional[Callable[[Launched], None]] = None) -> Result:
+        _started: Optional[Callable[[Launched], None]] = None,
+        _defaults: Sequence[str] = ()) -> Result:
     """Run Python code (or a script file) in a fresh jail and wait for it.
 
     ``code`` is the program's source, or ``script`` a host path to it; ``args``
@@ -242,7 +243,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
                      pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
                      rootfs=rootfs, options=options, extra_args=extra_args,
-                     output_limit=output_limit)
+                     output_limit=output_limit, defaults=_defaults)
     # pyjail's own backstop is --wall-time; this one only guards against a
     # pyjail that does not end (it never should).
     backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0

@@ -221,7 +221,8 @@ class Session:
                  output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
                  max_image_bytes: int = 8 << 20,
                  interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
-                 auto_restart: bool = True, start_timeout: float = 30.0) -> None:
+                 auto_restart: bool = True, start_timeout: float = 30.0,
+                 _defaults: Sequence[str] = ()) -> None:
         self.binary = find_binary(binary)
         self.timeout = timeout
         self.output_limit = int(output_limit)
@@ -235,7 +236,7 @@ class Session:
         self._args = jail_args(profile=profile, wall_time=wall_time, cpu_time=cpu_time,
                                memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
                                env=env, ro_bind=ro_bind, rootfs=rootfs, options=options,
-                               extra_args=extra_args)
+                               extra_args=extra_args, defaults=_defaults)
         self._lock = threading.RLock()       # held by every call, for its whole length
         self._close_lock = threading.Lock()  # held only to set _closed
         self._busy = 0                       # calls in progress (nested: a host function's)

@@ -23,6 +23,7 @@ import dataclasses
 import json
 import os
 import pwd
+import resource
 import select
 import shutil
 import signal
@@ -142,8 +143,16 @@ def _template_socket(binary: Path, user: JailUser) -> str:
         d = tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/tmp")
         os.chmod(d, 0o777)
         sock = os.path.join(d, "template.sock")
+        # A server holds its runs to its own settings: this one's are as large as a run's
+        # may be (a run refused for its network or filter runs fresh: see _run).
+        nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+        # (Memory, pids and CPUs stay limited, so that the server looks for the same cgroup
+        # controllers as a run does.)
+        loose = ["--wall-time", "0", "--cpu-time", "0", "--memory", "1024G", "--pids", "1000000", "--cpus", "4096",
+                 "--fsize=", "--output-limit=", "--tmpfs-size", "16G",
+                 "--nofile", str(nofile if nofile != resource.RLIM_INFINITY else 1 << 20)]
         p = subprocess.Popen([*user.prefix, str(binary), *_extra_args(), "serve", "--quiet",
-                              "--socket", sock, "--preload", "json"],
+                              "--socket", sock, "--preload", "json", *loose],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, cwd="/")
         line = p.stdout.readline().decode()
         assert line.startswith("pyjail serve: ready"), f"pyjail serve did not start: {line!r}"
@@ -185,11 +194,22 @@ def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None
     if env:
         full_env.update(env)
     args = [str(a) for a in args]
+    fresh = args
     if THROUGH_TEMPLATE:
         args = _through_template(binary, args, user)
-    cmd = [*user.prefix, str(binary), *_extra_args(), *args]
-    return subprocess.run(cmd, input=input, timeout=timeout, cwd=str(cwd) if cwd else "/",
-                          pass_fds=pass_fds, env=full_env, text=True, capture_output=True)
+
+    def run(args):
+        cmd = [*user.prefix, str(binary), *_extra_args(), *args]
+        return subprocess.run(cmd, input=input, timeout=timeout, cwd=str(cwd) if cwd else "/",
+                              pass_fds=pass_fds, env=full_env, text=True, capture_output=True)
+
+    r = run(args)
+    if args is not fresh and r.returncode == 125 and "this server's runs" in r.stderr:
+        # Beyond what the shared server's runs may have (another --net, another filter).
+        TEMPLATE_RUNS["through a template"] -= 1
+        TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
+        r = run(fresh)
+    return r
 
 
 # Markers of a host that cannot run pyjail at all (as opposed to a broken pyjail).

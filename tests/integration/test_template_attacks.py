@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ import time
 import pytest
 
 from pyjail_testing import skip_or_fail
-from pyjail_testing.runs import describe
+from pyjail_testing.runs import describe, without_notices
 
 
 def via(run_jail, user, sock, code, *args, opts=(), **kwargs):
@@ -276,12 +277,18 @@ def result_text(r):
 # Against the server, from the host
 
 
+# ServeHello (template_protocol.hpp): version, cgroup_ok, rootfs, why_not, refused.
+HELLO = "<II1024s512s256s"
+HELLO_SIZE = struct.calcsize(HELLO)
+SERVE_VERSION = 2
+
+
 def raw_connect(sock: str) -> socket.socket:
     c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     c.settimeout(10)
     c.connect(sock)
     hello = c.recv(4096)
-    assert len(hello) == 8 + 1024 + 512 and struct.unpack_from("<I", hello)[0] == 1, hello[:8]
+    assert len(hello) == HELLO_SIZE and struct.unpack_from("<I", hello)[0] == SERVE_VERSION, hello[:8]
     return c
 
 
@@ -420,7 +427,7 @@ s.listen(1)
 print("listening", flush=True)
 s.settimeout(30)
 c, _ = s.accept()
-c.send(struct.pack("<II1024s512s", 1, 0, rootfs, b""))
+c.send(struct.pack("<II1024s512s256s", 2, 0, rootfs, b"", b""))
 c.settimeout(10)
 got = {"bytes": 0, "fds": []}
 try:
@@ -478,7 +485,7 @@ def capture_request(run_jail, user, rootfs, world_tmp, code: str) -> bytes:
 
     def serve_once():
         c, _ = s.accept()
-        c.send(struct.pack("<II1024s512s", 1, 0, os.path.realpath(rootfs).encode(), b""))
+        c.send(struct.pack(HELLO, SERVE_VERSION, 0, os.path.realpath(rootfs).encode(), b"", b""))
         data, anc, _, _ = c.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
         for _, _, payload in anc:
             for fd in struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]):
@@ -566,3 +573,199 @@ def test_a_client_that_sends_and_leaves_at_once_leaves_no_run(run_jail, as_user,
         os.close(null)
         report_ours.close()
         report_theirs.close()
+
+
+# --------------------------------------------------------------------------------------------
+# The server's own settings bound its runs
+
+
+def one_line_refusal(r, *parts):
+    assert r.returncode == 125, describe(r)
+    # (--seccomp off says so on a line of its own, before anything else.)
+    lines = [line for line in without_notices(r.stderr).strip().splitlines()
+             if not line.startswith("pyjail: WARNING: --seccomp off")]
+    assert len(lines) == 1 and all(p in lines[0] for p in parts), describe(r)
+
+
+ALLOCATE = "import sys; x = bytearray(int(sys.argv[1]) << 20); print('allocated', len(x) >> 20)"
+SLEEP = "import sys, time; time.sleep(float(sys.argv[1])); print('slept')"
+
+
+def test_a_server_holds_every_run_to_its_own_limits(run_jail, as_user, serve):
+    # Attack: a server started with small limits (`pyjail serve --memory 64M --wall-time 3`:
+    # what its operator lets runs have) whose clients ask for the profile's larger ones, or for
+    # no filter, or for a network: the server's settings would bound nothing. It refuses them.
+    sock, _ = serve(as_user, "--memory", "64M", "--wall-time", "3", "--pids", "32")
+    for opts, what in [((), "this server's runs have"),  # strict's 512M, 300 s, 128 pids
+                       (("--memory", "64M", "--pids", "32", "--wall-time", "10"), "--wall-time 10"),
+                       (("--memory", "64M", "--pids", "32", "--wall-time", "3", "--seccomp", "off"), "--seccomp off"),
+                       (("--memory", "64M", "--pids", "32", "--wall-time", "3", "--net", "loopback"),
+                        "another network")]:
+        one_line_refusal(via(run_jail, as_user, sock, "print('ran')", opts=opts), what, "ask for")
+    # Within them, a run has them: under each limit it runs, over it it is stopped.
+    within = ("--memory", "64M", "--pids", "32", "--wall-time", "3")
+    r = via(run_jail, as_user, sock, ALLOCATE, "16", opts=within)
+    assert (r.returncode, r.stdout) == (0, "allocated 16\n"), describe(r)
+    r = via(run_jail, as_user, sock, ALLOCATE, "300", opts=within)
+    assert r.returncode != 0 and "allocated" not in r.stdout, describe(r)
+    r = via(run_jail, as_user, sock, SLEEP, "0.1", opts=within)
+    assert (r.returncode, r.stdout) == (0, "slept\n"), describe(r)
+    r = via(run_jail, as_user, sock, SLEEP, "5", opts=within, timeout=60)
+    assert r.returncode == 124 and r.stdout == "", describe(r)
+    # Smaller settings than the server's are a run's own.
+    r = via(run_jail, as_user, sock, SLEEP, "2", opts=("--memory", "32M", "--pids", "16", "--wall-time", "1"))
+    assert r.returncode == 124, describe(r)
+
+
+POOL_PROGRAM = """
+import json, pyjail
+out = {}
+with pyjail.Pool(options={"memory": "64M", "wall_time": 3, "pids": 32, "cpu_time": 5, "quiet": True}) as pool:
+    def ran(code, *args, **kwargs):
+        r = pool.run(code, args=list(args), **kwargs)
+        return [r.exit_code, r.stdout]
+    out["small"] = ran(%(allocate)r, "16")
+    out["large"] = ran(%(allocate)r, "300")
+    out["short"] = ran(%(sleep)r, "0.1")
+    out["long"] = ran(%(sleep)r, "5")
+    try:
+        out["more"] = ran("print('ran')", memory="1G")
+    except pyjail.JailError as e:
+        out["more"] = str(e)
+    with pool.session() as s:
+        out["session"] = s.run("6 * 7").value
+r = pyjail.run("print('quiet')", options={"quiet": True, "cpu_time": 5})
+out["quiet"] = [r.exit_code, r.stdout]
+print(json.dumps(out))
+"""
+
+
+def test_a_pools_options_bound_its_runs(as_user, pyjail_bin):
+    # Attack: Pool(options=...) set the templates' limits only; its runs had the profile's
+    # (512M, 300 s), so a run allocated 300 MiB and slept 5 s under "memory 64M, wall-time
+    # 3". The Pool's options are its runs' settings and their bound.
+    from pyjail_testing import REPO
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"), PYJAIL_BIN=str(pyjail_bin))
+    code = POOL_PROGRAM % {"allocate": ALLOCATE, "sleep": SLEEP}
+    r = subprocess.run([*as_user.prefix, sys.executable, "-c", code], env=env, cwd="/", capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, describe(r)
+    out = json.loads(r.stdout.splitlines()[-1])
+    assert out["small"] == [0, "allocated 16\n"], out
+    assert out["large"][0] != 0 and "allocated" not in out["large"][1], out
+    assert out["short"] == [0, "slept\n"], out
+    assert out["long"] == [124, ""], out
+    assert "this server's runs have" in out["more"], out
+    assert out["session"] == "42", out
+    assert out["quiet"] == [0, "quiet\n"], out
+
+
+# --------------------------------------------------------------------------------------------
+# Many clients
+
+
+def test_more_clients_than_the_server_holds_are_refused_and_runs_survive(pyjail_command, run_jail, as_user,
+                                                                          serve):
+    # Attack: many connections at once. The server polled every client's descriptors with
+    # poll(), which fails (EINVAL) beyond the open-file limit: at about 510 clients it exited,
+    # and every run in flight died with it. It holds a bounded number of clients, refuses the
+    # others with a reason, and keeps serving.
+    # The server starts with the usual soft open-file limit (1024), as from a login shell.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (min(1024, hard), hard))
+    try:
+        sock, p = serve(as_user)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    inflight = subprocess.Popen([*pyjail_command(as_user), "--quiet", "--via", sock, "--", "python", "-c",
+                                 "import time; print('started', flush=True); time.sleep(4); print('survived')"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    conns, hellos = [], []
+    try:
+        assert inflight.stdout.readline() == "started\n", inflight.stderr.read()
+        for i in range(600):
+            c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            conns.append(c)
+            c.settimeout(30)
+            try:
+                c.connect(sock)
+                hellos.append(c.recv(4096))
+            except OSError:
+                hellos.append(b"")
+            if p.poll() is not None or not hellos[-1]:
+                time.sleep(0.5)
+                pytest.fail(f"the server ended at client {i + 1}: {p.stderr.read().decode().strip()}")
+        assert all(len(h) == HELLO_SIZE for h in hellos), hellos[0][:8]
+        refusals = [r for r in (struct.unpack(HELLO, h)[4].split(b"\0", 1)[0].decode() for h in hellos) if r]
+        assert refusals and len(refusals) < 600, len(refusals)
+        assert all(r.startswith("the server holds ") and "its most" in r for r in refusals), refusals[0]
+        # While they stay, a client is told why it cannot run.
+        one_line_refusal(via(run_jail, as_user, sock, "print('ran')"), "takes no run now: the server holds")
+        assert p.poll() is None, p.stderr.read().decode()
+    finally:
+        for c in conns:
+            c.close()
+    out, err = inflight.communicate(timeout=60)
+    assert (inflight.returncode, out) == (0, "survived\n"), err
+    r = via(run_jail, as_user, sock, "print('served')")
+    assert (r.returncode, r.stdout) == (0, "served\n"), describe(r)
+
+
+# --------------------------------------------------------------------------------------------
+# What the server's runs share
+
+
+def test_a_server_refuses_a_writable_bind_its_runs_would_share(run_jail, as_user, serve, world_tmp):
+    # Attack: `pyjail serve --bind DIR` binds DIR into the template, and every run (a fork of
+    # it, with only /tmp, /work, /proc, /dev/shm and /dev/pts of its own) has it writable: runs
+    # of other clients, at once or later, read and change what one run left there.
+    shared = world_tmp.dir(0o777)
+    (shared / "note").write_text("from the host\n")
+    os.chmod(shared / "note", 0o644)
+    sock, p = serve(as_user, "--bind", f"{shared}:/shared", ready=False)
+    try:
+        p.wait(60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("pyjail serve started with a writable bind")
+    err = p.stderr.read().decode()
+    assert p.returncode == 125 and len(err.strip().splitlines()) == 1, err
+    assert "--bind" in err and "writable bind" in err and "--ro-bind" in err, err
+    assert not os.path.exists(sock)
+    # Read-only, it is the template's and every run's to read, and none can write it.
+    sock, _ = serve(as_user, "--ro-bind", f"{shared}:/shared")
+    r = via(run_jail, as_user, sock, """
+        import json
+        text = open("/shared/note").read()
+        try:
+            open("/shared/note", "a").write("from a run")
+            wrote = True
+        except OSError:
+            wrote = False
+        print(json.dumps([text, wrote]))
+    """)
+    assert result(r) == ["from the host\n", False]
+
+
+def test_a_run_whose_client_stops_is_ended_after_the_servers_wall_time(pyjail_command, as_user, serve):
+    # Attack: the client enforces the run's wall time; a client that stops (SIGSTOP, a
+    # debugger) keeps its connection open, and its run would go on for ever, beyond the
+    # server's --wall-time. The server ends it a little (10 s) after its wall time.
+    sock, p = serve(as_user, "--wall-time", "2")
+    template = descendants(p.pid)
+    client = subprocess.Popen([*pyjail_command(as_user), "--quiet", "--wall-time", "2", "--via", sock, "--",
+                               "python", "-c", "import time; print('started', flush=True); time.sleep(120)"],
+                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd="/")
+    try:
+        assert client.stdout.readline() == b"started\n"
+        run = descendants(p.pid) - template
+        assert len(run) == 2, run
+        client.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 40
+        while descendants(p.pid) & run and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not descendants(p.pid) & run, "the run outlived the server's wall time"
+        assert p.poll() is None
+    finally:
+        client.kill()
+        client.wait()
+        client.stdout.close()

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "error.hpp"
 #include "mountplan.hpp"
@@ -32,6 +33,11 @@ RunRequest sample() {
     r.cgroup_files = {{"memory.max", "1048576"}};
     r.rootfs = "/usr/lib/pyjail/rootfs";
     r.has_script = true;
+    r.seccomp_allow = {"read", "write"};
+    r.net = 1;
+    r.wall_time = 2.5;
+    r.cpu_time = 1;
+    r.output = 4096;
     return r;
 }
 
@@ -67,6 +73,11 @@ TEST_CASE("a run request survives its encoding whole") {
     CHECK(d.has_script);
     CHECK_FALSE(d.into_cgroup);
     CHECK(request_fd_count(d) == 5);
+    CHECK(d.seccomp_allow == r.seccomp_allow);
+    CHECK(d.net == 1);
+    CHECK(d.wall_time == 2.5);
+    CHECK(d.cpu_time == 1);
+    CHECK(d.output == 4096);
 }
 
 TEST_CASE("a malformed run request is refused, never half read") {
@@ -106,6 +117,15 @@ TEST_CASE("a malformed run request is refused, never half read") {
     RunRequest limit = sample();
     limit.rlimits = {{12345, 1, "x"}};
     CHECK(refusal(encode_request(limit)).find("unknown rlimit") != std::string::npos);
+    // A time that no bound can order (NaN passes every comparison) or a negative one.
+    for (double t : {std::nan(""), -1.0, HUGE_VAL}) {
+        RunRequest timed = sample();
+        timed.wall_time = t;
+        CHECK(refusal(encode_request(timed)).find("not a number of seconds") != std::string::npos);
+        timed = sample();
+        timed.cpu_time = t;
+        CHECK(refusal(encode_request(timed)).find("not a number of seconds") != std::string::npos);
+    }
     RunRequest empty = sample();
     empty.argv.clear();
     CHECK(refusal(encode_request(empty)) == "no command");

@@ -1,0 +1,53 @@
+// What `pyjail serve` holds every run to: its own settings (profile and options) are the most
+// any run it starts may have. Pure: the server builds its bounds once from the template's
+// plan and checks each decoded request against them before the template sees it.
+//
+// Attack: a server started with small limits (`pyjail serve --memory 64M --wall-time 3`, or
+// `Pool(options=...)`) whose runs then ask for the profile's larger ones, or for no filter:
+// the operator's settings would bound nothing. A run's client plans the run (spawn.cpp,
+// run_via); the server refuses, with a reason, a request for more than its own settings:
+// rlimits and cgroup values no higher, a tmpfs no larger, a filter allowing no syscall the
+// server's does not (with the same network mode), the same network, and the limits the
+// client's supervisor enforces (wall time, CPU time, output) no longer.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "limits.hpp"
+#include "policy.hpp"
+#include "run_request.hpp"
+
+namespace pyjail {
+
+struct ServeBounds {
+    std::vector<RlimitValue> rlimits;                               // the template plan's
+    std::vector<std::pair<std::string, std::string>> cgroup_files;  // file -> value
+    std::uint64_t tmpfs_size = 0;                                   // bytes
+    std::uint64_t tmpfs_inodes = 0;
+    std::optional<std::vector<std::string>> seccomp_allow;  // sorted; none: --seccomp off
+    NetMode net = NetMode::None;
+    double wall_time = 0;  // seconds; 0: none
+    double cpu_time = 0;
+    std::optional<std::uint64_t> output;
+};
+
+// The bounds of a server whose template was planned with `policy` and `limits` (as a run of
+// the same server's cgroup site would plan them) and `seccomp_allow` (none: no filter).
+ServeBounds serve_bounds(const Policy& policy, const LimitPlan& limits,
+                         std::optional<std::vector<std::string>> seccomp_allow);
+
+// Why `r` asks for more than `b` allows, in one line naming the setting, both values and the
+// fix; nothing when it is within them.
+std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds& b);
+
+// Why a server cannot be started with this policy, or nothing.
+// Attack: a writable bind of the template (`pyjail serve --bind DIR`) is in every run's tree
+// (runs replace only their own /tmp, /work, /proc, /dev/shm and /dev/pts), so concurrent
+// and later runs of every client share it: one run leaves data or code for the next.
+std::optional<std::string> serve_policy_refusal(const Policy& policy);
+
+}  // namespace pyjail
