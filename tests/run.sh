@@ -1,19 +1,31 @@
 #!/usr/bin/env bash
 # The whole test suite: installs what it needs (on Debian; through sudo when not root),
-# builds with warnings as errors, runs the unit tests, installs pyjail into a throw-away
-# staging prefix and runs the integration tests against that installed copy -- as root and
-# as an unprivileged user -- and the cgroup v2 limit tests in qemu VMs (tests/vm: one with a
-# shell as init, one with systemd); runs pyjail in a rootless podman container; fuzzes the
-# parsers for 20 s each (PYJAIL_FUZZ_SECONDS).
+# builds with warnings as errors, runs the unit tests, installs pyjail into throw-away staging
+# prefixes and runs the integration tests against that installed copy -- as root and as an
+# unprivileged user -- and the cgroup v2 limit tests in qemu VMs (tests/vm: one with a shell as
+# init, one with systemd); runs pyjail in a rootless podman container; fuzzes the parsers for
+# 20 s each when they changed since their last long fuzz (tests/fuzz/run.sh --if-changed).
 #
 #   tests/run.sh            # everything
 #   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
+#
+# What waits on the network (the test venv's packages from PyPI, the VM's kernel) starts in the
+# background before the build. The tests then run in three lanes at once, each with its own
+# log, printed whole when the lane ends:
+#   host:   tests/integration, tests/man, tests/test_must_work.py, then the attack suites
+#           again through a template -- the tests that look for leftovers on this host
+#   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table)
+#   python: tests/rootfs, then the Python package
+# The vm and python lanes keep their temporary files in a directory of their own named like
+# the integration tests' (which their leftover checks pass over), and the python lane runs
+# its own staged copy of pyjail, so the host lane's checks see none of theirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
 build=${PYJAIL_BUILD_DIR:-$root/build}
+t0=$SECONDS
 
-say() { printf '==> %s\n' "$*"; }
+say() { printf '==> %s (at %d s)\n' "$*" $((SECONDS - t0)); }
 
 debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev libfmt-dev
       doctest-dev python3 python3-pytest python3-numpy util-linux
@@ -22,6 +34,40 @@ debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev li
       systemd dbus dbus-daemon dbus-user-session python3-dbus python3-gi
       podman runc uidmap)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
+
+scratch=$(mktemp -d /tmp/pyjail-it-run.XXXXXX)
+chmod 755 "$scratch"
+pids=()
+cleanup() {
+    local p
+    for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+    wait 2>/dev/null || true
+    rm -rf "$scratch"
+}
+trap cleanup EXIT
+
+# The Python package's tests run against the real LangChain and smolagents from PyPI, in a
+# venv made once per requirements file: fetched while pyjail builds.
+venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}
+make_venv() {
+    if [[ ! -x $venv/bin/python ]] || ! cmp -s tests/python/requirements.txt "$venv/requirements.txt"; then
+        echo "installing the Python package's test dependencies into $venv"
+        rm -rf "$venv"
+        /usr/bin/python3 -m venv "$venv"
+        "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
+        cp tests/python/requirements.txt "$venv/requirements.txt"
+    fi
+}
+make_venv >"$scratch/venv.log" 2>&1 &
+venv_pid=$!
+pids+=("$venv_pid")
+
+# The VM boots Debian's kernel, downloaded (not installed) into a cache.
+if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
+    tests/vm/fetch-kernel.sh >"$scratch/kernel" 2>"$scratch/kernel.log" &
+    kernel_pid=$!
+    pids+=("$kernel_pid")
+fi
 
 say "building ($build)"
 cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null
@@ -33,40 +79,82 @@ cmake --build "$build" --target rootfs-data
 
 say "unit tests"
 (cd "$build" && ctest --output-on-failure)
-say "fuzzing the parsers (tests/fuzz/README.md)"
-tests/fuzz/run.sh
+say "fuzzing the parsers, if they changed (tests/fuzz/README.md)"
+tests/fuzz/run.sh --if-changed
 
 # The integration tests run pyjail as an unprivileged user too, who cannot reach into this
 # checkout (it may live under a private home): test an installed copy in a staging prefix.
 stage=$("$root/tools/stage-install.sh" "$build" stage)
-trap 'rm -rf "$stage"' EXIT
-say "installed into $stage"
+stage_python=$("$root/tools/stage-install.sh" "$build" stage-python)
+trap 'cleanup; rm -rf "$stage" "$stage_python"' EXIT
+say "installed into $stage and $stage_python"
 export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
 
-# The VM boots Debian's kernel, downloaded (not installed) into a cache.
 if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
-    PYJAIL_VM_KERNEL=$(tests/vm/fetch-kernel.sh) || {
-        echo "tests/run.sh: cannot fetch a kernel for the VM tests" >&2; exit 1; }
+    wait "$kernel_pid" || { cat "$scratch/kernel.log" >&2
+                            echo "tests/run.sh: cannot fetch a kernel for the VM tests" >&2; exit 1; }
+    PYJAIL_VM_KERNEL=$(cat "$scratch/kernel")
     export PYJAIL_VM_KERNEL
 fi
 
-say "integration tests, and the cgroup v2 limits in a VM"
-/usr/bin/python3 -m pytest -q -p no:cacheprovider tests/integration tests/rootfs tests/vm tests/man \
-    tests/test_must_work.py "$@"
-say "the attack tests again, every run they can make forked from a template (pyjail serve)"
-PYJAIL_THROUGH_TEMPLATE=1 /usr/bin/python3 -m pytest -q -p no:cacheprovider \
-    tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
-    tests/integration/test_jail_network.py tests/integration/test_jail_time_signals.py \
-    tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@"
+pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
-# The Python package, against the real LangChain and smolagents from PyPI, in a venv.
-venv=${PYJAIL_TEST_VENV:-/tmp/pyjail-test-venv}
-if [[ ! -x $venv/bin/python ]] || ! cmp -s tests/python/requirements.txt "$venv/requirements.txt"; then
-    say "installing the Python package's test dependencies into $venv"
-    rm -rf "$venv"
-    /usr/bin/python3 -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
-    cp tests/python/requirements.txt "$venv/requirements.txt"
+lane_host() {
+    "${pytest[@]}" tests/integration tests/man tests/test_must_work.py "$@" || return
+    echo "==> the attack tests again, every run they can make forked from a template (pyjail serve)"
+    PYJAIL_THROUGH_TEMPLATE=1 "${pytest[@]}" \
+        tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
+        tests/integration/test_jail_network.py tests/integration/test_jail_time_signals.py \
+        tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@"
+}
+lane_vm() {
+    mkdir "$scratch/vm-tmp"
+    TMPDIR="$scratch/vm-tmp" "${pytest[@]}" tests/vm "$@"
+}
+lane_python() {
+    mkdir -m 1777 "$scratch/python-tmp"
+    export TMPDIR="$scratch/python-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail"
+    "${pytest[@]}" tests/rootfs "$@" || return
+    echo "==> Python package tests"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
+}
+
+# Long done by now: it started before the build.
+wait "$venv_pid" || { cat "$scratch/venv.log" >&2
+                      echo "tests/run.sh: cannot install the test venv $venv" >&2; exit 1; }
+cat "$scratch/venv.log"
+
+say "tests, in three lanes: host (integration), vm, python (rootfs and the package)"
+lanes=(host vm python)
+declare -A lane_pid
+for lane in "${lanes[@]}"; do
+    "lane_$lane" "$@" >"$scratch/$lane.log" 2>&1 &
+    lane_pid[$lane]=$!
+    pids+=("$!")
+done
+failed=()
+for lane in "${lanes[@]}"; do
+    status=0
+    wait "${lane_pid[$lane]}" || status=$?
+    say "lane $lane ended (exit $status)"
+    cat "$scratch/$lane.log"
+    ((status == 0)) || failed+=("$lane")
+done
+
+# One closing line for the whole suite, summed over every pytest run's own summary.
+python3 - "$scratch"/{host,vm,python}.log <<'EOF'
+import re, sys
+counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
+for path in sys.argv[1:]:
+    for line in open(path, errors="replace"):
+        if re.search(r"\b(passed|failed|error|errors|skipped)\b.* in [0-9.]+s", line):
+            for n, word in re.findall(r"(\d+) (passed|failed|skipped|errors?)\b", line):
+                counts["error" if word.startswith("error") else word] += int(n)
+print(f"suite: {counts['passed']} passed, {counts['failed'] + counts['error']} failed, "
+      f"{counts['skipped']} skipped")
+EOF
+say "done"
+if ((${#failed[@]})); then
+    echo "tests/run.sh: failed in the lane(s): ${failed[*]}" >&2
+    exit 1
 fi
-say "Python package tests"
-"$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
