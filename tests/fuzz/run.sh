@@ -13,7 +13,7 @@ root=$PWD
 build=${PYJAIL_FUZZ_BUILD_DIR:-$root/build-fuzz}
 seconds=${PYJAIL_FUZZ_SECONDS:-20}
 targets=("$@")
-[[ ${#targets[@]} -gt 0 ]] || targets=(profile seccomp_set cli run_request dbus)
+[[ ${#targets[@]} -gt 0 ]] || targets=(profile seccomp_set cli run_request dbus egress)
 
 # Warnings are the normal build's gate (g++ -Werror); clang also objects to libseccomp's C
 # macros, which is no finding here.
