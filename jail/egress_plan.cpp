@@ -144,6 +144,48 @@ std::optional<dns::Ipv4> pinned_address(const EgressPolicy& e, std::string_view 
     return std::nullopt;
 }
 
+void parse_net_dns(std::string_view text, const std::string& origin, EgressPolicy& e) {
+    std::string_view addr = text;
+    std::optional<std::uint16_t> port = 53;
+    if (auto colon = text.find(':'); colon != std::string_view::npos) {
+        addr = text.substr(0, colon);
+        port = parse_port(text.substr(colon + 1));
+    }
+    auto a = dns::parse_ipv4(addr);
+    if (!a || !port)
+        throw UsageError(fmt::format("{}: '{}' is not ADDRESS[:PORT]", origin, text),
+                         "write an IPv4 address, e.g. 1.1.1.1 or 127.0.0.1:5353");
+    e.dns_server = *a;
+    e.dns_port = *port;
+}
+
+std::vector<EgressSocketSpec> egress_socket_specs(const EgressPlan& plan) {
+    std::vector<EgressSocketSpec> out;
+    out.push_back({0x7f000001u, 53, true});
+    for (const auto& l : plan.listeners) {
+        const auto& a = plan.slots[l.slot].address;
+        out.push_back({(static_cast<std::uint32_t>(a[0]) << 24) | (static_cast<std::uint32_t>(a[1]) << 16) |
+                           (static_cast<std::uint32_t>(a[2]) << 8) | a[3],
+                       l.port, false});
+    }
+    return out;
+}
+
+void EgressReport::add(const EgressDecision& d) {
+    for (auto& e : decisions)
+        if (e.host == d.host && e.port == d.port && e.verdict == d.verdict && e.why == d.why) {
+            e.count += d.count;
+            e.bytes_out += d.bytes_out;
+            e.bytes_in += d.bytes_in;
+            return;
+        }
+    if (decisions.size() >= kMaxEgressDecisions) {
+        decisions_dropped += d.count;
+        return;
+    }
+    decisions.push_back(d);
+}
+
 std::optional<std::string> refused_address_reason(const dns::Ipv4& a) {
     auto in = [&](unsigned b0, unsigned b1, int prefix) {
         std::uint32_t v = (static_cast<std::uint32_t>(a[0]) << 24) | (static_cast<std::uint32_t>(a[1]) << 16) |

@@ -58,7 +58,15 @@ struct EgressPolicy {
     std::vector<AllowedHost> hosts;
     std::vector<PinnedName> pins;
     std::optional<std::uint64_t> bytes;  // --net-bytes: each way, all connections together
+    // --net-dns: the resolver pyjail asks for the allowed names (default: /etc/resolv.conf's).
+    std::optional<dns::Ipv4> dns_server;
+    std::uint16_t dns_port = 53;
 };
+
+// "ADDRESS" or "ADDRESS:PORT" of --net-dns. Throws UsageError.
+void parse_net_dns(std::string_view text, const std::string& origin, EgressPolicy& e);
+
+
 
 // "HOST", "HOST:PORT" or "*.DOMAIN[:PORT]"; without a port, 80 and 443. Throws UsageError.
 AllowedHost parse_allow_host(std::string_view text, const std::string& origin);
@@ -88,6 +96,17 @@ struct EgressPlan {
 
 EgressPlan plan_egress(const EgressPolicy& policy);
 
+// One socket the jail's pid 1 makes (egress_pid1.hpp): UDP (the resolver) or a TCP listener.
+struct EgressSocketSpec {
+    std::uint32_t address = 0;  // IPv4, host byte order
+    std::uint16_t port = 0;
+    bool udp = false;
+};
+
+// The sockets, in the order pid 1 hands them over: the resolver's 127.0.0.1:53, then one per
+// EgressPlan::listeners entry.
+std::vector<EgressSocketSpec> egress_socket_specs(const EgressPlan& plan);
+
 // Whether `name` (lower case, no final dot) is `pattern`'s: equal, or for "*.d" a name
 // ending in ".d" with at least one label before it.
 bool host_matches(std::string_view pattern, std::string_view name);
@@ -95,6 +114,29 @@ bool host_matches(std::string_view pattern, std::string_view name);
 std::optional<std::size_t> find_allowed_host(const EgressPolicy& e, std::string_view name);
 // The address --net-resolve pins `name` to, if any.
 std::optional<dns::Ipv4> pinned_address(const EgressPolicy& e, std::string_view name);
+
+// What the report says about egress: each decision once (repeats are counted), at most
+// kMaxEgressDecisions of them; later ones only in the totals.
+struct EgressDecision {
+    std::string host;            // as the jail asked for it (a DNS name, or a listener's)
+    std::uint16_t port = 0;      // 0: a DNS query
+    std::string verdict;         // "allowed", "refused", or "cut" (relayed, then ended by a limit)
+    std::string why;             // refused or cut: the reason
+    std::uint64_t bytes_out = 0, bytes_in = 0;  // to the host, from it
+    std::uint64_t count = 0;
+};
+
+struct EgressReport {
+    bool enabled = false;                 // --net allow
+    std::vector<EgressDecision> decisions;
+    std::uint64_t decisions_dropped = 0;  // past kMaxEgressDecisions
+    std::uint64_t connections = 0, refused = 0, dns_queries = 0, dns_refused = 0;
+    std::uint64_t bytes_out = 0, bytes_in = 0;
+    bool bytes_limit_hit = false;         // --net-bytes cut a connection
+
+    // Adds one decision; merges it into an equal earlier one (host, port, verdict, why).
+    void add(const EgressDecision& d);
+};
 
 // Why pyjail does not relay to `a` unless it was pinned, or nothing for a public address:
 // loopback and "this network" (the host's own services), private and shared (RFC 1918, CGNAT:

@@ -91,7 +91,7 @@ TEST_CASE("policy: values are typed and errors name their origin") {
     CHECK(p.workdir == "/home/u/proj/out");
 
     CHECK(error_of("net = \"host\"\n") ==
-          "p.toml:1: key 'net': 'host' is not a network mode (use none or loopback)");
+          "p.toml:1: key 'net': 'host' is not a network mode (use none, loopback or allow)");
     CHECK(error_of("wall-time = \"soon\"\n") ==
           "p.toml:1: key 'wall-time': 'soon' is not a number of seconds (write e.g. 30 or 2.5; "
           "0 means no limit)");
