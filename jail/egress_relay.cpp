@@ -494,7 +494,9 @@ bool EgressRelay::decide(Conn& c) {
             if (conns_[i].get() == &c) close_conn(i, "refused", why);
         return false;
     }
-    c.head_out = std::move(c.sniffed);
+    c.head_out = s.kind == Sniffed::Kind::Http
+                     ? one_request_only(c.sniffed, s) + c.sniffed.substr(s.head_size)
+                     : std::move(c.sniffed);
     c.sniffed.clear();
     return true;
 }
@@ -601,12 +603,14 @@ void EgressRelay::service(std::size_t i, std::uint32_t client_ev, std::uint32_t 
         ssize_t n = ::recv(c.client.get(), buf, std::min(room, sizeof buf), MSG_DONTWAIT);
         if (n == 0) c.client_eof = true;
         else if (n > 0) c.sniffed.append(buf, static_cast<std::size_t>(n));
-        else if (errno != EAGAIN && errno != EWOULDBLOCK) return close_conn(i, "refused", "the client went away");
-        if (n >= 0 && !decide(c)) return;
-        if (c.client_eof && c.sniffed.empty() && !c.decided) {
-            // Closed without a byte (a port probe): nothing to relay.
-            return close_conn(i, "refused", "the client closed before saying which host it wants");
+        else if (errno != EAGAIN && errno != EWOULDBLOCK) c.client_eof = true;
+        if (c.client_eof && c.sniffed.empty()) {
+            // Gone without a byte: a port probe, or a client of a protocol where the server
+            // speaks first, which got what it came for (relayed while the connection was open).
+            return close_conn(i, c.state == Conn::State::Open ? "allowed" : "refused",
+                              c.state == Conn::State::Open ? "" : "the client closed before saying which host it wants");
         }
+        if ((n >= 0 || c.client_eof) && !decide(c)) return;
     }
     if (c.state == Conn::State::Open) {
         if ((client_ev | upstream_ev) & EPOLLERR) return close_conn(i, "allowed", "");

@@ -240,6 +240,29 @@ Sniffed parse_http_head(std::string_view head) {
     return s;
 }
 
+std::string one_request_only(std::string_view first_bytes, const Sniffed& sniffed) {
+    std::string_view head = first_bytes.substr(0, sniffed.head_size);
+    while (!head.empty() && (head.front() == '\r' || head.front() == '\n')) head.remove_prefix(1);
+    std::string out;
+    out.reserve(head.size() + 20);
+    std::size_t pos = 0;
+    bool first = true;
+    while (pos < head.size()) {
+        std::size_t end = head.find("\r\n", pos);
+        if (end == std::string_view::npos || end == pos) break;  // the empty line
+        std::string_view line = head.substr(pos, end - pos);
+        pos = end + 2;
+        std::string_view name = line.substr(0, line.find(':'));
+        if (!first && (iequals(name, "connection") || iequals(name, "keep-alive") || iequals(name, "proxy-connection")))
+            continue;
+        first = false;
+        out.append(line);
+        out += "\r\n";
+    }
+    out += "Connection: close\r\n\r\n";
+    return out;
+}
+
 Sniffed sniff(std::string_view s) {
     if (s.size() > kMaxSniff) s = s.substr(0, kMaxSniff);
     if (s.empty()) return {};
@@ -253,46 +276,45 @@ Sniffed sniff(std::string_view s) {
         return parse_client_hello(h.bytes);
     }
     // HTTP/2 with prior knowledge: its requests name their host only in frames.
-    if (s.substr(0, 4) == "PRI ")
-        return refused("HTTP/2 without TLS (its host is not in a request head)");
-    if (s[0] >= 'A' && s[0] <= 'Z') {
-        std::size_t m = method_length(s);
-        if (m == 0) {
-            // Still all capitals: the method may go on in the next bytes.
-            std::size_t i = 0;
-            while (i < s.size() && i < 32 && s[i] >= 'A' && s[i] <= 'Z') ++i;
-            if (i == s.size() && i < 32) return {};
-            Sniffed o;
-            o.kind = Kind::Opaque;
-            return o;
-        }
-        // A request line ends in " HTTP/1.x": only then is it HTTP. Another protocol with a
-        // word first (SMTP's EHLO, Redis's inline commands) is opaque.
-        std::size_t line_end = s.find("\r\n");
-        if (line_end == std::string_view::npos) {
-            if (s.size() >= 8192) {
-                Sniffed o;
-                o.kind = Kind::Opaque;
-                return o;
-            }
-            return {};
-        }
-        std::string_view line = s.substr(0, line_end);
-        if (line.size() < 9 || line.substr(line.size() - 9, 7) != " HTTP/1") {
-            Sniffed o;
-            o.kind = Kind::Opaque;
-            return o;
-        }
-        std::size_t head_end = s.find("\r\n\r\n");
-        if (head_end == std::string_view::npos) {
-            if (s.size() >= kMaxSniff) return refused("an HTTP request head larger than pyjail reads");
-            return {};
-        }
-        return parse_http_head(s.substr(0, head_end + 4));
+    if (s.substr(0, 4) == "PRI ") return refused("HTTP/2 without TLS (its host is not in a request head)");
+    // Servers skip empty lines before a request line (RFC 9112, 2.2): so do we, or a CRLF
+    // first would make a request look like another protocol.
+    std::size_t lead = 0;
+    while (lead < s.size() && (s[lead] == '\r' || s[lead] == '\n')) ++lead;
+    if (lead > 16) return refused("a connection that starts with many empty lines");
+    if (lead == s.size()) return {};
+    std::string_view rest = s.substr(lead);
+    if (!((rest[0] >= 'A' && rest[0] <= 'Z') || (rest[0] >= 'a' && rest[0] <= 'z'))) {
+        Sniffed o;
+        o.kind = Kind::Opaque;
+        return o;
     }
-    Sniffed o;
-    o.kind = Kind::Opaque;
-    return o;
+    // A first line that names an HTTP version is HTTP, and read strictly: a lenient server
+    // would take a tab for a space, or a bare LF for a line's end, and find a Host we did not
+    // see. A first line without one is another protocol with a word first (SMTP's EHLO, Redis's
+    // inline commands), or HTTP/0.9, which has no Host to front with.
+    constexpr std::size_t kMaxFirstLine = 8192;
+    std::size_t nl = rest.find('\n');
+    if (nl == std::string_view::npos && rest.size() < kMaxFirstLine) return {};
+    std::string_view line = rest.substr(0, std::min(nl, kMaxFirstLine));
+    bool names_http = false;
+    for (std::size_t i = 0; i + 5 <= line.size() && !names_http; ++i)
+        names_http = iequals(line.substr(i, 5), "http/");
+    if (!names_http) {
+        Sniffed o;
+        o.kind = Kind::Opaque;
+        return o;
+    }
+    std::size_t head_end = rest.find("\r\n\r\n");
+    if (head_end == std::string_view::npos) {
+        if (rest.find("\n\n") != std::string_view::npos || rest.find("\n\r\n") != std::string_view::npos)
+            return refused("an HTTP request head with bare line feeds");
+        if (s.size() >= kMaxSniff) return refused("an HTTP request head larger than pyjail reads");
+        return {};
+    }
+    Sniffed h = parse_http_head(rest.substr(0, head_end + 4));
+    h.head_size += lead;
+    return h;
 }
 
 }  // namespace pyjail

@@ -35,6 +35,13 @@ struct Sniffed {
 
 Sniffed sniff(std::string_view first_bytes);
 
+// HTTP: the request head `sniffed.head_size` bytes of `first_bytes` hold, rewritten to ask the
+// server to close the connection after its response (its Connection, Keep-Alive and
+// Proxy-Connection fields replaced by "Connection: close"). Only the first request of a
+// connection is read: a second one on a kept-alive connection could name another host of the
+// same front, so a server that follows RFC 9112 (9.6) answers no other.
+std::string one_request_only(std::string_view first_bytes, const Sniffed& sniffed);
+
 // TLS: the ClientHello's SNI, parsed from a handshake message's body (exposed for tests).
 Sniffed parse_client_hello(std::string_view body);
 // HTTP: a complete request head ending in CRLF CRLF (exposed for tests).

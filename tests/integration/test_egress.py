@@ -367,6 +367,10 @@ def read_all(s) -> bytes:
     return data
 
 
+PIPELINED = (b"GET / HTTP/1.1\r\nHost: web.test\r\n\r\n"
+             b"GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n")
+
+
 def test_a_spoofed_host_header_or_sni_is_refused(run_py, world_tmp, internet, as_user):
     # Controls: the servers serve other.test too (a shared front), by Host and by SNI.
     with socket.create_connection(("127.0.0.1", internet.http_port), timeout=3) as s:
@@ -376,6 +380,10 @@ def test_a_spoofed_host_header_or_sni_is_refused(run_py, world_tmp, internet, as
         with internet.server_ctx.wrap_socket(raw, server_hostname="other.test") as s:
             s.sendall(b"GET / HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n")
             assert b"hello other.test" in read_all(s)
+    # ... and a second request on a kept-alive connection is served for its own Host.
+    with socket.create_connection(("127.0.0.1", internet.http_port), timeout=3) as s:
+        s.sendall(PIPELINED)
+        assert b"hello other.test" in read_all(s)
     r = egress_run(run_py, world_tmp, internet, f"""\
         def http_as(host):
             with socket.create_connection(("web.test", {internet.http_port}), timeout=5) as s:
@@ -393,13 +401,22 @@ def test_a_spoofed_host_header_or_sni_is_refused(run_py, world_tmp, internet, as
                         return s.recv(4096).decode()[:40]
             except (OSError, ssl.SSLError) as e:
                 return type(e).__name__
+        def pipelined():
+            with socket.create_connection(("web.test", {internet.http_port}), timeout=5) as s:
+                s.sendall({PIPELINED!r})
+                data = b""
+                while chunk := s.recv(4096):
+                    data += chunk
+                return data.decode()
         emit({{"spoofed http": http_as("other.test"), "spoofed tls": tls_as("other.test"),
-               "http": http_as("web.test"), "tls": tls_as("files.test")}})
+               "http": http_as("web.test"), "tls": tls_as("files.test"), "pipelined": pipelined()}})
         """, as_user, [*allow(internet), *PINNED], setup=HELPERS)
     got = r.result
     assert got["http"].startswith("HTTP/1.1 200"), got
     assert got["tls"].startswith("HTTP/1.1 200"), got
     assert got["spoofed http"] in ("closed", "ECONNRESET"), got
+    # Only the first request of a connection reaches the server.
+    assert "hello web.test" in got["pipelined"] and "other.test" not in got["pipelined"], got
     assert got["spoofed tls"] in ("SSLEOFError", "ConnectionResetError", "SSLError", "SSLZeroReturnError"), got
     why = {d["host"]: d["why"] for d in decisions(r.report, "refused")}
     assert why["web.test"] == "HTTP Host names other.test, not web.test", why

@@ -179,6 +179,31 @@ TEST_CASE("sniff: an HTTP request head's Host") {
     CHECK(sniff(big).kind == K::Refused);
 }
 
+TEST_CASE("sniff: what lenient HTTP servers accept is read strictly") {
+    using K = Sniffed::Kind;
+    // Empty lines first: skipped, as servers do.
+    auto lead = sniff("\r\nGET / HTTP/1.1\r\nHost: other.test\r\n\r\n");
+    CHECK(lead.kind == K::Http);
+    CHECK(lead.host == "other.test");
+    CHECK(lead.head_size == 2 + 36);
+    CHECK(sniff(std::string(17, '\n') + "GET / HTTP/1.1\r\n").kind == K::Refused);
+    // A tab for a space, bare line feeds, a lower-case method: refused, not opaque.
+    CHECK(sniff("GET\t/ HTTP/1.1\r\nHost: other.test\r\n\r\n").kind == K::Refused);
+    CHECK(sniff("GET / HTTP/1.1\nHost: other.test\n\n").kind == K::Refused);
+    CHECK(sniff("get / http/1.1\r\nHost: other.test\r\n\r\n").kind == K::Refused);
+    CHECK(sniff("GET / HTTP/1.1\r\nHost: other.test\n\r\n").kind == K::Refused);
+    // HTTP/0.9 has no headers: nothing to front with.
+    CHECK(sniff("GET /\r\n").kind == K::Opaque);
+}
+
+TEST_CASE("sniff: an HTTP connection carries one request") {
+    std::string in = "\r\nGET / HTTP/1.1\r\nHost: a.com\r\nConnection: keep-alive\r\nKeep-Alive: 5\r\n"
+                     "Accept: */*\r\n\r\nGET / HTTP/1.1\r\nHost: b.com\r\n\r\n";
+    auto s = sniff(in);
+    REQUIRE(s.kind == Sniffed::Kind::Http);
+    CHECK(one_request_only(in, s) == "GET / HTTP/1.1\r\nHost: a.com\r\nAccept: */*\r\nConnection: close\r\n\r\n");
+}
+
 TEST_CASE("sniff: other protocols are opaque") {
     using K = Sniffed::Kind;
     CHECK(sniff(std::string("\x00\x00\x00\x08\x04\xd2\x16\x2f", 8)).kind == K::Opaque);  // PostgreSQL
@@ -186,6 +211,7 @@ TEST_CASE("sniff: other protocols are opaque") {
     CHECK(sniff("EHLO me\r\n").kind == K::Opaque);
     CHECK(sniff("PING\r\n").kind == K::Opaque);
     CHECK(sniff("PIN").kind == K::NeedMore);
+    CHECK(sniff("\r\n").kind == K::NeedMore);
     CHECK(sniff("").kind == K::NeedMore);
 }
 
