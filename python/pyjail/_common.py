@@ -83,6 +83,7 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
               net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
               ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+              allow_hosts: Sequence[str] = (),
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
@@ -117,6 +118,10 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     add("pids", pids)
     add("tmpfs-size", tmpfs_size)
     add("net", net)
+    if isinstance(allow_hosts, str):
+        raise TypeError("allow_hosts is a list of host names, not a str")
+    for host in allow_hosts:
+        args += ["--allow-host", str(host)]
     add("output-limit", output_limit)
     if rootfs is not None:
         add("rootfs", os.fspath(rootfs))
