@@ -618,8 +618,9 @@ void EgressRelay::service(std::size_t i, std::uint32_t client_ev, std::uint32_t 
             return close_conn(i, c.cut ? "cut" : "allowed",
                               c.cut ? "over --net-bytes" : "");
         if (c.up_shut && c.down_shut) return close_conn(i, "allowed", "");
-        // The client is gone both ways: nothing more can reach it.
-        if ((client_ev & EPOLLHUP) && c.client_eof) return close_conn(i, "allowed", "");
+        // The client is gone both ways: nothing more can reach it (and a hung-up socket
+        // would be reported on every turn).
+        if (client_ev & EPOLLHUP) return close_conn(i, "allowed", "");
     }
     update_interest(i);
 }
