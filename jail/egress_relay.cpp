@@ -445,8 +445,7 @@ void EgressRelay::on_listener(std::size_t index, double now) {
     }
 }
 
-void EgressRelay::connect_upstream(Conn& c, double now) {
-    (void)now;
+void EgressRelay::connect_upstream(Conn& c) {
     Slot& slot = *slots_[c.slot];
     c.upstream.reset(::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
     if (!c.upstream) return;
@@ -582,7 +581,7 @@ void EgressRelay::service(std::size_t i, std::uint32_t client_ev, std::uint32_t 
         Slot& slot = *slots_[c.slot];
         if (slot.state == Slot::State::Failed) return close_conn(i, "refused", c.name + " " + slot.why);
         if (slot.state == Slot::State::Ok) {
-            connect_upstream(c, now);
+            connect_upstream(c);
             if (!c.upstream) return close_conn(i, "refused", std::string("cannot connect: ") + std::strerror(errno));
         }
     }

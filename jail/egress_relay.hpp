@@ -81,7 +81,7 @@ private:
     void on_resolver(std::size_t slot, double now);
     void resolved(std::size_t slot, double now);
     void service(std::size_t c, std::uint32_t client_ev, std::uint32_t upstream_ev, double now);
-    void connect_upstream(Conn& c, double now);
+    void connect_upstream(Conn& c);
     bool decide(Conn& c);
     bool pump(Conn& c, bool up, double now);
     void update_interest(std::size_t c);
