@@ -131,6 +131,7 @@ struct EgressReport {
     std::vector<EgressDecision> decisions;
     std::uint64_t decisions_dropped = 0;  // past kMaxEgressDecisions
     std::uint64_t connections = 0, refused = 0, dns_queries = 0, dns_refused = 0;
+    std::uint64_t most_at_once = 0;       // connections relayed at the same time, at most
     std::uint64_t bytes_out = 0, bytes_in = 0;
     bool bytes_limit_hit = false;         // --net-bytes cut a connection
 

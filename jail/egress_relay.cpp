@@ -160,8 +160,11 @@ void EgressRelay::adopt(std::int64_t index, UniqueFd fd) {
         return;
     std::vector<EgressSocketSpec> specs = egress_socket_specs(plan_);
     const EgressSocketSpec& want = specs[static_cast<std::size_t>(index)];
+    int listening = 0;
+    len = sizeof listening;
     if (type != (want.udp ? SOCK_DGRAM : SOCK_STREAM) || ntohs(a.sin_port) != want.port ||
-        ntohl(a.sin_addr.s_addr) != want.address)
+        ntohl(a.sin_addr.s_addr) != want.address ||
+        (!want.udp && (::getsockopt(fd.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening, &len) != 0 || !listening)))
         return;
     if (::fcntl(fd.get(), F_SETFL, O_NONBLOCK) != 0) return;
     if (index == 0) {
@@ -226,9 +229,8 @@ void EgressRelay::handle(double now) {
         if (x.decided && x.state == Conn::State::Open) {
             if (now >= x.last_ms + kEgressIdleMs) close_conn(c, "allowed", "closed after 60 s idle");
         } else if (now >= x.accepted_ms + kEgressSniffMs) {
-            close_conn(c, "refused", x.state == Conn::State::Open || x.decided
-                                         ? "the host did not answer in time"
-                                         : "the client did not say which host it wants in time");
+            close_conn(c, "refused", x.decided ? "the host did not answer within 10 s"
+                                               : "the client did not say which host it wants within 10 s");
         }
     }
     if (!listeners_polled_ && open_conns_ < kMaxConnections && accepts_.ms_until(now, 1) <= 0)
@@ -435,6 +437,7 @@ void EgressRelay::on_listener(std::size_t index, double now) {
         ++generations_[c];
         conns_[c] = std::move(x);
         ++open_conns_;
+        report_.most_at_once = std::max<std::uint64_t>(report_.most_at_once, open_conns_);
         if (conns_[c]->name.empty()) {
             // A wildcard's address the jail never asked the name of: no host to relay to.
             close_conn(c, "refused", "an address no name was resolved to");

@@ -90,7 +90,8 @@ std::string report_json(const RunFacts& f) {
                                  {"bytes_out", d.bytes_out},
                                  {"bytes_in", d.bytes_in},
                                  {"count", d.count}});
-        j["egress"] = {{"connections", f.egress.connections},   {"refused", f.egress.refused},
+        j["egress"] = {{"connections", f.egress.connections},   {"most_at_once", f.egress.most_at_once},
+                       {"refused", f.egress.refused},
                        {"dns_queries", f.egress.dns_queries},   {"dns_refused", f.egress.dns_refused},
                        {"bytes_out", f.egress.bytes_out},       {"bytes_in", f.egress.bytes_in},
                        {"bytes_limit_hit", f.egress.bytes_limit_hit}, {"decisions", decisions},

@@ -18,7 +18,6 @@ import ssl
 import struct
 import subprocess
 import threading
-import time
 
 import pytest
 
@@ -456,16 +455,11 @@ def test_a_connection_flood_is_bounded_and_the_run_ends_on_time(run_py, world_tm
     assert internet.db.most >= 100
     for s in held:
         s.close()
-    # The server's count settles before the jail's run is counted.
-    deadline = time.monotonic() + 10
-    while internet.db.open and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert internet.db.open == 0
-    internet.db.most = 0
     r = egress_run(run_py, world_tmp, internet, f"""\
         import time
         held, failed = [], 0
-        for i in range(400):
+        start = time.monotonic()
+        while len(held) + failed < 400 and time.monotonic() < start + 2:
             try:
                 s = socket.create_connection(("db.test", {internet.db.port}), timeout=0.2)
                 s.setblocking(False)
@@ -474,10 +468,14 @@ def test_a_connection_flood_is_bounded_and_the_run_ends_on_time(run_py, world_tm
                 failed += 1
         emit({{"held": len(held), "failed": failed}})
         time.sleep(60)
-        """, as_user, [*allow(internet), *PINNED, "--wall-time", "4"], check=False, timeout=60, setup=HELPERS)
+        """, as_user, [*allow(internet), *PINNED, "--wall-time", "6"], check=False, timeout=60, setup=HELPERS)
     assert r.report["status"] == "wall-timeout", describe(r)
-    assert internet.db.most <= 32, internet.db.most  # kMaxConnections relayed at once
-    assert r.report["egress"]["connections"] <= 400
+    e = r.report["egress"]
+    # The jail had far more connections open than pyjail relays at once (the rest waited in
+    # its own kernel, or timed out there).
+    assert r.result["held"] > 32, r.result
+    assert 0 < e["most_at_once"] <= 32, e  # kMaxConnections
+    assert e["connections"] <= 400, e
 
 
 # --------------------------------------------------------------------------------------------
@@ -496,3 +494,23 @@ def test_egress_options_need_net_allow_and_valid_values(run_jail, as_user):
         r = run_jail([*args, "--", "python", "-c", "pass"], user=as_user)
         assert r.returncode == 125, describe(r)
         assert r.stderr.splitlines()[0].startswith(message), r.stderr
+
+
+def test_a_wildcard_allows_subdomains_up_to_its_pool(run_py, world_tmp, internet, as_user):
+    pins = [a for i in range(10) for a in ("--net-resolve", f"n{i}.svc.test:127.0.0.1")]
+    r = egress_run(run_py, world_tmp, internet, f"""\
+        names = ["n%d.svc.test" % i for i in range(10)]
+        addrs = [resolve(n) for n in names]
+        emit({{"addrs": addrs, "apex": resolve("svc.test"),
+               "n3": fetch("http://n3.svc.test:{internet.http_port}/"),
+               "n3 again": resolve("n3.svc.test") == addrs[3]}})
+        """, as_user, ["--allow-host", f"*.svc.test:{internet.http_port}", *pins], setup=HELPERS)
+    got = r.result
+    # Eight names of *.svc.test get an address each; the ninth and tenth do not.
+    assert len(set(got["addrs"][:8])) == 8 and all(a.startswith("127.100.") for a in got["addrs"][:8]), got
+    assert got["addrs"][8:] == ["gaierror -2", "gaierror -2"], got
+    assert got["apex"] == "gaierror -2", got  # *.svc.test is not svc.test
+    assert got["n3"] == f"hello n3.svc.test:{internet.http_port}\n", got
+    assert got["n3 again"], got
+    why = {d["host"]: d["why"] for d in decisions(r.report, "refused")}
+    assert why["n8.svc.test"] == "more than 8 names of *.svc.test", why
