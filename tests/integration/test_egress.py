@@ -514,3 +514,27 @@ def test_a_wildcard_allows_subdomains_up_to_its_pool(run_py, world_tmp, internet
     assert got["n3 again"], got
     why = {d["host"]: d["why"] for d in decisions(r.report, "refused")}
     assert why["n8.svc.test"] == "more than 8 names of *.svc.test", why
+
+
+def test_the_jail_holds_only_lo_and_cannot_take_pyjails_sockets(run_py, world_tmp, internet, as_user):
+    r = egress_run(run_py, world_tmp, internet, f"""\
+        lines = open("/proc/net/dev").read().splitlines()[2:]
+        addr = resolve("web.test")
+        def bind(kind, address, reuse=False):
+            with socket.socket(socket.AF_INET, kind) as s:
+                if reuse:
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+                s.bind(address)
+        emit({{"interfaces": sorted(l.split(":")[0].strip() for l in lines),
+               "dns port": attempt(bind, socket.SOCK_DGRAM, ("127.0.0.1", 53)),
+               "listener": attempt(bind, socket.SOCK_STREAM, (addr, {internet.http_port}), True),
+               "resolv.conf": open("/etc/resolv.conf").read() if os.path.exists("/etc/resolv.conf") else None,
+               "hosts writable": attempt(open, "/etc/hosts", "a")}})
+        """, as_user, [*allow(internet), *PINNED], setup=HELPERS)
+    got = r.result
+    assert got["interfaces"] == ["lo"], got
+    assert got["dns port"] == "EACCES", got  # no capability to bind below 1024
+    assert got["listener"] == "EADDRINUSE", got  # pyjail's listener, without SO_REUSEPORT
+    assert got["resolv.conf"] in (None, "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n"), got
+    assert got["hosts writable"] in ("EROFS", "EACCES"), got
