@@ -30,7 +30,8 @@ inline constexpr std::size_t kMaxPortsPerHost = 8;
 // Addresses a `*.example.com` entry hands out: its first kWildcardSlots distinct names each
 // get one; later names get NXDOMAIN (the pool bounds the listeners pid 1 makes).
 inline constexpr std::size_t kWildcardSlots = 8;
-inline constexpr std::size_t kMaxListeners = 240;  // under SCM_MAX_FD in one message
+// Sockets pid 1 hands over and the supervisor holds for one jail (each its own descriptor).
+inline constexpr std::size_t kMaxListeners = 240;
 // Connections relayed at once; more wait in the kernel's accept queue (of kListenBacklog).
 inline constexpr std::size_t kMaxConnections = 32;
 inline constexpr int kListenBacklog = 16;
