@@ -548,15 +548,15 @@ RunRequest make_run_request(const RunPlan& p, bool has_script) {
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
             const std::function<void(int)>& on_script) {
     (void)host_argv;
-    ServeConnection server = connect_to_server(socket);
-    CgroupSite site;
-    site.ok = server.hello.cgroup_ok != 0;
-    site.why_not = server.hello.why_not;
     // Controlled egress is made by a fresh jail's pid 1 (egress_pid1.hpp); a run from a
     // template does not have it yet, and must not run with less than was asked.
     if (policy.net == NetMode::Allow)
         throw UsageError("--via: --net allow is not available for runs from a template yet",
                          "run without --via");
+    ServeConnection server = connect_to_server(socket);
+    CgroupSite site;
+    site.ok = server.hello.cgroup_ok != 0;
+    site.why_not = server.hello.why_not;
     const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs, &site);
     const RunPlan& p = prepared.plan;
     facts.limits = p.limits.entries;
