@@ -56,6 +56,13 @@ Json build(const AuditIdentity& who, const RunFacts& f, const Bounds& b) {
             denied.push_back({{"syscall", what}, {"count", n}});
     j["denied_syscalls"] = denied;
     j["denied_syscalls_total"] = f.denied.total();
+    // --net allow: the totals (the report has each decision).
+    j["egress"] = f.egress.enabled ? Json{{"connections", f.egress.connections},
+                                          {"refused", f.egress.refused},
+                                          {"dns_refused", f.egress.dns_refused},
+                                          {"bytes_out", f.egress.bytes_out},
+                                          {"bytes_in", f.egress.bytes_in}}
+                                   : Json(nullptr);
     j["error"] = f.setup_error
                      ? Json(cut(fmt::format("{}: {}", f.error_step, f.error_message), b.text))
                      : Json(nullptr);

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "egress_pid1.hpp"
 #include "exitstatus.hpp"
 #include "init.hpp"
 #include "protocol.hpp"
@@ -191,6 +192,7 @@ void run(const ChildPlan& p) noexcept {
     build_root(p);
     set_hostname(p.hostname);
     set_up_network(p.loopback_up);
+    open_egress_sockets(p.egress_sockets);
     set_rlimits(p.rlimits);
     take_stdio(p.stdio_fds);
     new_session();

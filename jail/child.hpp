@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "egress_pid1.hpp"
 #include "limits.hpp"
 #include "mountplan.hpp"
 
@@ -36,6 +37,7 @@ struct ChildPlan {
     int script_fd = -1;
     std::string hostname;
     bool loopback_up = false;
+    std::vector<EgressSocketSpec> egress_sockets;  // --net allow (egress_pid1.hpp)
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
     std::vector<RlimitValue> rlimits;
     // Per fd 0-2: the jail's end of a pipe the supervisor relays (relay.hpp), or -1: the

@@ -61,9 +61,19 @@ std::string explain_text(const ExplainInput& in) {
     out += fmt::format("# Runs as:   uid {} gid {} inside (user 'jail'); host uid {} gid {}\n",
                        kJailUid, kJailGid, in.ids.host_uid, in.ids.host_gid);
     out += "# Privileges: no capabilities, no_new_privs, new session, no core dumps\n";
-    out += fmt::format("# Network:   {}\n", in.policy.net == NetMode::None
-                                                ? "none (loopback down)"
-                                                : "loopback only (private 127.0.0.1)");
+    out += fmt::format("# Network:   {}\n", in.policy.net == NetMode::None       ? "none (loopback down)"
+                                            : in.policy.net == NetMode::Loopback ? "loopback only (private 127.0.0.1)"
+                                                                                 : "loopback, and through pyjail "
+                                                                                   "by name:");
+    if (in.policy.net == NetMode::Allow) {
+        for (const auto& h : in.policy.egress.hosts) {
+            std::string ports;
+            for (auto port : h.ports) ports += (ports.empty() ? "" : ",") + std::to_string(port);
+            out += fmt::format("#   {} port {}\n", h.name, ports);
+        }
+        for (const auto& pin : in.policy.egress.pins)
+            out += fmt::format("#   {} pinned to {}\n", pin.name, dns::format_ipv4(pin.address));
+    }
     out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
                                                 ? fmt::format("{} s", in.policy.wall_time)
                                                 : std::string("no limit"));
@@ -81,7 +91,7 @@ std::string explain_text(const ExplainInput& in) {
         out += fmt::format("#   checked: clone without CLONE_NEW*; clone3 -> ENOSYS; socket {}; "
                            "ioctl but TIOCSTI/TIOCLINUX; personality query/PER_LINUX; other "
                            "architectures (i386, x32) kill\n",
-                           in.policy.net == NetMode::Loopback ? "AF_UNIX/AF_INET/AF_INET6"
+                           in.policy.net != NetMode::None ? "AF_UNIX/AF_INET/AF_INET6"
                                                               : "AF_UNIX only");
         auto wrap = [&](const char* title, const std::vector<std::string>& names) {
             std::string line = std::string("#   ") + title + ":";

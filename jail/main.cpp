@@ -209,6 +209,9 @@ int run(int argc, char** argv) {
                 throw UsageError("pyjail serve: " + *why, "bind it read-only (--ro-bind), or send files with each run");
             std::vector<std::string> preload = serve_template_settings(settings, dirs);
             Policy policy = make_policy(settings, serve::template_command(preload), cwd);
+            if (policy.net == NetMode::Allow)
+                throw UsageError("pyjail serve: --net allow is not available for templates yet",
+                                 "serve with --net none or loopback");
             PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
             prepared.plan.is_template = true;
             // The server's cgroup (a systemd scope, if one must be asked for) holds the

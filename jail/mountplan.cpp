@@ -106,6 +106,36 @@ unsigned long locked_mount_flags(unsigned long f) {
     return out;
 }
 
+const char* const kEgressEtcFiles[] = {"resolv.conf", "hosts", "nsswitch.conf", nullptr};
+
+namespace {
+
+// --net allow: the jail's resolver settings, written into the scratch tmpfs and bound
+// read-only over the rootfs's. resolv.conf names the supervisor's 127.0.0.1:53 (without one,
+// glibc and musl ask 127.0.0.1 too); nsswitch.conf adds DNS after the files (a rootfs for
+// --net none may say "hosts: files"); hosts holds only the jail's own names, so no entry of
+// the rootfs sends an allowed name to an address that bypasses the supervisor's checks.
+void plan_egress_etc(std::vector<MountOp>& ops, const Policy& policy, const MountFacts& facts) {
+    if (policy.net != NetMode::Allow) return;
+    ops.push_back({OpKind::Mkdir, "tmp/.net", -1, "", 0, "", 0755});
+    for (const auto& name : facts.rootfs_etc_files) {
+        std::string content;
+        if (name == "resolv.conf") content = "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
+        else if (name == "hosts")
+            content = fmt::format("127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{}\n", policy.hostname);
+        else if (name == "nsswitch.conf") content = "passwd: files\ngroup: files\nhosts: files dns\n";
+        else continue;
+        std::string staged = "tmp/.net/" + name;
+        MountOp write{OpKind::Write, staged, -1, "", 0, content, 0444};
+        ops.push_back(write);
+        ops.push_back({OpKind::Bind, "etc/" + name, -1, staged, MS_BIND, "", 0});
+        ops.push_back({OpKind::Remount, "etc/" + name, -1, "",
+                       MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "", 0});
+    }
+}
+
+}  // namespace
+
 MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
                       const std::optional<std::string>& script_host_path) {
     MountPlan plan;
@@ -249,6 +279,7 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
         mount_point("work");
         ops.push_back({OpKind::Bind, "work", -1, "tmp/.work", MS_BIND, "", 0});
     }
+    plan_egress_etc(ops, policy, facts);
     // Last of the scratch space, before any bind lands below /tmp: /tmp covers the tmpfs's
     // root.
     ops.push_back({OpKind::Bind, "tmp", -1, "tmp/.tmp", MS_BIND, "", 0});
@@ -336,6 +367,7 @@ std::string describe_op(const MountOp& op, const MountPlan& plan) {
         case OpKind::MkFile: return fmt::format("mkfile   {}", t);
         case OpKind::Symlink: return fmt::format("symlink  {} -> {}", t, op.source_path);
         case OpKind::Copy: return fmt::format("copy     {} <- {} (mode {:o})", t, src(), op.mode);
+        case OpKind::Write: return fmt::format("write    {} ({} bytes, mode {:o})", t, op.data.size(), op.mode);
     }
     return {};
 }

@@ -41,7 +41,13 @@ struct MountFacts {
     std::vector<BindFacts> binds;      // parallel to all_binds(policy)
     std::optional<std::string> script_real_path;  // realpath of the script, if any
     std::vector<std::string> home_dirs;  // realpaths of $HOME and the invoker's passwd home
+    // --net allow: which of kEgressEtcFiles the rootfs has as regular files (mount points).
+    std::vector<std::string> rootfs_etc_files;
 };
+
+// --net allow: the files of the rootfs's /etc that pyjail covers with its own, so the jail's
+// resolver asks the supervisor (egress_plan.hpp) and nothing in the rootfs overrides it.
+extern const char* const kEgressEtcFiles[];
 
 enum class OpKind {
     Tmpfs,    // mount a tmpfs at target (target "" is the new root itself)
@@ -54,6 +60,7 @@ enum class OpKind {
     MkFile,   // create an empty file as a mount point
     Symlink,  // create a symbolic link at target pointing to source_path
     Copy,     // copy the content of a slot's fd into a new file at target (mode)
+    Write,    // create a new file at target (mode) holding `data`
 };
 
 struct MountOp {
@@ -62,7 +69,7 @@ struct MountOp {
     int source_slot = -1;      // index into MountPlan::sources
     std::string source_path;   // Bind: path below the slot ("usr"), or absolute host path
     unsigned long flags = 0;   // MS_* flags for Tmpfs, Proc, Bind, Remount
-    std::string data;          // mount options for Tmpfs
+    std::string data;          // mount options for Tmpfs; the content for Write
     unsigned mode = 0;         // Mkdir, MkFile, Copy
     bool if_exists = false;    // Bind, Tmpfs, Remount: skipped when the target does not exist
                                // (the masks over /proc entries some kernels lack)

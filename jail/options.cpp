@@ -27,8 +27,22 @@ const std::vector<OptionSpec>& option_table() {
         {"tmpfs-size", OptKind::Text, "64M", "SIZE",
          "Size cap of the private scratch space (/tmp, /work, /dev/shm together), e.g. 64M, 1G",
          true},
-        {"net", OptKind::Text, "none", "none|loopback",
-         "Network: none (no interface up) or loopback (only 127.0.0.1/::1, private)", true},
+        {"net", OptKind::Text, "none", "none|loopback|allow",
+         "Network: none (no interface up), loopback (only 127.0.0.1/::1, private), or allow "
+         "(loopback, and the hosts --allow-host names, through pyjail)", true},
+        // Controlled egress (egress_plan.hpp).
+        {"allow-host", OptKind::List, "", "HOST[:PORT]",
+         "With --net allow: a host name the jail may reach, on PORT (default: 80 and 443); "
+         "*.example.com allows its subdomains", true},
+        {"net-resolve", OptKind::List, "", "HOST:ADDRESS",
+         "With --net allow: reach HOST at ADDRESS instead of what DNS says (as curl's "
+         "--resolve); a pinned address may be private or loopback", true},
+        {"net-dns", OptKind::Text, "", "ADDRESS[:PORT]",
+         "With --net allow: the resolver pyjail asks for the allowed names (default: the "
+         "host's /etc/resolv.conf); the jail's own queries never reach it", true},
+        {"net-bytes", OptKind::Text, "", "SIZE",
+         "With --net allow: most bytes relayed each way in a run, all connections together",
+         true},
         {"env", OptKind::List, "", "KEY=VALUE",
          "Set an environment variable in the jail (the host's are never passed)", true},
         {"wall-time", OptKind::Text, "0", "SECONDS",

@@ -39,6 +39,35 @@ bool parse_bool(const SettingItem& item, std::string_view key) {
     throw UsageError(fmt::format("{}: '{}' is not true or false", where(item, key), item.value));
 }
 
+// --net allow's hosts, pins and byte limit; each only with --net allow, so that a forgotten
+// --net never silently drops a restriction the user thinks is in place.
+void make_egress_policy(Policy& p, const Settings& settings, const SettingItem& net) {
+    for (const auto& it : settings.at("allow-host"))
+        p.egress.hosts.push_back(parse_allow_host(it.value, where(it, "allow-host")));
+    for (const auto& it : settings.at("net-resolve"))
+        p.egress.pins.push_back(parse_net_resolve(it.value, where(it, "net-resolve")));
+    const auto& b = setting(settings, "net-bytes");
+    if (!b.value.empty()) p.egress.bytes = parse_size(b.value, where(b, "net-bytes"));
+    const auto& d = setting(settings, "net-dns");
+    if (!d.value.empty()) parse_net_dns(d.value, where(d, "net-dns"), p.egress);
+    if (p.net != NetMode::Allow) {
+        std::string given = !p.egress.hosts.empty() ? p.egress.hosts.front().origin
+                            : !p.egress.pins.empty() ? where(settings.at("net-resolve").front(), "net-resolve")
+                            : p.egress.bytes         ? where(b, "net-bytes")
+                            : p.egress.dns_server    ? where(d, "net-dns")
+                                                     : "";
+        if (!given.empty())
+            throw UsageError(fmt::format("{} needs --net allow, but {} is '{}'", given, where(net, "net"),
+                                         net.value),
+                             "add --net allow");
+        return;
+    }
+    if (p.egress.hosts.empty())
+        throw UsageError(fmt::format("{}: 'allow' without --allow-host reaches nothing", where(net, "net")),
+                         "name the hosts: --allow-host pypi.org --allow-host files.pythonhosted.org");
+    check_egress_policy(p.egress);
+}
+
 }  // namespace
 
 std::string normalize_path(const std::string& path) {
@@ -260,9 +289,11 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
         const auto& n = item("net");
         if (n.value == "none") p.net = NetMode::None;
         else if (n.value == "loopback") p.net = NetMode::Loopback;
+        else if (n.value == "allow") p.net = NetMode::Allow;
         else
             throw UsageError(fmt::format("{}: '{}' is not a network mode", where(n, "net"), n.value),
-                             "use none or loopback");
+                             "use none, loopback or allow");
+        make_egress_policy(p, settings, n);
     }
     for (const auto& it : settings.at("env")) {
         auto eq = it.value.find('=');

@@ -10,12 +10,13 @@
 #include <utility>
 #include <vector>
 
+#include "egress_plan.hpp"
 #include "limits.hpp"
 #include "options.hpp"
 
 namespace pyjail {
 
-enum class NetMode { None, Loopback };
+enum class NetMode { None, Loopback, Allow };
 enum class CgroupMode { Auto, Require, Off };
 // When the rlimit fallback is said on stderr (notice.hpp).
 enum class NoticeMode { Daily, Always, Off };
@@ -47,6 +48,7 @@ struct Policy {
     bool allow_sensitive_bind = false;   // see check_sensitive_binds
     std::uint64_t tmpfs_size = 0;        // bytes
     NetMode net = NetMode::None;
+    EgressPolicy egress;  // --net allow: what may be reached
     std::vector<std::pair<std::string, std::string>> env;  // added by profile and --env
     double wall_time = 0;                                   // seconds; 0 means no limit
     double kill_grace = 5;  // seconds from a relayed SIGTERM/HUP/INT/QUIT to the kill; 0: at once

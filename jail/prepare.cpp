@@ -94,7 +94,10 @@ void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
     if (policy.seccomp == "off") return;
     FoundFile set = read_seccomp_set(policy.seccomp, dirs);
     std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
-    FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), policy.net};
+    // --net allow filters sockets as loopback does: what a socket can reach is decided by the
+    // network namespace (only lo, and pyjail's listeners), not by the filter.
+    NetMode net = policy.net == NetMode::Allow ? NetMode::Loopback : policy.net;
+    FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), net};
     std::string file;
     if (auto compiled = load_compiled_filter(dirs, in, file)) {
         p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
@@ -104,7 +107,7 @@ void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
     } else {
         p.seccomp = parse_seccomp_set(in.set_text, set.path, in.groups_text, groups_path);
         p.seccomp->name = policy.seccomp;
-        p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
+        p.seccomp_filter = compile_seccomp(*p.seccomp, net);
     }
 }
 
@@ -166,6 +169,13 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     facts.rootfs_locked_flags = locked_flags_of(rootfs_fd.get());
     for (const auto& b : p.binds) facts.binds.push_back(bind_facts(b, rootfs_fd.get()));
     facts.home_dirs = home_dirs();
+    if (policy.net == NetMode::Allow) {
+        for (const char* const* f = kEgressEtcFiles; *f != nullptr; ++f) {
+            bool is_dir = false;
+            if (exists_in_rootfs(rootfs_fd.get(), std::string("/etc/") + *f, is_dir) && !is_dir)
+                facts.rootfs_etc_files.emplace_back(*f);
+        }
+    }
 
     if (!policy.command.empty()) {
         p.command = resolve_command(
@@ -198,6 +208,7 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     p.policy = std::move(policy);
     plan_seccomp(p, dirs);
     plan_cgroup_and_limits(p, cgroup_site);
+    if (p.policy.net == NetMode::Allow) p.egress = plan_egress(p.policy.egress);
     return prepared;
 }
 

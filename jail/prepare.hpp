@@ -51,6 +51,7 @@ struct RunPlan {
     // is (supervisor::settle_cgroup, at run time); `limits` are then planned for cgroup v2.
     std::optional<BusChoice> systemd_scope;
     LimitPlan limits;               // every limit and the mechanism enforcing it
+    std::optional<EgressPlan> egress;  // --net allow: the names' addresses and listeners
     // The jail is a template of `pyjail serve` (serve.cpp): it keeps the capabilities its
     // runs need, has no filter of its own (each run installs its own) and lives on.
     bool is_template = false;

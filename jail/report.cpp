@@ -79,6 +79,26 @@ std::string report_json(const RunFacts& f) {
     for (const auto& [what, n] : f.denied.entries()) denied.push_back({{"syscall", what}, {"count", n}});
     j["denied_syscalls"] = denied;
     j["denied_syscalls_throttled"] = f.denied_throttled;
+    // --net allow: every decision once (repeats counted), at most kMaxEgressDecisions.
+    if (f.egress.enabled) {
+        Json decisions = Json::array();
+        for (const auto& d : f.egress.decisions)
+            decisions.push_back({{"host", d.host},
+                                 {"port", d.port == 0 ? Json("dns") : Json(d.port)},
+                                 {"verdict", d.verdict},
+                                 {"why", d.why},
+                                 {"bytes_out", d.bytes_out},
+                                 {"bytes_in", d.bytes_in},
+                                 {"count", d.count}});
+        j["egress"] = {{"connections", f.egress.connections},   {"most_at_once", f.egress.most_at_once},
+                       {"refused", f.egress.refused},
+                       {"dns_queries", f.egress.dns_queries},   {"dns_refused", f.egress.dns_refused},
+                       {"bytes_out", f.egress.bytes_out},       {"bytes_in", f.egress.bytes_in},
+                       {"bytes_limit_hit", f.egress.bytes_limit_hit}, {"decisions", decisions},
+                       {"decisions_dropped", f.egress.decisions_dropped}};
+    } else {
+        j["egress"] = nullptr;
+    }
     j["error"] = nullptr;
     if (f.setup_error || f.record_error) {
         const char* name = f.error_errno != 0 ? strerrorname_np(f.error_errno) : nullptr;

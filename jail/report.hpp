@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "egress_plan.hpp"
 #include "exitstatus.hpp"
 #include "limits.hpp"
 #include "seccomp.hpp"
@@ -26,6 +27,7 @@ struct JailEnd {
     int relayed_signal = 0;                  // the first SIGTERM/SIGHUP/SIGINT/SIGQUIT relayed
     double setup_ms = 0;                     // clone to "ready"
     double wall_s = 0;                       // clone to the end of pid 1
+    EgressReport egress;                     // --net allow: what was relayed or refused
 };
 
 // What the jail used, read after it ended: from its cgroup, or what the kernel accounted to

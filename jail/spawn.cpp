@@ -62,6 +62,7 @@
 #include "hostroot.hpp"
 #include "init.hpp"
 #include "notice_stamp.hpp"
+#include "egress_relay.hpp"
 #include "relay.hpp"
 #include "supervise.hpp"
 #include "terminal.hpp"
@@ -135,6 +136,7 @@ private:
 class Channels {
 public:
     explicit Channels(const RunPlan& p) {
+        if (p.egress) egress.emplace(*p.egress, read_egress_host_facts(p.egress->policy), monotonic_ms());
         int sv[2];
         if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
             throw JailError("socketpair", "cannot create the sync socket", errno);
@@ -165,6 +167,7 @@ public:
     UniqueFd parent_end;  // the supervisor's end of the sync socket
     UniqueFd child_end;   // the jail's, until it has it
     std::optional<StdioRelay> relay;
+    std::optional<EgressRelay> egress;  // --net allow
     SignalRelay signals;
 };
 
@@ -272,7 +275,8 @@ ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& 
     c.mounts = p.mounts;
     c.script_fd = fds.script.get();
     c.hostname = p.policy.hostname;
-    c.loopback_up = p.policy.net == NetMode::Loopback;
+    c.loopback_up = p.policy.net != NetMode::None;
+    if (p.egress) c.egress_sockets = egress_socket_specs(*p.egress);
     c.exec_path = p.command.exec_path;
     c.seccomp_filter = p.seccomp_filter;
     c.rlimits = p.limits.rlimits;
@@ -353,6 +357,7 @@ Supervised supervise_jail(const RunPlan& p, const JailHandle& jail, Channels& ch
         sa.kill_all = [&] { leaf->kill_all(); };
     }
     sa.relay = ch.relay ? &*ch.relay : nullptr;
+    sa.egress = ch.egress ? &*ch.egress : nullptr;
     return supervise(sa);
 }
 
@@ -463,6 +468,10 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     jail.mark_reaped();
     terminal.restore();
     finish_output(p, channels);
+    if (channels.egress) {
+        channels.egress->finish();
+        s.end.egress = channels.egress->report();
+    }
 
     static_cast<JailEnd&>(facts) = s.end;
     static_cast<Usage&>(facts) = collect_usage(leaf, s);
@@ -548,6 +557,11 @@ RunRequest make_run_request(const RunPlan& p, bool has_script) {
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
             const std::function<void(int)>& on_script) {
     (void)host_argv;
+    // Controlled egress is made by a fresh jail's pid 1 (egress_pid1.hpp); a run from a
+    // template does not have it yet, and must not run with less than was asked.
+    if (policy.net == NetMode::Allow)
+        throw UsageError("--via: --net allow is not available for runs from a template yet",
+                         "run without --via");
     ServeConnection server = connect_to_server(socket);
     CgroupSite site;
     site.ok = server.hello.cgroup_ok != 0;

@@ -140,6 +140,13 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
         }
         case OpKind::Remount: do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr); break;
         case OpKind::Copy: copy_in(op, content_fd); break;
+        case OpKind::Write: {
+            int out = ::open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, op.mode);
+            if (out < 0 || ::write(out, op.data.data(), op.data.size()) != static_cast<ssize_t>(op.data.size()))
+                fail(ChildStep::Mkfile, errno, kExitJailError, "cannot write /%s", t);
+            ::close(out);
+            break;
+        }
     }
 }
 

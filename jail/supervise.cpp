@@ -9,9 +9,11 @@
 
 #include <cerrno>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
 
+#include "egress_relay.hpp"
 #include "relay.hpp"
 #include "init.hpp"
 #include "sys.hpp"
@@ -54,17 +56,21 @@ public:
     Supervised run() {
         while (true) {
             double now = monotonic_ms();
-            constexpr nfds_t kOwn = 4;  // the relay's descriptors follow these
+            constexpr nfds_t kOwn = 5;  // the relay's descriptors follow these
             pollfd fds[kOwn + StdioRelay::kPollSlots] = {{a_.pidfd, POLLIN, 0},
                                                          {sync_fd_, POLLIN, 0},
                                                          {a_.signal_fd, POLLIN, 0},
-                                                         {listener_to_poll(now), POLLIN, 0}};
+                                                         {listener_to_poll(now), POLLIN, 0},
+                                                         {a_.egress ? a_.egress->poll_fd() : -1, POLLIN, 0}};
             if (a_.relay) a_.relay->fill_pollfds(fds + kOwn);
             int n = ::poll(fds, a_.relay ? kOwn + StdioRelay::kPollSlots : kOwn, poll_timeout(now));
             if (n < 0 && errno == EINTR) continue;
             check_limits();
             on_timers(monotonic_ms());
-            if (n <= 0) continue;
+            if (n <= 0) {
+                if (a_.egress) a_.egress->handle(monotonic_ms());  // its timers
+                continue;
+            }
             // After "ready" (which brings the filter's listener, needed at once) the jail only
             // says how the program ended, and then its pid 1 exits: those messages are read
             // when the pidfd says so, which saves waking up for them. Once the jail's end is
@@ -77,6 +83,7 @@ public:
                 if (::read(a_.signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
                     relay_signal(static_cast<int>(si.ssi_signo), monotonic_ms());
             }
+            if (a_.egress) a_.egress->handle(monotonic_ms());
             if (fds[3].revents & POLLIN) answer_notification(monotonic_ms());
             else if (fds[3].revents & (POLLHUP | POLLERR | POLLNVAL)) listener_.reset();
             if (a_.relay) {
@@ -136,7 +143,22 @@ private:
                 case MsgKind::Error:
                     if (!result_.error) result_.error = m;
                     break;
+                case MsgKind::Egress:
+                    // Only before "ready": from then on pid 1 has nothing to hand over.
+                    if (a_.egress && !ready_) a_.egress->adopt(m.exit_code, std::move(passed));
+                    break;
                 case MsgKind::Ready:
+                    // Fail closed: a jail whose egress sockets did not all arrive would run with
+                    // listeners nobody serves.
+                    if (a_.egress && !a_.egress->complete() && !result_.error) {
+                        JailMessage e{};
+                        e.kind = MsgKind::Error;
+                        e.step = ChildStep::Network;
+                        e.exit_code = kExitJailError;
+                        std::snprintf(e.text, sizeof e.text, "egress: pid 1 did not hand over every socket");
+                        result_.error = e;
+                        kill_jail(monotonic_ms());
+                    }
                     ready_ = true;
                     result_.end.setup_ms = monotonic_ms() - a_.started_ms;
                     if (passed && !listener_) listener_ = std::move(passed);
@@ -225,6 +247,10 @@ private:
         if (!killed_ && grace_ends_ms_ > 0 && !status_) until(grace_ends_ms_);
         if (sigkill_pid1_ms_ > 0) until(sigkill_pid1_ms_);
         if (listener_ && ms_until_answers(now) > 0) until(now + ms_until_answers(now));
+        if (a_.egress) {
+            int t = a_.egress->timeout_ms(now);
+            if (t >= 0) until(now + t);
+        }
         return timeout;
     }
 

@@ -22,6 +22,7 @@ namespace pyjail {
 
 namespace supervisor {
 class StdioRelay;
+class EgressRelay;
 }
 
 struct Supervised {
@@ -51,6 +52,8 @@ struct SuperviseArgs {
     // The relay of the program's standard streams, if any go through it (relay.hpp): polled
     // in the loop, so a stalled reader never holds up a deadline; --output-limit counts there.
     supervisor::StdioRelay* relay = nullptr;
+    // --net allow (egress_relay.hpp): the jail's resolver and connections, polled here too.
+    supervisor::EgressRelay* egress = nullptr;
     // cgroup.kill, when there is a cgroup: a kill is then SIGKILL to pid 1 and this. Without
     // one, a kill asks pid 1 to kill and wait for every process of the jail (so that their
     // usage is accounted) and SIGKILLs pid 1 if it is still there kReapAllMs later.

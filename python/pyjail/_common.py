@@ -132,6 +132,7 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
               net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
               ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+              allow_hosts: Sequence[str] = (),
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
@@ -151,12 +152,15 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
         args += ["--profile", os.fspath(profile)]
     # Before the call's own settings, which replace them (a later option wins).
     args += list(defaults)
+    if isinstance(allow_hosts, str):
+        raise TypeError("allow_hosts is a list of host names, not a str")
     for key in env or {}:
         if "=" in key or not key:
             raise ValueError("bad environment variable name %r" % key)
     args += option_args({"wall-time": wall_time, "cpu-time": cpu_time, "memory": memory,
                          "pids": pids, "tmpfs-size": tmpfs_size, "net": net,
                          "output-limit": output_limit,
+                         "allow-host": [str(h) for h in allow_hosts],
                          "rootfs": None if rootfs is None else os.fspath(rootfs),
                          "env": dict(env or {}), "ro-bind": [os.fspath(s) for s in ro_bind]})
     args += option_args(options)

@@ -183,6 +183,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
         net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
         ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+        allow_hosts: Sequence[str] = (),
         options: Optional[Mapping[str, Any]] = None, extra_args: Sequence[str] = (),
         binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
         max_output_files: int = 100, max_output_bytes: int = 64 << 20,
@@ -197,6 +198,10 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     are its arguments and ``stdin`` its input. ``profile`` and the jail options
     (``timeout`` is ``--wall-time``; ``memory``, ``pids``, ``net``, ...; any
     other pyjail option by name through ``options``) set the jail.
+    ``net="allow"`` with ``allow_hosts=["pypi.org", "api.example.com:8443"]``
+    lets the program reach those hosts by name, through pyjail (``--net
+    allow``, ``--allow-host``; ``options={"net_bytes": "100M"}`` and the like
+    for the rest).
 
     ``files`` puts inputs into the work directory: {relative name: bytes, str
     (text) or a host path}. ``outputs`` collects files from it when the program
@@ -242,8 +247,8 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         raise ValueError("files: %r is the program's own name" % script_name)
     opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
                      pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
-                     rootfs=rootfs, options=options, extra_args=extra_args,
-                     output_limit=output_limit, defaults=_defaults)
+                     rootfs=rootfs, allow_hosts=allow_hosts, options=options,
+                     extra_args=extra_args, output_limit=output_limit, defaults=_defaults)
     # pyjail's own backstop is --wall-time; this one only guards against a
     # pyjail that does not end (it never should).
     backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0

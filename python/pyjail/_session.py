@@ -216,6 +216,7 @@ class Session:
                  tmpfs_size: Optional[Size] = None, net: Optional[str] = None,
                  env: Optional[Mapping[str, str]] = None, ro_bind: Sequence[str] = (),
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 allow_hosts: Sequence[str] = (),
                  options: Optional[Mapping[str, Any]] = None,
                  extra_args: Sequence[str] = (), binary: Optional[str] = None,
                  output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
@@ -235,8 +236,8 @@ class Session:
         self.io_timeout = 120.0
         self._args = jail_args(profile=profile, wall_time=wall_time, cpu_time=cpu_time,
                                memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
-                               env=env, ro_bind=ro_bind, rootfs=rootfs, options=options,
-                               extra_args=extra_args, defaults=_defaults)
+                               env=env, ro_bind=ro_bind, rootfs=rootfs, allow_hosts=allow_hosts,
+                               options=options, extra_args=extra_args, defaults=_defaults)
         self._lock = threading.RLock()       # held by every call, for its whole length
         self._close_lock = threading.Lock()  # held only to set _closed
         self._busy = 0                       # calls in progress (nested: a host function's)

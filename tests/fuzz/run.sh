@@ -21,7 +21,7 @@ root=$PWD
 build=${PYJAIL_FUZZ_BUILD_DIR:-$root/build-fuzz}
 default_seconds=20
 seconds=${PYJAIL_FUZZ_SECONDS:-$default_seconds}
-all_targets=(profile seccomp_set cli run_request dbus)
+all_targets=(profile seccomp_set cli run_request dbus egress)
 stamp=tests/fuzz/fuzzed.sha256
 if_changed=0
 if [[ ${1:-} == --if-changed ]]; then if_changed=1; shift; fi

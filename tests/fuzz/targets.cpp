@@ -12,6 +12,8 @@
 
 #include "cli.hpp"
 #include "dbus.hpp"
+#include "dns_wire.hpp"
+#include "sniff.hpp"
 #include "error.hpp"
 #include "options.hpp"
 #include "policy.hpp"
@@ -148,6 +150,36 @@ void dbus(std::string_view input) {
             if (m.signature == "o") (void)pyjail::dbus::Reader(m.body, m.big_endian).string();
         }
     } catch (const pyjail::dbus::DbusError&) {
+    }
+}
+
+void egress(std::string_view input) {
+    if (input.empty()) return;
+    char which = input[0];
+    input.remove_prefix(1);
+    if (which == 0) {
+        std::optional<std::uint16_t> id;
+        auto q = pyjail::dns::parse_query(input, &id);
+        if (!q) return;
+        expect(id && *id == q->id, "a parsed query without its id");
+        expect(q->name.size() <= pyjail::dns::kMaxName + 1, "a query name longer than a name");
+        std::string a = pyjail::dns::build_answer(*q, pyjail::dns::Rcode::NoError, pyjail::dns::Ipv4{127, 100, 0, 1});
+        expect(a.size() <= input.size() + 16, "an answer much larger than its query");
+        if (pyjail::dns::is_plain_name(q->name) && q->qtype == pyjail::dns::kTypeA && q->qclass == pyjail::dns::kClassIn) {
+            auto r = pyjail::dns::parse_response(a, q->id, q->name);
+            expect(r && r->addresses.size() == 1, "an answer that does not parse back");
+        }
+    } else if (which == 1) {
+        auto r = pyjail::dns::parse_response(input, 0x4242, "example.com");
+        if (r) expect(r->addresses.size() <= pyjail::dns::kMaxAddresses, "too many addresses kept");
+    } else {
+        auto s = pyjail::sniff(input);
+        if (s.kind == pyjail::Sniffed::Kind::Tls || s.kind == pyjail::Sniffed::Kind::Http)
+            expect(s.host.empty() || pyjail::dns::is_plain_name(s.host) ||
+                       s.host.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789-_.") == std::string::npos,
+                   "a stated host with bytes outside a name");
+        if (s.kind == pyjail::Sniffed::Kind::Http)
+            expect(s.head_size >= 16 && s.head_size <= input.size(), "an HTTP head outside the input");
     }
 }
 

@@ -25,5 +25,9 @@ void run_request(std::string_view input);
 // Bytes from a D-Bus peer: messages one after another, as systemd_scope's client reads them
 // (message_size, parse_message, parse_job_removed, error_text).
 void dbus(std::string_view input);
+// What a jail sends through controlled egress (egress_plan.hpp): the first byte picks the
+// parser -- 0: a DNS query (parse_query, build_answer), 1: a DNS response to the supervisor's
+// query (parse_response), else the first bytes of a connection (sniff), the rest is the input.
+void egress(std::string_view input);
 
 }  // namespace pyjail::fuzz

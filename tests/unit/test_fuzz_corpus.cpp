@@ -32,4 +32,5 @@ TEST_CASE("the fuzz corpora replay without a crash") {
     CHECK(replay("cli", pyjail::fuzz::cli) >= 5);
     CHECK(replay("run_request", pyjail::fuzz::run_request) >= 3);
     CHECK(replay("dbus", pyjail::fuzz::dbus) >= 3);
+    CHECK(replay("egress", pyjail::fuzz::egress) >= 3);
 }

@@ -145,7 +145,7 @@ TEST_CASE("the report is JSON with stable fields") {
                       "signal_name", "relayed_signal", "wall_time_s", "cpu_user_s",
                       "cpu_system_s", "memory_peak_bytes", "memory_peak_source",
                       "usage_partial", "setup_time_ms", "limits", "cgroup", "oom_kills",
-                      "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "error",
+                      "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "egress", "error",
                       "profile", "command"});
 }
 

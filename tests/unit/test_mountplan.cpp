@@ -250,3 +250,24 @@ TEST_CASE("tmpfs inode caps scale with the size") {
     CHECK(has(l, "tmpfs    /dev (nosuid,noexec,mode=0755,size=64k,nr_inodes=64)"));
     CHECK(has(l, "tmpfs    /tmp (nosuid,nodev,mode=0755,size=67108864,nr_inodes=8192)"));
 }
+
+TEST_CASE("--net allow: the jail's resolver files cover the rootfs's, read-only, before /tmp is covered") {
+    Policy p = policy_from("net = \"allow\"\nallow-host = [\"pypi.org\"]\n");
+    MountFacts f = rootfs_facts();
+    f.rootfs_etc_files = {"hosts", "nsswitch.conf"};  // this rootfs has no resolv.conf
+    MountPlan plan = plan_mounts(p, "/rootfs", f, std::nullopt);
+    auto l = lines(plan);
+    CHECK(has(l, "write    /tmp/.net/nsswitch.conf (44 bytes, mode 444)"));
+    CHECK(has(l, "bind     /etc/nsswitch.conf <- jail:/tmp/.net/nsswitch.conf"));
+    CHECK(has(l, "remount  /etc/nsswitch.conf (ro,nosuid,nodev,noexec)"));
+    CHECK(has(l, "bind     /etc/hosts <- jail:/tmp/.net/hosts"));
+    CHECK_FALSE(has(l, "bind     /etc/resolv.conf <- jail:/tmp/.net/resolv.conf"));
+    CHECK(index_of(l, "bind     /etc/hosts <- jail:/tmp/.net/hosts") > index_of(l, "bind     /etc <- /rootfs/etc"));
+    CHECK(index_of(l, "bind     /etc/hosts <- jail:/tmp/.net/hosts") < index_of(l, "bind     /tmp <- jail:/tmp/.tmp"));
+    for (const auto& op : plan.ops)
+        if (op.kind == OpKind::Write && op.target == "tmp/.net/nsswitch.conf")
+            CHECK(op.data.find("hosts: files dns\n") != std::string::npos);
+    // Without --net allow, none of it.
+    MountPlan none = plan_mounts(policy_from(""), "/rootfs", f, std::nullopt);
+    for (const auto& line : lines(none)) CHECK(line.find("/tmp/.net") == std::string::npos);
+}

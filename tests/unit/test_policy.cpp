@@ -91,7 +91,7 @@ TEST_CASE("policy: values are typed and errors name their origin") {
     CHECK(p.workdir == "/home/u/proj/out");
 
     CHECK(error_of("net = \"host\"\n") ==
-          "p.toml:1: key 'net': 'host' is not a network mode (use none or loopback)");
+          "p.toml:1: key 'net': 'host' is not a network mode (use none, loopback or allow)");
     CHECK(error_of("wall-time = \"soon\"\n") ==
           "p.toml:1: key 'wall-time': 'soon' is not a number of seconds (write e.g. 30 or 2.5; "
           "0 means no limit)");
@@ -185,4 +185,27 @@ TEST_CASE("a sensitive bind needs the command line AND --allow-sensitive-bind") 
     CHECK_THROWS_AS(run("", {"--ro-bind", "/:/mnt/host"}), UsageError);
     // A project directory needs nothing.
     CHECK_NOTHROW(run("", {"--workdir", "/home/u/proj"}));
+}
+
+TEST_CASE("policy: --net allow and its options") {
+    auto policy = [](std::vector<std::string> args) {
+        Settings s = default_settings();
+        apply_profile(s, parse_profile("net = \"allow\"\n", "p.toml"));
+        for (std::size_t i = 0; i + 1 < args.size(); i += 2) s[args[i]].push_back({args[i + 1], Source::CommandLine, "--" + args[i]});
+        return make_policy(s, {"python3"}, "/");
+    };
+    Policy p = policy({"allow-host", "pypi.org", "allow-host", "pypi.org:8080", "net-bytes", "10M", "net-dns",
+                       "127.0.0.1:5353", "net-resolve", "pypi.org:151.101.0.223"});
+    CHECK(p.net == NetMode::Allow);
+    REQUIRE(p.egress.hosts.size() == 1);
+    CHECK(p.egress.hosts[0].ports == std::vector<std::uint16_t>{80, 443, 8080});
+    CHECK(p.egress.bytes == 10u * 1024 * 1024);
+    CHECK(p.egress.dns_port == 5353);
+    CHECK(p.egress.pins.size() == 1);
+    CHECK_THROWS_WITH_AS(policy({}), "p.toml:1: key 'net': 'allow' without --allow-host reaches nothing", UsageError);
+    // Egress options without --net allow are an error, never silently dropped.
+    Settings s = default_settings();
+    s["allow-host"].push_back({"pypi.org", Source::CommandLine, "--allow-host"});
+    CHECK_THROWS_WITH_AS(make_policy(s, {"python3"}, "/"),
+                         "--allow-host needs --net allow, but default of net is 'none'", UsageError);
 }
