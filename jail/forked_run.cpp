@@ -79,20 +79,6 @@ namespace pid1 {
 
 namespace {
 
-// Keeps `keep` at 3, 4, ... (close-on-exec) and closes every other descriptor above 2: a leaked
-// fd to a host file or socket would be a way out of every other protection.
-void keep_only(const int* keep, int n) {
-    int moved[8];
-    for (int k = 0; k < n; ++k)  // out of the way first: a target may be another's source
-        if ((moved[k] = ::fcntl(keep[k], F_DUPFD_CLOEXEC, 64)) < 0)
-            fail(ChildStep::CloseFds, errno, kExitJailError, "fcntl(F_DUPFD)");
-    for (int k = 0; k < n; ++k)
-        if (::dup3(moved[k], 3 + k, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
-    if (sys_close_range(static_cast<unsigned>(3 + n), ~0U, 0) != 0)
-        fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
-    set_report_fd(3);
-}
-
 // The run's pid 1, on a stack of its own in the template's memory (the template waits). Never
 // returns: ends in the reaper's exec (or _exit on a failed step).
 int run_forked(void* arg) {
@@ -125,26 +111,10 @@ int run_forked(void* arg) {
     // mounts, binds, names or sends reaches the template or another run.
     if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
-    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-        fail(ChildStep::MountPrivate, errno, kExitJailError, "make / private");
-    if (::chdir("/") != 0) fail(ChildStep::Chdir, errno, kExitJailError, "chdir /");
-    const MountPlan no_sources;
-    for (const MountOp& op : r.mounts) apply_mount_op(op, no_sources, {}, script_fd, op.target.c_str());
-    if (::chdir(r.cwd.c_str()) != 0) fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", r.cwd.c_str());
-    set_hostname(r.hostname);
-    set_up_network(r.loopback_up);
-    set_rlimits(r.rlimits);
+    apply_mount_plan(r.mounts, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
-    take_stdio(stdio);
-    new_session();
     const int keep[4] = {fds[0], g_reaper_fd, a.release_w, a.release_r};  // -> 3, 4, 5, 6
-    keep_only(keep, 4);
-    drop_capabilities();
-    set_no_new_privs();
-    join_new_keyring();
-    int listener = install_seccomp(r.seccomp_filter);
-    install_init_signals();
-    send_ready(listener);
+    lock_down(r.lockdown, stdio, keep, 4);
 
     // The program: the one copy of the template's memory. It goes back into the template's
     // frame (g_program_entry), where the interpreter's fork bookkeeping is finished.

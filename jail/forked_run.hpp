@@ -18,7 +18,8 @@
 //   own pid namespace (setns); reply                                      the reaper is
 //   {pid, pidfd}                                                          undumpable, runs
 //
-// The same steps as a fresh jail's (steps.cpp), from the same plan the client computed; what
+// The same mount plan and lock-down steps as a fresh jail's (steps.cpp: apply_mount_plan,
+// lock_down), from the same plan the client computed (run_plans.cpp); what
 // differs is documented in man pyjail(1), TEMPLATES: the user namespace, the rootfs mount and
 // the interpreter's state at fork (address-space layout, hash seed) are the template's.
 #pragma once
