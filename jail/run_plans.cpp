@@ -32,7 +32,7 @@ Lockdown plan_lockdown(const RunPlan& p) {
     std::vector<RlimitValue> kept;
     for (const auto& r : l.rlimits)
         if (r.resource == RLIMIT_CORE || r.resource == RLIMIT_NOFILE || r.resource == RLIMIT_RTPRIO ||
-            r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK)
+            r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK || r.resource == RLIMIT_SIGPENDING)
             kept.push_back(r);
     l.rlimits = std::move(kept);
     return l;

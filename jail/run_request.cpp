@@ -111,6 +111,7 @@ const char* rlimit_name(int resource) {
         case RLIMIT_RTPRIO: return "RLIMIT_RTPRIO";
         case RLIMIT_NICE: return "RLIMIT_NICE";
         case RLIMIT_MEMLOCK: return "RLIMIT_MEMLOCK";
+        case RLIMIT_SIGPENDING: return "RLIMIT_SIGPENDING";
         case RLIMIT_DATA: return "RLIMIT_DATA";
         case RLIMIT_NPROC: return "RLIMIT_NPROC";
         case RLIMIT_CPU: return "RLIMIT_CPU";

@@ -231,8 +231,8 @@ SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set
     // without these would deadlock (the refusal of a sendmsg cannot be answered before the
     // listener arrives), never start the program, or lose its exit status.
     std::string missing;
-    for (const char* need : {"sendmsg", "sendto", "close", "clone", "execve", "exit_group", "wait4",
-                             "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
+    for (const char* need : {"sendmsg", "sendto", "recvfrom", "close", "clone", "execve", "exit_group",
+                             "wait4", "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
                              "openat", "dup2"})
         if (allow.count(need) == 0) missing += (missing.empty() ? "" : ", ") + std::string(need);
     if (!missing.empty())

@@ -321,6 +321,16 @@ void send_ready(int listener) {
     if (listener >= 0) ::close(listener);
 }
 
+// The supervisor's requests (protocol.hpp) arrive on the report socket, now fd 3: the kernel
+// signals pid 1 (kRequestSignal, init.hpp) when one is there. The owner and the flag belong to
+// the socket and pid 1, and so survive a template run's exec of its reaper.
+void hear_requests() {
+    int flags = ::fcntl(g_report_fd, F_GETFL);
+    if (::fcntl(g_report_fd, F_SETOWN, ::getpid()) != 0 || flags < 0 ||
+        ::fcntl(g_report_fd, F_SETFL, flags | O_ASYNC) != 0)
+        fail(ChildStep::CloseFds, errno, kExitJailError, "cannot be signalled for the supervisor's requests");
+}
+
 }  // namespace
 
 void install_init_signals() {
@@ -336,7 +346,7 @@ void install_init_signals() {
         ::sigaction(s, &sa, nullptr);
         sigaddset(&set, s);
     }
-    for (int s : {SIGCHLD, reap_request_signal()}) {
+    for (int s : {SIGCHLD, kRequestSignal}) {
         ::sigaction(s, &sa, nullptr);
         sigaddset(&set, s);
     }
@@ -382,6 +392,7 @@ void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int ke
     take_stdio(stdio);
     new_session();
     keep_only(keep, keep_count);
+    hear_requests();
     if (l.template_capabilities) keep_template_capabilities();
     else drop_capabilities();
     set_no_new_privs();

@@ -57,8 +57,8 @@ TEST_CASE("a fresh jail and a run from a template carry the same lock-down") {
     CHECK(planned.filter_notifies);
     CHECK_FALSE(planned.template_capabilities);
     // The fixed limits of every jail, and the run's own.
-    for (int resource : {RLIMIT_CORE, RLIMIT_NOFILE, RLIMIT_RTPRIO, RLIMIT_NICE, RLIMIT_MEMLOCK, RLIMIT_DATA,
-                         RLIMIT_CPU}) {
+    for (int resource : {RLIMIT_CORE, RLIMIT_NOFILE, RLIMIT_RTPRIO, RLIMIT_NICE, RLIMIT_MEMLOCK,
+                         RLIMIT_SIGPENDING, RLIMIT_DATA, RLIMIT_CPU}) {
         INFO(rlimit_name(resource));
         CHECK(has_rlimit(planned, resource));
     }
@@ -95,6 +95,7 @@ TEST_CASE("a template keeps its runs' capabilities and only the limits every run
     CHECK(t.template_capabilities);
     CHECK(t.seccomp_filter.empty());
     CHECK(has_rlimit(t, RLIMIT_NOFILE));
+    CHECK(has_rlimit(t, RLIMIT_SIGPENDING));  // the template holds no more than a run
     CHECK_FALSE(has_rlimit(t, RLIMIT_DATA));  // a run's own limit: it could not be raised again
     CHECK_FALSE(has_rlimit(t, RLIMIT_CPU));
 }

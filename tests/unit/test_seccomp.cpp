@@ -82,7 +82,7 @@ TEST_CASE("set errors name the file, the line and the name") {
     CHECK_THROWS_AS(parse_seccomp_set("permit = []\n", "s.toml", groups, "g.toml"), UsageError);
     // A set that would leave the jail's own pid 1 unable to hand over its listener.
     CHECK_THROWS_WITH_AS(parse_seccomp_set("allow = [\"@g\"]\n", "s.toml", groups, "g.toml"),
-                         "s.toml: the set must allow sendmsg, sendto, close, clone, execve, exit_group, "
+                         "s.toml: the set must allow sendmsg, sendto, recvfrom, close, clone, execve, exit_group, "
                          "wait4, rt_sigaction, rt_sigprocmask, rt_sigtimedwait, kill, openat, dup2 "
                          "(the jail itself needs them once the filter is in place)",
                          UsageError);
