@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include <csetjmp>
@@ -142,6 +143,32 @@ int run_forked(void* arg) {
 
 namespace zygote {
 
+namespace {
+
+// The effective set: the permitted one (`raise`) or nothing. The inheritable set stays empty,
+// so nothing the template execs gets a capability.
+int set_effective_capabilities(bool raise) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct sets[_LINUX_CAPABILITY_U32S_3]{};
+    if (::syscall(SYS_capget, &header, sets) != 0) return errno;
+    for (auto& s : sets) {
+        s.effective = raise ? s.permitted : 0;
+        s.inheritable = 0;
+    }
+    return ::syscall(SYS_capset, &header, sets) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+int lower_capabilities() {
+    // Attack: a .pth file or a preload of the rootfs running with the template's capabilities
+    // (new namespaces, mounts, network devices in the template's user namespace). Code that
+    // calls capset(2) itself can still raise them: what remains is in man pyjail(1),
+    // TEMPLATES; the template's filter (seccomp.cpp) holds for it either way.
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
+    return set_effective_capabilities(false);
+}
+
 void save_program_signals() {
     ::sigprocmask(SIG_SETMASK, nullptr, &g_program_mask);
     for (int s = 1; s < NSIG; ++s) ::sigaction(s, nullptr, &g_program_actions[s]);
@@ -149,8 +176,8 @@ void save_program_signals() {
 
 void set_reaper(int fd) { g_reaper_fd = fd; }
 
-pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
-               std::string& error) {
+static pid_t fork_run_raised(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
+                      std::string& error) {
     int release[2];
     if (::pipe2(release, O_CLOEXEC) != 0) {
         error = std::string("pipe: ") + std::strerror(errno);
@@ -201,6 +228,23 @@ pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const F
     if (pid < 0) {
         error = std::string("cannot start the run's pid 1: ") + std::strerror(clone_errno);
         return -1;
+    }
+    return pid;
+}
+
+pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
+               std::string& error) {
+    // Only while the run is set up: its pid 1 is cloned with them, and drops them all.
+    if (int e = set_effective_capabilities(true); e != 0) {
+        error = std::string("cannot raise the template's capabilities: ") + std::strerror(e);
+        return -1;
+    }
+    pid_t pid = fork_run_raised(request, fds, own_pidns, hooks, error);
+    if (int e = pid != 0 ? set_effective_capabilities(false) : 0; e != 0) {
+        // A template whose preloads' code could keep using them: it ends here (the server
+        // starts another).
+        std::fprintf(stderr, "pyjail template: cannot lower its capabilities: %s\n", std::strerror(e));
+        ::_exit(kExitJailError);
     }
     return pid;
 }

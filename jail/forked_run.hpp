@@ -40,6 +40,13 @@ struct ForkHooks {
     void (*after_child)() = nullptr;
 };
 
+// The template's capabilities (steps.cpp, keep_template_capabilities: SYS_ADMIN, NET_ADMIN and
+// SETPCAP of its own user namespace) reach its interpreter effective, and ambient. Called
+// before the interpreter runs any module of the rootfs that could use them (the .pth files
+// site processes, the preloads; pyjail_template.py): they stay permitted only, and fork_run
+// makes them effective only while it sets a run up. Returns 0 or an errno.
+int lower_capabilities();
+
 // Called once when the template starts, before it changes any signal: the dispositions and
 // mask each run's program starts with (the interpreter's own handlers, e.g. SIGINT's).
 void save_program_signals();

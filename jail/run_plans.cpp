@@ -25,10 +25,12 @@ Lockdown plan_lockdown(const RunPlan& p) {
     // for every run -- one a run sets for itself cannot be raised again -- and may create the
     // namespaces its runs need.
     l.template_capabilities = true;
-    // No filter of its own: the template runs only the rootfs's trusted code, and every run
-    // installs its client's filter (forked_run.cpp) before its program exists. One filter
-    // stack may notify only one listener: the run's.
-    l.seccomp_filter.clear();
+    // Not the profile's filter, which every run installs for itself (forked_run.cpp) before its
+    // program exists, but the template's own: what no template needs, answered in the kernel
+    // (seccomp.cpp, compile_template_filter). One filter stack notifies only one listener: the
+    // run's.
+    l.seccomp_filter = p.template_filter;
+    l.filter_notifies = false;
     std::vector<RlimitValue> kept;
     for (const auto& r : l.rlimits)
         if (r.resource == RLIMIT_CORE || r.resource == RLIMIT_NOFILE || r.resource == RLIMIT_RTPRIO ||

@@ -238,8 +238,10 @@ void keep_template_capabilities() {
     // the rootfs's modules. It keeps, in its own user namespace only, what making a run a jail
     // of its own takes (forked_run.cpp): new namespaces and mounts (SYS_ADMIN), `lo` (NET_ADMIN)
     // and emptying the run's bounding set (SETPCAP). Every other capability goes, from every
-    // set; these four survive the interpreter's execve as ambient capabilities (the jail user
-    // is not root), and every run drops them all before its program runs.
+    // set; these three survive the interpreter's execve as ambient capabilities (the jail user
+    // is not root: nothing else survives it), and the interpreter lowers them to its permitted
+    // set before it runs any module of the rootfs (zygote::lower_capabilities). Every run drops
+    // them all before its program runs.
     constexpr int kKeep[] = {CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP};
     auto kept = [&](int cap) {
         for (int k : kKeep)

@@ -90,10 +90,14 @@ TEST_CASE("what the plan adds to the lock-down reaches both doors") {
 TEST_CASE("a template keeps its runs' capabilities and only the limits every run shares") {
     RunPlan p = sample_plan();
     p.is_template = true;
+    p.template_filter = {{0x06, 0, 0, 0x7fff0000}};
     const Lockdown t = plan_lockdown(p);
     CHECK(plan_child(p).lockdown == t);
     CHECK(t.template_capabilities);
-    CHECK(t.seccomp_filter.empty());
+    // Its own filter, not the profile's (which each run installs), and without a listener.
+    REQUIRE(t.seccomp_filter.size() == 1);
+    CHECK(t.seccomp_filter[0].k == 0x7fff0000u);
+    CHECK_FALSE(t.filter_notifies);
     CHECK(has_rlimit(t, RLIMIT_NOFILE));
     CHECK(has_rlimit(t, RLIMIT_SIGPENDING));  // the template holds no more than a run
     CHECK_FALSE(has_rlimit(t, RLIMIT_DATA));  // a run's own limit: it could not be raised again
