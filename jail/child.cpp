@@ -1,4 +1,5 @@
-// A fresh jail's pid 1: its steps, in order (the shared ones are in steps.cpp). Each step
+// A fresh jail's pid 1: its steps, in order (the mount plan and the lock-down, shared with a run
+// from a template, are in steps.cpp). Each step
 // either succeeds or reports {step, errno, message} to the supervisor and exits; the order
 // matters for security and is explained step by step.
 #include "child.hpp"
@@ -18,7 +19,6 @@
 #include <string>
 #include <vector>
 
-#include "egress_pid1.hpp"
 #include "exitstatus.hpp"
 #include "init.hpp"
 #include "protocol.hpp"
@@ -104,53 +104,6 @@ void set_userns_limits(const ChildPlan& p) {
     }
 }
 
-// Opens the sources to bind, in this mount namespace (a bind's source must be a mount of the
-// caller's own namespace, so the parent's fds cannot serve) and before the new root covers
-// the staging directory. The jail user opens them: when root runs pyjail, the jail sees host
-// files with the rights of --host-user, never root's.
-std::vector<std::string> open_sources(const ChildPlan& p) {
-    std::vector<std::string> paths;
-    for (std::size_t slot = 0; slot < p.mounts.sources.size(); ++slot) {
-        const SourceRef& src = p.mounts.sources[slot];
-        if (src.content) {
-            paths.emplace_back();
-            continue;
-        }
-        int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
-        if (fd < 0)
-            fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",
-                 src.host_path.c_str());
-        paths.push_back("/proc/self/fd/" + std::to_string(fd));
-    }
-    return paths;
-}
-
-void build_root(const ChildPlan& p) {
-    // Nothing we mount may propagate back to the host's mount namespace.
-    do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    std::vector<std::string> source_paths = open_sources(p);
-
-    for (const MountOp& op : p.mounts.ops) {
-        // The new root (a tmpfs, or the rootfs bound whole) goes on a host directory that only
-        // this mount namespace sees covered, and we step into it.
-        const bool root = op.target.empty();
-        const char* where = root ? p.staging_dir.c_str() : op.target.c_str();
-        apply_mount_op(op, p.mounts, source_paths, p.script_fd, where);
-        if (root && ::chdir(where) != 0) fail(ChildStep::MountRoot, errno, kExitJailError, "chdir %s", where);
-    }
-
-    // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one; the
-    // lazy unmount then detaches the whole host tree, so no path leads back to it.
-    if (sys_pivot_root(".", ".") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "pivot_root");
-    if (::umount2(".", MNT_DETACH) != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "detach old root");
-    if (::chdir("/") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "chdir /");
-    // The root (the rootfs, or a tmpfs of mount points and symlinks): read-only, nothing can
-    // be added.
-    do_mount(ChildStep::RemountRoot, nullptr, "/", nullptr, p.mounts.root_flags, nullptr);
-    if (::chdir(p.mounts.cwd.c_str()) != 0)
-        fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", p.mounts.cwd.c_str());
-}
-
 }  // namespace
 
 }  // namespace pid1
@@ -189,21 +142,9 @@ void run(const ChildPlan& p) noexcept {
     scrub_host_memory(p);
     become_jail_user(p);
     set_userns_limits(p);
-    build_root(p);
-    set_hostname(p.hostname);
-    set_up_network(p.loopback_up);
-    open_egress_sockets(p.egress_sockets);
-    set_rlimits(p.rlimits);
-    take_stdio(p.stdio_fds);
-    new_session();
-    close_inherited_fds();
-    if (p.template_capabilities) keep_template_capabilities();
-    else drop_capabilities();
-    set_no_new_privs();
-    join_new_keyring();
-    int listener = install_seccomp(p.seccomp_filter);
-    install_init_signals();
-    send_ready(listener);
+    apply_mount_plan(p.mounts, p.script_fd, p.staging_dir.c_str());
+    const int keep[1] = {report_fd()};
+    lock_down(p.lockdown, p.stdio_fds, keep, 1);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,
     // and pid 1 waits the few microseconds until the exec. It runs on a stack of its own, so
     // nothing it does can disturb this frame.

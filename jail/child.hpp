@@ -8,14 +8,13 @@
 // pyjail must never start a thread before the jail is cloned.
 #pragma once
 
-#include <linux/filter.h>
 #include <sys/types.h>
 
 #include <string>
 #include <vector>
 
-#include "egress_pid1.hpp"
 #include "limits.hpp"
+#include "lockdown.hpp"
 #include "mountplan.hpp"
 
 namespace pyjail {
@@ -35,18 +34,11 @@ struct ChildPlan {
     // parent opened with the jail's host user's rights, or -1 when there is none. Sources
     // bound by path the child opens itself.
     int script_fd = -1;
-    std::string hostname;
-    bool loopback_up = false;
-    std::vector<EgressSocketSpec> egress_sockets;  // --net allow (egress_pid1.hpp)
-    std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
-    std::vector<RlimitValue> rlimits;
+    Lockdown lockdown;         // the same value a run from a template gets (lockdown.hpp)
     // Per fd 0-2: the jail's end of a pipe the supervisor relays (relay.hpp), or -1: the
     // host's own descriptor stays.
     int stdio_fds[3] = {-1, -1, -1};
     std::vector<UsernsLimit> userns_limits;   // the jail's user namespace's /proc/sys/user
-    // A template of `pyjail serve` (forked_run.hpp): the program keeps the few capabilities
-    // (of the jail's user namespace) it needs to make each run a jail of its own.
-    bool template_capabilities = false;
     std::string exec_path;
     std::vector<char*> argv;   // null-terminated, pointing into the parent's strings
     std::vector<char*> envp;

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
+#include <linux/capability.h>
 #include <unistd.h>
 
 #include <csetjmp>
@@ -79,20 +80,6 @@ namespace pid1 {
 
 namespace {
 
-// Keeps `keep` at 3, 4, ... (close-on-exec) and closes every other descriptor above 2: a leaked
-// fd to a host file or socket would be a way out of every other protection.
-void keep_only(const int* keep, int n) {
-    int moved[8];
-    for (int k = 0; k < n; ++k)  // out of the way first: a target may be another's source
-        if ((moved[k] = ::fcntl(keep[k], F_DUPFD_CLOEXEC, 64)) < 0)
-            fail(ChildStep::CloseFds, errno, kExitJailError, "fcntl(F_DUPFD)");
-    for (int k = 0; k < n; ++k)
-        if (::dup3(moved[k], 3 + k, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
-    if (sys_close_range(static_cast<unsigned>(3 + n), ~0U, 0) != 0)
-        fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
-    set_report_fd(3);
-}
-
 // The run's pid 1, on a stack of its own in the template's memory (the template waits). Never
 // returns: ends in the reaper's exec (or _exit on a failed step).
 int run_forked(void* arg) {
@@ -125,26 +112,10 @@ int run_forked(void* arg) {
     // mounts, binds, names or sends reaches the template or another run.
     if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
-    if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0)
-        fail(ChildStep::MountPrivate, errno, kExitJailError, "make / private");
-    if (::chdir("/") != 0) fail(ChildStep::Chdir, errno, kExitJailError, "chdir /");
-    const MountPlan no_sources;
-    for (const MountOp& op : r.mounts) apply_mount_op(op, no_sources, {}, script_fd, op.target.c_str());
-    if (::chdir(r.cwd.c_str()) != 0) fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", r.cwd.c_str());
-    set_hostname(r.hostname);
-    set_up_network(r.loopback_up);
-    set_rlimits(r.rlimits);
+    apply_mount_plan(r.mounts, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
-    take_stdio(stdio);
-    new_session();
     const int keep[4] = {fds[0], g_reaper_fd, a.release_w, a.release_r};  // -> 3, 4, 5, 6
-    keep_only(keep, 4);
-    drop_capabilities();
-    set_no_new_privs();
-    join_new_keyring();
-    int listener = install_seccomp(r.seccomp_filter);
-    install_init_signals();
-    send_ready(listener);
+    lock_down(r.lockdown, stdio, keep, 4);
 
     // The program: the one copy of the template's memory. It goes back into the template's
     // frame (g_program_entry), where the interpreter's fork bookkeeping is finished.
@@ -172,6 +143,32 @@ int run_forked(void* arg) {
 
 namespace zygote {
 
+namespace {
+
+// The effective set: the permitted one (`raise`) or nothing. The inheritable set stays empty,
+// so nothing the template execs gets a capability.
+int set_effective_capabilities(bool raise) {
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct sets[_LINUX_CAPABILITY_U32S_3]{};
+    if (::syscall(SYS_capget, &header, sets) != 0) return errno;
+    for (auto& s : sets) {
+        s.effective = raise ? s.permitted : 0;
+        s.inheritable = 0;
+    }
+    return ::syscall(SYS_capset, &header, sets) == 0 ? 0 : errno;
+}
+
+}  // namespace
+
+int lower_capabilities() {
+    // Attack: a .pth file or a preload of the rootfs running with the template's capabilities
+    // (new namespaces, mounts, network devices in the template's user namespace). Code that
+    // calls capset(2) itself can still raise them: what remains is in man pyjail(1),
+    // TEMPLATES; the template's filter (seccomp.cpp) holds for it either way.
+    if (::prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0) return errno;
+    return set_effective_capabilities(false);
+}
+
 void save_program_signals() {
     ::sigprocmask(SIG_SETMASK, nullptr, &g_program_mask);
     for (int s = 1; s < NSIG; ++s) ::sigaction(s, nullptr, &g_program_actions[s]);
@@ -179,8 +176,8 @@ void save_program_signals() {
 
 void set_reaper(int fd) { g_reaper_fd = fd; }
 
-pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
-               std::string& error) {
+static pid_t fork_run_raised(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
+                      std::string& error) {
     int release[2];
     if (::pipe2(release, O_CLOEXEC) != 0) {
         error = std::string("pipe: ") + std::strerror(errno);
@@ -231,6 +228,23 @@ pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const F
     if (pid < 0) {
         error = std::string("cannot start the run's pid 1: ") + std::strerror(clone_errno);
         return -1;
+    }
+    return pid;
+}
+
+pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
+               std::string& error) {
+    // Only while the run is set up: its pid 1 is cloned with them, and drops them all.
+    if (int e = set_effective_capabilities(true); e != 0) {
+        error = std::string("cannot raise the template's capabilities: ") + std::strerror(e);
+        return -1;
+    }
+    pid_t pid = fork_run_raised(request, fds, own_pidns, hooks, error);
+    if (int e = pid != 0 ? set_effective_capabilities(false) : 0; e != 0) {
+        // A template whose preloads' code could keep using them: it ends here (the server
+        // starts another).
+        std::fprintf(stderr, "pyjail template: cannot lower its capabilities: %s\n", std::strerror(e));
+        ::_exit(kExitJailError);
     }
     return pid;
 }

@@ -18,7 +18,8 @@
 //   own pid namespace (setns); reply                                      the reaper is
 //   {pid, pidfd}                                                          undumpable, runs
 //
-// The same steps as a fresh jail's (steps.cpp), from the same plan the client computed; what
+// The same mount plan and lock-down steps as a fresh jail's (steps.cpp: apply_mount_plan,
+// lock_down), from the same plan the client computed (run_plans.cpp); what
 // differs is documented in man pyjail(1), TEMPLATES: the user namespace, the rootfs mount and
 // the interpreter's state at fork (address-space layout, hash seed) are the template's.
 #pragma once
@@ -38,6 +39,13 @@ struct ForkHooks {
     void (*after_parent)() = nullptr;
     void (*after_child)() = nullptr;
 };
+
+// The template's capabilities (steps.cpp, keep_template_capabilities: SYS_ADMIN, NET_ADMIN and
+// SETPCAP of its own user namespace) reach its interpreter effective, and ambient. Called
+// before the interpreter runs any module of the rootfs that could use them (the .pth files
+// site processes, the preloads; pyjail_template.py): they stay permitted only, and fork_run
+// makes them effective only while it sets a run up. Returns 0 or an errno.
+int lower_capabilities();
 
 // Called once when the template starts, before it changes any signal: the dispositions and
 // mask each run's program starts with (the interpreter's own handlers, e.g. SIGINT's).

@@ -52,6 +52,18 @@ bool reap_all() {
     ::_exit(m.exit_code);
 }
 
+// Reads the supervisor's requests that wait on the socket (none, when the signal was the
+// program's own); true if one asks to reap.
+bool reap_requested(int report_fd) {
+    while (true) {
+        SupervisorRequest r{};
+        ssize_t n = ::recv(report_fd, &r, sizeof r, MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n != static_cast<ssize_t>(sizeof r)) return false;
+        if (r.kind == Pid1Request::ReapAll) return true;
+    }
+}
+
 }  // namespace
 
 void run_reaper(pid_t program, int report_fd) noexcept {
@@ -68,7 +80,7 @@ void run_reaper(pid_t program, int report_fd) noexcept {
     sigemptyset(&set);
     for (int s : kForwardedSignals) sigaddset(&set, s);
     sigaddset(&set, SIGCHLD);
-    sigaddset(&set, reap_request_signal());
+    sigaddset(&set, kRequestSignal);
 
     while (true) {
         siginfo_t info{};
@@ -77,12 +89,11 @@ void run_reaper(pid_t program, int report_fd) noexcept {
             if (errno == EINTR) continue;
             ::_exit(1);
         }
-        if (sig == reap_request_signal()) {
-            // Only the supervisor may ask: kill() from outside our pid namespace arrives as
-            // SI_USER with si_pid 0. The program's kill(1, ...) carries its pid, and it cannot
-            // forge SI_USER for another process (rt_sigqueueinfo refuses si_code >= 0): it
-            // cannot make pid 1 exit without reporting the program's status.
-            if (info.si_code == SI_USER && info.si_pid == 0) reap_all_and_exit(report_fd);
+        if (sig == kRequestSignal) {
+            // Only the supervisor may ask, and only over the report socket (protocol.hpp says
+            // why not by a signal): no program can make pid 1 exit without reporting the
+            // program's status.
+            if (reap_requested(report_fd)) reap_all_and_exit(report_fd);
             continue;
         }
         if (sig != SIGCHLD) {

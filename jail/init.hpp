@@ -24,9 +24,12 @@ namespace pid1 {
 // The signals the supervisor relays to the program.
 inline constexpr int kForwardedSignals[] = {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGTERM};
 
-// The supervisor's request to pid 1: kill everything, wait for it, exit. Honoured only from
-// outside the jail's pid namespace.
-inline int reap_request_signal() { return SIGRTMIN; }
+// How pid 1 hears the supervisor's requests (protocol.hpp: SupervisorRequest) on its report
+// socket: the kernel signals it when one arrives (O_ASYNC; steps.cpp, lock_down), and the
+// reaper, which waits for signals, then reads them. SIGIO is sent by the kernel as a
+// privileged signal, which a full pending-signal queue does not drop. A program's own
+// kill(1, SIGIO) only makes pid 1 find nothing to read.
+inline constexpr int kRequestSignal = SIGIO;
 
 // pid 1's exit status when it waited for every process of the jail.
 inline constexpr int kInitReapedAll = 0;

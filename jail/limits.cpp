@@ -41,6 +41,14 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
     p.entries.push_back({"rtprio", "0", Mechanism::Rlimit, "RLIMIT_RTPRIO"});
     p.entries.push_back({"nice", "0", Mechanism::Rlimit, "RLIMIT_NICE"});
     p.entries.push_back({"memlock", std::to_string(kMemlockLimit), Mechanism::Rlimit, "RLIMIT_MEMLOCK"});
+    // Queued signals (sigqueue, real-time signals, POSIX timers) count against the host
+    // user's one budget, in every user namespace up the chain: a program that queued signals
+    // until the kernel refused took it all, and the host user's own sigqueue() and
+    // timer_create() failed. The jail's processes are the receivers, so their rlimit caps
+    // what the jail can hold pending; 1024 is far more than a program waits on at once
+    // (POSIX asks for 32).
+    p.rlimits.push_back({RLIMIT_SIGPENDING, kSigpendingLimit, "RLIMIT_SIGPENDING"});
+    p.entries.push_back({"sigpending", std::to_string(kSigpendingLimit), Mechanism::Rlimit, "RLIMIT_SIGPENDING"});
     // The jail's user namespace: inotify instances and watches are counted per host user
     // (128 instances by default), so without a cap of its own a jail could take them all and
     // break the host user's file watchers; every watch also pins kernel memory. Namespaces:

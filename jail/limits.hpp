@@ -60,6 +60,7 @@ struct LimitPlan {
 
 // Fixed limits of every jail (see plan_limits for why each).
 constexpr std::uint64_t kMemlockLimit = 64 * 1024;
+constexpr std::uint64_t kSigpendingLimit = 1024;
 constexpr std::uint64_t kInotifyInstances = 16;
 constexpr std::uint64_t kInotifyWatches = 8192;
 

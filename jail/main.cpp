@@ -214,6 +214,7 @@ int run(int argc, char** argv) {
                                  "serve with --net none or loopback");
             PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
             prepared.plan.is_template = true;
+            prepared.plan.template_filter = compile_template_filter();
             // The server's cgroup (a systemd scope, if one must be asked for) holds the
             // template's leaf and every run's.
             supervisor::settle_cgroup(prepared.plan);

@@ -53,8 +53,10 @@ struct RunPlan {
     LimitPlan limits;               // every limit and the mechanism enforcing it
     std::optional<EgressPlan> egress;  // --net allow: the names' addresses and listeners
     // The jail is a template of `pyjail serve` (serve.cpp): it keeps the capabilities its
-    // runs need, has no filter of its own (each run installs its own) and lives on.
+    // runs need, has a filter of its own (compile_template_filter, seccomp.hpp; each run
+    // installs its client's on top of it) and lives on.
     bool is_template = false;
+    std::vector<sock_filter> template_filter;
 };
 
 // The host descriptors the plan refers to, open until the jail has what it needs of them.

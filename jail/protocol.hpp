@@ -21,6 +21,19 @@ enum class MsgKind : std::uint32_t {
                  // (SCM_RIGHTS), its index among ChildPlan::egress_sockets in exit_code
 };
 
+// The supervisor's requests to the jail's pid 1, on the same socket (once pid 1 has sent
+// "ready"). Not a signal: signals a program can send pid 1 too, and with the pending-signal
+// queue full the kernel delivers one without the sender's identity (as if from outside the
+// pid namespace), so pid 1 could not tell the program's from the supervisor's. Only the
+// supervisor holds the socket's other end.
+enum class Pid1Request : std::uint32_t {
+    ReapAll = 1,  // kill every process of the jail, wait for each, exit (init.hpp)
+};
+
+struct SupervisorRequest {
+    Pid1Request kind;
+};
+
 struct JailMessage {
     MsgKind kind;
     std::int32_t err;

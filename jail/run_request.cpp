@@ -127,6 +127,7 @@ const char* rlimit_name(int resource) {
         case RLIMIT_RTPRIO: return "RLIMIT_RTPRIO";
         case RLIMIT_NICE: return "RLIMIT_NICE";
         case RLIMIT_MEMLOCK: return "RLIMIT_MEMLOCK";
+        case RLIMIT_SIGPENDING: return "RLIMIT_SIGPENDING";
         case RLIMIT_DATA: return "RLIMIT_DATA";
         case RLIMIT_NPROC: return "RLIMIT_NPROC";
         case RLIMIT_CPU: return "RLIMIT_CPU";
@@ -144,17 +145,19 @@ std::string encode_request(const RunRequest& r) {
     w.str(kMagic);
     w.strs(r.argv);
     w.strs(r.env);
-    w.str(r.cwd);
-    w.str(r.hostname);
-    w.u32(r.loopback_up ? 1 : 0);
-    w.u32(static_cast<std::uint32_t>(r.rlimits.size()));
-    for (const auto& l : r.rlimits) {
+    // The lock-down's fields and the mount plan's keep their places of version 1.
+    const Lockdown& lock = r.lockdown;
+    w.str(r.mounts.cwd);
+    w.str(lock.hostname);
+    w.u32(lock.loopback_up ? 1 : 0);
+    w.u32(static_cast<std::uint32_t>(lock.rlimits.size()));
+    for (const auto& l : lock.rlimits) {
         w.u32(static_cast<std::uint32_t>(l.resource));
         w.u64(l.value);
         w.u64(l.hard);
     }
-    w.u32(static_cast<std::uint32_t>(r.mounts.size()));
-    for (const auto& op : r.mounts) {
+    w.u32(static_cast<std::uint32_t>(r.mounts.ops.size()));
+    for (const auto& op : r.mounts.ops) {
         w.u32(static_cast<std::uint32_t>(op.kind));
         w.str(op.target);
         w.str(op.source_path);
@@ -163,8 +166,8 @@ std::string encode_request(const RunRequest& r) {
         w.u32(op.mode);
         w.u32(op.if_exists ? 1 : 0);
     }
-    w.u32(static_cast<std::uint32_t>(r.seccomp_filter.size()));
-    for (const auto& f : r.seccomp_filter) {
+    w.u32(static_cast<std::uint32_t>(lock.seccomp_filter.size()));
+    for (const auto& f : lock.seccomp_filter) {
         w.u32(f.code);
         w.u32(static_cast<std::uint32_t>(f.jt) | static_cast<std::uint32_t>(f.jf) << 8);
         w.u32(f.k);
@@ -189,9 +192,9 @@ void wipe_request(RunRequest& r) {
     auto wipe = [](std::string& s) { ::explicit_bzero(s.data(), s.size()); };
     for (auto& s : r.argv) wipe(s);
     for (auto& s : r.env) wipe(s);
-    wipe(r.cwd);
-    wipe(r.hostname);
-    for (auto& op : r.mounts) {
+    wipe(r.mounts.cwd);
+    wipe(r.lockdown.hostname);
+    for (auto& op : r.mounts.ops) {
         wipe(op.target);
         wipe(op.source_path);
         wipe(op.data);
@@ -213,21 +216,23 @@ RunRequest decode_request(std::string_view bytes) {
     r.env = in.strs("env");
     for (const auto& e : r.env)
         if (e.find('=') == std::string::npos) throw BadRequest("an environment entry without '='");
-    r.cwd = in.str("cwd");
-    if (r.cwd.empty() || r.cwd.front() != '/') throw BadRequest("the working directory is not absolute");
-    r.hostname = in.str("hostname");
-    if (r.hostname.size() > 64) throw BadRequest("the host name is longer than 64 bytes");
-    r.loopback_up = in.u32() != 0;
-    r.rlimits.resize(in.count("rlimits", 64));
-    for (auto& l : r.rlimits) {
+    Lockdown& lock = r.lockdown;
+    r.mounts.cwd = in.str("cwd");
+    if (r.mounts.cwd.empty() || r.mounts.cwd.front() != '/')
+        throw BadRequest("the working directory is not absolute");
+    lock.hostname = in.str("hostname");
+    if (lock.hostname.size() > 64) throw BadRequest("the host name is longer than 64 bytes");
+    lock.loopback_up = in.u32() != 0;
+    lock.rlimits.resize(in.count("rlimits", 64));
+    for (auto& l : lock.rlimits) {
         l.resource = static_cast<int>(in.u32());
         l.name = rlimit_name(l.resource);
         if (l.name == nullptr) throw BadRequest("an unknown rlimit");
         l.value = in.u64();
         l.hard = in.u64();
     }
-    r.mounts.resize(in.count("mounts", kMaxItems));
-    for (auto& op : r.mounts) {
+    r.mounts.ops.resize(in.count("mounts", kMaxItems));
+    for (auto& op : r.mounts.ops) {
         std::uint32_t kind = in.u32();
         if (kind > static_cast<std::uint32_t>(OpKind::Copy)) throw BadRequest("an unknown mount op");
         op.kind = static_cast<OpKind>(kind);
@@ -249,8 +254,8 @@ RunRequest decode_request(std::string_view bytes) {
         if (op.kind == OpKind::Symlink) throw BadRequest("a symlink op in a run");
         op.source_slot = op.kind == OpKind::Copy ? 1 : -1;
     }
-    r.seccomp_filter.resize(in.count("filter instructions", kMaxFilter));
-    for (auto& f : r.seccomp_filter) {
+    lock.seccomp_filter.resize(in.count("filter instructions", kMaxFilter));
+    for (auto& f : lock.seccomp_filter) {
         f.code = static_cast<std::uint16_t>(in.u32());
         std::uint32_t j = in.u32();
         f.jt = static_cast<std::uint8_t>(j & 0xff);
@@ -274,7 +279,7 @@ RunRequest decode_request(std::string_view bytes) {
     r.cpu_time = seconds_from_bits(in.u64(), "the CPU time");
     r.output = in.u64();
     if (!in.done()) throw BadRequest("bytes after the end of the request");
-    for (const auto& op : r.mounts)
+    for (const auto& op : r.mounts.ops)
         if (op.kind == OpKind::Copy && !r.has_script) throw BadRequest("a copy op without a script");
     return r;
 }

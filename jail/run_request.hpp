@@ -9,8 +9,6 @@
 // the template's.
 #pragma once
 
-#include <linux/filter.h>
-
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -19,6 +17,7 @@
 #include <vector>
 
 #include "limits.hpp"
+#include "lockdown.hpp"
 #include "mountplan.hpp"
 
 namespace pyjail {
@@ -26,12 +25,11 @@ namespace pyjail {
 struct RunRequest {
     std::vector<std::string> argv;  // the program's, as the interpreter gets it ("python", ...)
     std::vector<std::string> env;
-    std::string cwd = "/work";
-    std::string hostname = "pyjail";
-    bool loopback_up = false;
-    std::vector<RlimitValue> rlimits;  // `name` points into a static table once decoded
-    std::vector<MountOp> mounts;       // plan_forked_mounts's
-    std::vector<sock_filter> seccomp_filter;  // empty: --seccomp off
+    // plan_forked_mounts's ops and the working directory; no sources, no new root.
+    MountPlan mounts;
+    // The same value a fresh jail gets (lockdown.hpp). Its rlimits' `name`s point into a
+    // static table once decoded; a run never keeps capabilities, and its filter notifies.
+    Lockdown lockdown;
     // The run's cgroup leaf's files, for the server to create it with (empty: no cgroup).
     std::vector<std::pair<std::string, std::string>> cgroup_files;
     std::string rootfs;  // the rootfs the client planned for (rootfs_identity)

@@ -1,6 +1,7 @@
 #include "seccomp.hpp"
 
 #include <fmt/format.h>
+#include <linux/keyctl.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -231,8 +232,8 @@ SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set
     // without these would deadlock (the refusal of a sendmsg cannot be answered before the
     // listener arrives), never start the program, or lose its exit status.
     std::string missing;
-    for (const char* need : {"sendmsg", "sendto", "close", "clone", "execve", "exit_group", "wait4",
-                             "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
+    for (const char* need : {"sendmsg", "sendto", "recvfrom", "close", "clone", "execve", "exit_group",
+                             "wait4", "rt_sigaction", "rt_sigprocmask", "rt_sigtimedwait", "kill",
                              "openat", "dup2"})
         if (allow.count(need) == 0) missing += (missing.empty() ? "" : ", ") + std::string(need);
     if (!missing.empty())
@@ -254,6 +255,51 @@ std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net) {
     std::copy(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(prog.size() * sizeof(sock_filter)),
               reinterpret_cast<char*>(prog.data()));
     if (prog.empty()) throw JailError("seccomp", "the compiled filter is empty");
+    return prog;
+}
+
+// Everything else a template's program may do: it runs only the rootfs's code, and sets its
+// runs up (namespaces, mounts, `lo`, setns), which these do not touch.
+const char* const kTemplateRefusedSyscalls[] = {
+    "io_uring_setup", "io_uring_enter", "io_uring_register",  // a second syscall path
+    "bpf", "perf_event_open", "userfaultfd",                  // kernel exploit surface
+    "add_key", "request_key",                                 // keyrings are not namespaced
+    "ptrace", "process_vm_readv", "process_vm_writev",        // other processes' memory
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+    "acct", "swapon", "swapoff", "reboot", "quotactl", "syslog", "lookup_dcookie",
+    "fanotify_init", "open_by_handle_at", "iopl", "ioperm", "uselib", "vhangup", nullptr};
+
+std::vector<sock_filter> compile_template_filter() {
+    // How it stacks: a run installs its own filter on top of this one, and the kernel runs
+    // both and takes the stronger action. The run's filter hands what it refuses to the
+    // supervisor through its listener (SECCOMP_RET_USER_NOTIF), and a filter stack may hold
+    // only one listener: this filter has none, and must not notify. Its action is
+    // SECCOMP_RET_TRACE, which with no tracer fails the call with ENOSYS, and which ranks
+    // below USER_NOTIF: for a syscall both refuse, the run's supervisor still hears of it and
+    // answers with the set's error, as in a fresh jail (SECCOMP_RET_ERRNO would outrank the
+    // notification, and the refusal would be missing from the run's report). A tracer could
+    // let such a call through, but no process under the filter can become one (ptrace is
+    // refused to each of them): only the host user's own, outside the jail.
+    Ctx ctx(seccomp_init(SCMP_ACT_ALLOW), seccomp_release);
+    if (!ctx) throw JailError("seccomp", "cannot build the template's filter (libseccomp init)", ENOMEM);
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
+    for (const char* const* name = kTemplateRefusedSyscalls; *name != nullptr; ++name) {
+        int nr = seccomp_syscall_resolve_name(*name);
+        if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), nr, 0), *name);
+    }
+    // keyctl only to join a new, anonymous session keyring: what each run's pid 1 does
+    // (steps.cpp, join_new_keyring), so that no run shares the template's.
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), SCMP_SYS(keyctl), 1,
+                           SCMP_A0_64(SCMP_CMP_NE, KEYCTL_JOIN_SESSION_KEYRING)),
+          "keyctl");
+    check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), SCMP_SYS(keyctl), 1, SCMP_A1_64(SCMP_CMP_NE, 0)),
+          "keyctl");
+    std::string raw = export_with(ctx, seccomp_export_bpf);
+    std::vector<sock_filter> prog(raw.size() / sizeof(sock_filter));
+    std::copy(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(prog.size() * sizeof(sock_filter)),
+              reinterpret_cast<char*>(prog.data()));
+    if (prog.empty()) throw JailError("seccomp", "the template's compiled filter is empty");
     return prog;
 }
 

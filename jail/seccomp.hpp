@@ -42,6 +42,14 @@ std::string seccomp_pfc(const SeccompSet& set, NetMode net);
 // The filter as BPF, ready for seccomp(SECCOMP_SET_MODE_FILTER). Throws JailError.
 std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net);
 
+// A template's own filter (`pyjail serve`), under its runs' filters: the syscalls no template
+// needs -- kernel surface a rootfs's module imported by the template (a .pth file, a preload)
+// could otherwise reach with the template's capabilities, and which no run may make either.
+// It answers in the kernel and has no listener (seccomp.cpp says why, and how it stacks with a
+// run's filter). Throws JailError.
+std::vector<sock_filter> compile_template_filter();
+extern const char* const kTemplateRefusedSyscalls[];
+
 // What the supervisor answers a notified syscall with: EPERM when the set denies it by name,
 // ENOSYS otherwise.
 int seccomp_errno_for(const SeccompSet& set, int syscall_nr);

@@ -39,8 +39,10 @@ namespace pyjail::serve {
 
 std::vector<std::string> template_command(const std::vector<std::string>& preload) {
     // -I: the template reads no PYTHON* variable and no user site: only the rootfs's modules.
+    // -S: the site-packages' .pth files run only once the template has lowered its
+    // capabilities (pyjail_template.py runs site then).
     std::vector<std::string> argv = {
-        "python", "-I", "-c",
+        "python", "-I", "-S", "-c",
         fmt::format("import sys; sys.path.insert(0, '{}'); import pyjail_template; "
                     "sys.exit(pyjail_template.main(sys.argv[1:]))",
                     kTemplateDirInJail)};

@@ -55,6 +55,7 @@
 
 #include "child.hpp"
 #include "error.hpp"
+#include "run_plans.hpp"
 #include "run_request.hpp"
 #include "template_protocol.hpp"
 #include "exitstatus.hpp"
@@ -227,67 +228,14 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
                  p.cgroup.why_not.c_str(), fallback.c_str());
 }
 
-// A template (`pyjail serve`) is a jail whose program forks the runs: each run applies its own
-// client's limits and filter (forked_run.cpp), so the template keeps only those that hold for
-// every run, and may create the namespaces its runs need.
-// Namespaces of each kind a template's runs may hold at once (each run holds one of each).
-constexpr std::uint64_t kTemplateNamespaces = 4096;
-
-void adapt_for_template(ChildPlan& c) {
-    c.template_capabilities = true;
-    // No filter of its own: the template runs only the rootfs's trusted code, and every run
-    // installs its client's filter (forked_run.cpp) before its program exists. One filter
-    // stack may notify only one listener: the run's.
-    c.seccomp_filter.clear();
-    // Limits a run sets for itself cannot be raised again: the template keeps none of them.
-    std::vector<RlimitValue> kept;
-    for (const auto& r : c.rlimits)
-        if (r.resource == RLIMIT_CORE || r.resource == RLIMIT_NOFILE || r.resource == RLIMIT_RTPRIO ||
-            r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK)
-            kept.push_back(r);
-    c.rlimits = std::move(kept);
-    // Each run creates a mount, pid, net, ipc, uts and cgroup namespace in the template's user
-    // namespace; none may create a user or time namespace (and no run keeps the capability
-    // to create any).
-    for (auto& l : c.userns_limits) {
-        std::string_view name = l.name;
-        if (name != "max_user_namespaces" && name != "max_time_namespaces" &&
-            name.substr(0, 4) == "max_" && name.find("_namespaces") != std::string_view::npos)
-            l.value = kTemplateNamespaces;
-    }
-}
-
-// What the jail's pid 1 gets: pointers into the plan's own strings, and the descriptors it
-// takes over.
-ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& ch,
-                           char** host_argv) {
-    ChildPlan c;
+// What the jail's pid 1 gets: the plan (run_plans.hpp), and the descriptors it takes over.
+ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& ch, char** host_argv) {
+    ChildPlan c = plan_child(p);
     c.host_argv = host_argv;
     c.sync_fd = ch.child_end.get();
     c.parent_end_fd = ch.parent_end.get();
-    c.jail_uid = kJailUid;
-    c.jail_gid = kJailGid;
-    if (!p.invoker.is_root()) {  // the child writes its own maps (root's, the parent writes)
-        c.own_uid_map = p.ids.uid_map;
-        c.own_gid_map = p.ids.gid_map;
-    }
-    c.staging_dir = "/tmp";
-    c.mounts = p.mounts;
     c.script_fd = fds.script.get();
-    c.hostname = p.policy.hostname;
-    c.loopback_up = p.policy.net != NetMode::None;
-    if (p.egress) c.egress_sockets = egress_socket_specs(*p.egress);
-    c.exec_path = p.command.exec_path;
-    c.seccomp_filter = p.seccomp_filter;
-    c.rlimits = p.limits.rlimits;
-    c.userns_limits = p.limits.userns_limits;
     for (int fd = 0; fd < 3; ++fd) c.stdio_fds[fd] = ch.relay ? ch.relay->jail_end(fd) : -1;
-    if (p.is_template) adapt_for_template(c);
-    // execve's argv and envp are char* for historical reasons; it never writes through them.
-    for (const auto& a : p.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
-    c.argv.push_back(nullptr);
-    for (const auto& e : p.env) c.envp.push_back(const_cast<char*>(e.c_str()));
-    c.envp.push_back(nullptr);
     return c;
 }
 
@@ -528,30 +476,6 @@ ServeConnection connect_to_server(const std::string& socket) {
     return c;
 }
 
-// What the client asks the template for: the plan a fresh jail would get, as far as a run from
-// a template can have it (run_request.hpp).
-RunRequest make_run_request(const RunPlan& p, bool has_script) {
-    RunRequest r;
-    r.argv = p.argv;
-    r.env = p.env;
-    r.cwd = p.mounts.cwd;
-    r.hostname = p.policy.hostname;
-    r.loopback_up = p.policy.net == NetMode::Loopback;
-    r.rlimits = p.limits.rlimits;
-    r.mounts = plan_forked_mounts(p.mounts);
-    r.seccomp_filter = p.seccomp_filter;
-    if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
-    r.rootfs = p.rootfs;
-    r.has_script = has_script;
-    // For the server to hold against its own settings (serve_bounds.hpp).
-    if (p.seccomp) r.seccomp_allow = p.seccomp->allow;
-    r.net = static_cast<std::uint32_t>(p.policy.net);
-    r.wall_time = p.policy.wall_time;
-    r.cpu_time = p.policy.limits.cpu_time;
-    r.output = p.policy.limits.output.value_or(0);
-    return r;
-}
-
 }  // namespace
 
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
@@ -583,7 +507,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
                          "give the --rootfs (or profile) the server was started with");
     check_host_before_run(p);
     if (prepared.fds.script && on_script) on_script(prepared.fds.script.get());
-    RunRequest request = make_run_request(p, static_cast<bool>(prepared.fds.script));
+    RunRequest request = plan_run_request(p, static_cast<bool>(prepared.fds.script));
     std::string bytes = encode_request(request);
     if (bytes.size() > kMaxRequestBytes)
         throw UsageError(fmt::format("--via: the command and environment take {} bytes, more than {}",

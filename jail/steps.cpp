@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 
+#include "egress_pid1.hpp"
 #include "exitstatus.hpp"
 #include "init.hpp"
 #include "protocol.hpp"
@@ -150,6 +151,29 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
     }
 }
 
+namespace {
+
+// Opens the sources to bind, in this mount namespace (a bind's source must be a mount of the
+// caller's own namespace, so the parent's fds cannot serve) and before the new root covers
+// the staging directory. The jail user opens them: when root runs pyjail, the jail sees host
+// files with the rights of --host-user, never root's.
+std::vector<std::string> open_sources(const MountPlan& plan) {
+    std::vector<std::string> paths;
+    for (std::size_t slot = 0; slot < plan.sources.size(); ++slot) {
+        const SourceRef& src = plan.sources[slot];
+        if (src.content) {
+            paths.emplace_back();
+            continue;
+        }
+        int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
+        if (fd < 0)
+            fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",
+                 src.host_path.c_str());
+        paths.push_back("/proc/self/fd/" + std::to_string(fd));
+    }
+    return paths;
+}
+
 void set_hostname(const std::string& hostname) {
     if (::sethostname(hostname.data(), hostname.size()) != 0)
         fail(ChildStep::Hostname, errno, kExitJailError, "sethostname");
@@ -196,17 +220,6 @@ void new_session() {
     if (::setsid() < 0) fail(ChildStep::Setsid, errno, kExitJailError, "setsid");
 }
 
-void close_inherited_fds() {
-    // Every inherited descriptor but 0, 1, 2 goes: a leaked fd to a host file or socket would
-    // be a way out of every other protection. The report socket moves to fd 3 and is close-on-
-    // exec, so the program never holds it.
-    if (g_report_fd != 3) {
-        if (::dup3(g_report_fd, 3, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
-        g_report_fd = 3;
-    }
-    if (sys_close_range(4, ~0U, 0) != 0) fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
-}
-
 void drop_capabilities() {
     // Capabilities of the jail's user namespace still let us mount, change uid inside, etc.:
     // drop them all, from every set, and lock it so none can come back on exec.
@@ -233,8 +246,10 @@ void keep_template_capabilities() {
     // the rootfs's modules. It keeps, in its own user namespace only, what making a run a jail
     // of its own takes (forked_run.cpp): new namespaces and mounts (SYS_ADMIN), `lo` (NET_ADMIN)
     // and emptying the run's bounding set (SETPCAP). Every other capability goes, from every
-    // set; these four survive the interpreter's execve as ambient capabilities (the jail user
-    // is not root), and every run drops them all before its program runs.
+    // set; these three survive the interpreter's execve as ambient capabilities (the jail user
+    // is not root: nothing else survives it), and the interpreter lowers them to its permitted
+    // set before it runs any module of the rootfs (zygote::lower_capabilities). Every run drops
+    // them all before its program runs.
     constexpr int kKeep[] = {CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP};
     auto kept = [&](int cap) {
         for (int k : kKeep)
@@ -275,18 +290,58 @@ void join_new_keyring() {
         fail(ChildStep::Keyring, errno, kExitJailError, "cannot join a new session keyring");
 }
 
-int install_seccomp(const std::vector<sock_filter>& filter) {
-    // Last before the program, so the set-up above is not limited by it. The filter notifies
-    // the supervisor of every refused syscall; the listener fd goes to it and not beyond.
-    // Until it arrives there, a refused call would wait forever: pid 1 only makes calls every
-    // set must allow (parse_seccomp_set checks) before it hands the listener over, with the
-    // "ready" message once its signals are set up.
+// Returns the filter's listener, or -1 without one.
+int install_seccomp(const std::vector<sock_filter>& filter, bool notifies) {
+    // Last before the program, so the set-up above is not limited by it. A run's filter
+    // notifies the supervisor of every refused syscall; the listener fd goes to it and not
+    // beyond. Until it arrives there, a refused call would wait forever: pid 1 only makes calls
+    // every set must allow (parse_seccomp_set checks) before it hands the listener over, with
+    // the "ready" message once its signals are set up. A template's filter has no listener:
+    // its runs' filters, stacked on it, need the stack's one listener.
     if (filter.empty()) return -1;
     sock_fprog prog{static_cast<unsigned short>(filter.size()), const_cast<sock_filter*>(filter.data())};
-    long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_NEW_LISTENER, &prog);
+    long listener = ::syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER,
+                              notifies ? SECCOMP_FILTER_FLAG_NEW_LISTENER : 0, &prog);
     if (listener < 0) fail(ChildStep::Seccomp, errno, kExitJailError, "cannot install the syscall filter");
-    return static_cast<int>(listener);
+    return notifies ? static_cast<int>(listener) : -1;
 }
+
+// Keeps `keep` at 3, 4, ... (close-on-exec) and closes every other descriptor above 2: a leaked
+// fd to a host file or socket would be a way out of every other protection. The first is the
+// report socket, which the program never holds.
+void keep_only(const int* keep, int n) {
+    int moved[8];
+    if (n < 1 || n > 8) fail(ChildStep::CloseFds, EINVAL, kExitJailError, "keep %d descriptors", n);
+    // Out of the way first (a target may be another's source), above every target.
+    for (int k = 0; k < n; ++k)
+        if ((moved[k] = ::fcntl(keep[k], F_DUPFD_CLOEXEC, 3 + n)) < 0)
+            fail(ChildStep::CloseFds, errno, kExitJailError, "fcntl(F_DUPFD)");
+    for (int k = 0; k < n; ++k)
+        if (::dup3(moved[k], 3 + k, O_CLOEXEC) < 0) fail(ChildStep::CloseFds, errno, kExitJailError, "dup3");
+    if (sys_close_range(static_cast<unsigned>(3 + n), ~0U, 0) != 0)
+        fail(ChildStep::CloseFds, errno, kExitJailError, "close_range");
+    g_report_fd = 3;
+}
+
+void send_ready(int listener) {
+    JailMessage ready{};
+    ready.kind = MsgKind::Ready;
+    if (int e = send_with_fd(g_report_fd, &ready, sizeof ready, listener); e != 0)
+        fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
+    if (listener >= 0) ::close(listener);
+}
+
+// The supervisor's requests (protocol.hpp) arrive on the report socket, now fd 3: the kernel
+// signals pid 1 (kRequestSignal, init.hpp) when one is there. The owner and the flag belong to
+// the socket and pid 1, and so survive a template run's exec of its reaper.
+void hear_requests() {
+    int flags = ::fcntl(g_report_fd, F_GETFL);
+    if (::fcntl(g_report_fd, F_SETOWN, ::getpid()) != 0 || flags < 0 ||
+        ::fcntl(g_report_fd, F_SETFL, flags | O_ASYNC) != 0)
+        fail(ChildStep::CloseFds, errno, kExitJailError, "cannot be signalled for the supervisor's requests");
+}
+
+}  // namespace
 
 void install_init_signals() {
     // Before the program starts, so no forwarded signal can fall between the cracks. pid 1 of
@@ -301,19 +356,61 @@ void install_init_signals() {
         ::sigaction(s, &sa, nullptr);
         sigaddset(&set, s);
     }
-    for (int s : {SIGCHLD, reap_request_signal()}) {
+    for (int s : {SIGCHLD, kRequestSignal}) {
         ::sigaction(s, &sa, nullptr);
         sigaddset(&set, s);
     }
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-void send_ready(int listener) {
-    JailMessage ready{};
-    ready.kind = MsgKind::Ready;
-    if (int e = send_with_fd(g_report_fd, &ready, sizeof ready, listener); e != 0)
-        fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
-    if (listener >= 0) ::close(listener);
+void apply_mount_plan(const MountPlan& plan, int content_fd, const char* staging_dir) {
+    // Nothing we mount may propagate back to the mount namespace we came from.
+    do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
+    std::vector<std::string> source_paths = open_sources(plan);
+    bool new_root = false;
+    for (const MountOp& op : plan.ops) new_root = new_root || op.target.empty();
+    // Without a new root, the targets are relative to the root we have.
+    if (!new_root && ::chdir("/") != 0) fail(ChildStep::Chdir, errno, kExitJailError, "chdir /");
+
+    for (const MountOp& op : plan.ops) {
+        // The new root (a tmpfs, or the rootfs bound whole) goes on a host directory that only
+        // this mount namespace sees covered, and we step into it.
+        const bool root = op.target.empty();
+        const char* where = root ? staging_dir : op.target.c_str();
+        apply_mount_op(op, plan, source_paths, content_fd, where);
+        if (root && ::chdir(where) != 0) fail(ChildStep::MountRoot, errno, kExitJailError, "chdir %s", where);
+    }
+
+    if (new_root) {
+        // Into the new root. pivot_root(".", ".") stacks the old root on top of the new one;
+        // the lazy unmount then detaches the whole host tree, so no path leads back to it.
+        if (sys_pivot_root(".", ".") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "pivot_root");
+        if (::umount2(".", MNT_DETACH) != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "detach old root");
+        if (::chdir("/") != 0) fail(ChildStep::PivotRoot, errno, kExitJailError, "chdir /");
+        // The root (the rootfs, or a tmpfs of mount points and symlinks): read-only, nothing
+        // can be added.
+        do_mount(ChildStep::RemountRoot, nullptr, "/", nullptr, plan.root_flags, nullptr);
+    }
+    if (::chdir(plan.cwd.c_str()) != 0)
+        fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", plan.cwd.c_str());
+}
+
+void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int keep_count) {
+    set_hostname(l.hostname);
+    set_up_network(l.loopback_up);
+    open_egress_sockets(l.egress_sockets);
+    set_rlimits(l.rlimits);
+    take_stdio(stdio);
+    new_session();
+    keep_only(keep, keep_count);
+    hear_requests();
+    if (l.template_capabilities) keep_template_capabilities();
+    else drop_capabilities();
+    set_no_new_privs();
+    join_new_keyring();
+    int listener = install_seccomp(l.seccomp_filter, l.filter_notifies);
+    install_init_signals();
+    send_ready(listener);
 }
 
 }  // namespace pyjail::pid1

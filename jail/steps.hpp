@@ -1,7 +1,10 @@
 // The set-up steps a jail's pid 1 takes, shared by the two ways a jail starts: cloned by the
 // supervisor (child.cpp: a fresh jail) and forked from a template (forked_run.cpp: a run of
-// `pyjail serve`). Each step either succeeds or reports {step, errno, message} on the report
-// socket (`set_report_fd`) and exits; why each one is there is said where it is defined.
+// `pyjail serve`). Both apply their mount plan with apply_mount_plan and their lock-down with
+// lock_down: what differs between the two is only what comes before (namespaces, ids) and
+// after (how the program starts). Each step either succeeds or reports {step, errno, message}
+// on the report socket (`set_report_fd`) and exits; why each one is there is said where it is
+// defined.
 //
 // These run in a copy of a single-threaded process (child.hpp says why that makes allocating
 // safe), with the capabilities of the jail's user namespace until drop_capabilities.
@@ -15,6 +18,7 @@
 
 #include "child_step.hpp"
 #include "limits.hpp"
+#include "lockdown.hpp"
 #include "mountplan.hpp"
 
 namespace pyjail::pid1 {
@@ -36,23 +40,18 @@ void do_mount(ChildStep step, const char* src, const char* target, const char* t
 void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<std::string>& sources,
                     int content_fd, const char* where);
 
-void set_hostname(const std::string& hostname);
-void set_up_network(bool loopback_up);
-void set_rlimits(const std::vector<RlimitValue>& rlimits);
-// dup2 of each fd >= 0 onto 0, 1, 2.
-void take_stdio(const int (&fds)[3]);
-void new_session();
-// Moves the report socket to fd 3 (close-on-exec) and closes every other fd above 2.
-void close_inherited_fds();
-void drop_capabilities();
-// A template's instead (child.hpp: ChildPlan::template_capabilities).
-void keep_template_capabilities();
-void set_no_new_privs();
-void join_new_keyring();
-// Returns the filter's listener, or -1 without a filter.
-int install_seccomp(const std::vector<sock_filter>& filter);
+// The whole mount plan, from a private / to the plan's working directory. A plan with a new
+// root (an op whose target is "", a fresh jail's) assembles it on `staging_dir`, pivots into it
+// and makes it read-only; a plan without one (a run from a template's) mounts below the root
+// it has. `content_fd`: what Copy ops copy (the script), or -1.
+void apply_mount_plan(const MountPlan& plan, int content_fd, const char* staging_dir);
+
+// The lock-down, in its one order (lockdown.hpp), ending in the "ready" message. `stdio`: the
+// fds to take as 0-2 (-1: keep); `keep`: the descriptors pid 1 keeps, moved to 3, 4, ...
+// (close-on-exec), the first being the report socket; every other fd above 2 is closed.
+void lock_down(const Lockdown& lockdown, const int (&stdio)[3], const int* keep, int keep_count);
+
+// Blocks and handles the signals pid 1 takes (init.cpp); also after the reaper's exec.
 void install_init_signals();
-// The "ready" message, with the filter's listener (closed here).
-void send_ready(int listener);
 
 }  // namespace pyjail::pid1

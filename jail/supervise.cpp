@@ -220,8 +220,14 @@ private:
             return;
         }
         // No cgroup counts the jail's usage: pid 1 kills and waits for every process, so
-        // that the kernel accounts them, and gets SIGKILL if it has not done so in time.
-        sys_pidfd_send_signal(a_.pidfd, reap_request_signal());
+        // that the kernel accounts them, and gets SIGKILL if it has not done so in time. The
+        // request goes over the socket only we hold, never as a signal (protocol.hpp).
+        const SupervisorRequest reap{Pid1Request::ReapAll};
+        if (::send(a_.sync_fd, &reap, sizeof reap, MSG_DONTWAIT | MSG_NOSIGNAL) !=
+            static_cast<ssize_t>(sizeof reap)) {
+            sys_pidfd_send_signal(a_.pidfd, SIGKILL);
+            return;
+        }
         sigkill_pid1_ms_ = now + kReapAllMs + 500;
     }
 

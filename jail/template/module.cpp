@@ -149,7 +149,18 @@ PyObject* serve(PyObject*, PyObject* args) {
     }
 }
 
+PyObject* lower_capabilities(PyObject*, PyObject*) {
+    if (int e = zygote::lower_capabilities(); e != 0) {
+        errno = e;
+        return PyErr_SetFromErrno(PyExc_OSError);
+    }
+    Py_RETURN_NONE;
+}
+
 PyMethodDef kMethods[] = {
+    {"lower_capabilities", lower_capabilities, METH_NOARGS,
+     "lower_capabilities(): the template's capabilities stay permitted only (not effective, not "
+     "ambient) until serve() sets a run up. Called before any module of the rootfs runs."},
     {"serve", serve, METH_VARARGS,
      "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
      "return (argv, env). reaper: the path of pyjail-reaper."},

@@ -10,7 +10,8 @@ and environment: ``run_program`` then runs it as ``python ARGS`` would.
 
 What a run shares with the template and every other run, because it is a fork
 of the same interpreter: the address-space layout (ASLR is per template), the
-str/bytes hash seed (PYTHONHASHSEED), the interpreter's flags (``-I``), and the
+str/bytes hash seed (PYTHONHASHSEED), the interpreter's flags (``-I -S``; site
+has run all the same), and the
 preloaded modules as they were after import. Random generators are reseeded
 in each run: ``random`` by its own at-fork hook, numpy's global generator
 here.
@@ -25,6 +26,13 @@ USAGE = ("a run from a template runs `python FILE [ARGS]`, `python -c CODE [ARGS
 
 
 def main(preload):
+    # Before any module of the rootfs's site-packages runs (the interpreter started with -S:
+    # site's .pth files would have run before this line): the template's capabilities stay
+    # permitted only, effective only while a run is set up. Then site, as python runs it.
+    import _pyjail_zygote
+    _pyjail_zygote.lower_capabilities()
+    import site
+    site.main()
     import importlib
     # What every run uses to start and end its program: imported once, here.
     import atexit, runpy, signal, threading, traceback, types  # noqa: F401,E401
@@ -35,7 +43,6 @@ def main(preload):
     gc.freeze()        # the runs' first collection does not touch (and copy) these pages
     sys.stdout.flush()
     sys.stderr.flush()
-    import _pyjail_zygote
     global _TEMPLATE_MODULES
     _TEMPLATE_MODULES = frozenset(sys.modules)
     got = _pyjail_zygote.serve(0, os.path.join(HERE, "pyjail-reaper"))

@@ -123,7 +123,7 @@ void run_request(std::string_view input) {
     std::string again = encode_request(r);
     expect(encode_request(decode_request(again)) == again, "a decoded request changes in another round");
     expect(!r.argv.empty() && r.argv.size() <= 4096, "a request without a command, or with too many arguments");
-    for (const auto& op : r.mounts) {
+    for (const auto& op : r.mounts.ops) {
         // Relative, and no component climbs ("ac.." is a name; ".." is not).
         expect(!op.target.empty() && op.target.front() != '/', "a mount target outside the run");
         std::string_view t = op.target;

@@ -209,6 +209,8 @@ TEST_CASE("every jail: no real-time or raised priority, little locked memory, ca
         // The report and --explain show them, with the mechanism.
         CHECK(entry(p, "rtprio")->value == "0");
         CHECK(entry(p, "memlock")->value == "65536");
+        CHECK(entry(p, "sigpending")->value == "1024");
+        CHECK(has_rlimit(p, RLIMIT_SIGPENDING, 1024));
         CHECK(entry(p, "inotify-instances")->mechanism == Mechanism::UserNamespace);
         CHECK(std::string(mechanism_name(Mechanism::UserNamespace)) == "user-namespace");
     }

@@ -22,14 +22,14 @@ RunRequest sample() {
     RunRequest r;
     r.argv = {"python", "/work/job.py", "a b"};
     r.env = {"PATH=/usr/bin", "HOME=/tmp"};
-    r.hostname = "pyjail";
-    r.loopback_up = true;
-    r.rlimits = {{RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE"}, {RLIMIT_CPU, 10, "RLIMIT_CPU", 11}};
-    r.mounts = {{OpKind::Tmpfs, "tmp", -1, "", MS_NOSUID, "size=1M", 0, false},
+    r.lockdown.hostname = "pyjail";
+    r.lockdown.loopback_up = true;
+    r.lockdown.rlimits = {{RLIMIT_NOFILE, 1024, "RLIMIT_NOFILE"}, {RLIMIT_CPU, 10, "RLIMIT_CPU", 11}};
+    r.mounts.ops = {{OpKind::Tmpfs, "tmp", -1, "", MS_NOSUID, "size=1M", 0, false},
                 {OpKind::Bind, "work", -1, "tmp/.work", MS_BIND, "", 0, false},
                 {OpKind::Copy, "work/job.py", 1, "", 0, "", 0444, false},
                 {OpKind::Bind, "proc/keys", -1, "/dev/null", MS_BIND, "", 0, true}};
-    r.seccomp_filter = {{0x20, 0, 0, 4}, {0x06, 0, 0, 0x7fff0000}};
+    r.lockdown.seccomp_filter = {{0x20, 0, 0, 4}, {0x06, 0, 0, 0x7fff0000}};
     r.cgroup_files = {{"memory.max", "1048576"}};
     r.rootfs = "/usr/lib/pyjail/rootfs";
     r.has_script = true;
@@ -57,18 +57,18 @@ TEST_CASE("a run request survives its encoding whole") {
     RunRequest d = decode_request(encode_request(r));
     CHECK(d.argv == r.argv);
     CHECK(d.env == r.env);
-    CHECK(d.cwd == "/work");
-    CHECK(d.loopback_up);
-    REQUIRE(d.rlimits.size() == 2);
-    CHECK(std::string(d.rlimits[1].name) == "RLIMIT_CPU");
-    CHECK(d.rlimits[1].hard == 11);
-    REQUIRE(d.mounts.size() == 4);
-    CHECK(d.mounts[1].source_path == "tmp/.work");
-    CHECK(d.mounts[2].kind == OpKind::Copy);
-    CHECK(d.mounts[2].mode == 0444);
-    CHECK(d.mounts[3].if_exists);
-    REQUIRE(d.seccomp_filter.size() == 2);
-    CHECK(d.seccomp_filter[1].k == 0x7fff0000u);
+    CHECK(d.mounts.cwd == "/work");
+    CHECK(d.lockdown.loopback_up);
+    REQUIRE(d.lockdown.rlimits.size() == 2);
+    CHECK(std::string(d.lockdown.rlimits[1].name) == "RLIMIT_CPU");
+    CHECK(d.lockdown.rlimits[1].hard == 11);
+    REQUIRE(d.mounts.ops.size() == 4);
+    CHECK(d.mounts.ops[1].source_path == "tmp/.work");
+    CHECK(d.mounts.ops[2].kind == OpKind::Copy);
+    CHECK(d.mounts.ops[2].mode == 0444);
+    CHECK(d.mounts.ops[3].if_exists);
+    REQUIRE(d.lockdown.seccomp_filter.size() == 2);
+    CHECK(d.lockdown.seccomp_filter[1].k == 0x7fff0000u);
     CHECK(d.cgroup_files == r.cgroup_files);
     CHECK(d.has_script);
     CHECK_FALSE(d.into_cgroup);
@@ -95,15 +95,15 @@ TEST_CASE("a malformed run request is refused, never half read") {
     // Mounts only over the run's own directories; no "..", no symlinks, no bind from "..".
     for (auto target : {"usr", "", "/tmp", "tmp/../etc", "work/", "procfoo", "dev"}) {
         RunRequest r = sample();
-        r.mounts[0].target = target;
+        r.mounts.ops[0].target = target;
         INFO(target);
         CHECK(refusal(encode_request(r)) != "");
     }
     RunRequest up = sample();
-    up.mounts[1].source_path = "tmp/../../x";
+    up.mounts.ops[1].source_path = "tmp/../../x";
     CHECK(refusal(encode_request(up)).find("unusable source") != std::string::npos);
     RunRequest link = sample();
-    link.mounts[0].kind = OpKind::Symlink;
+    link.mounts.ops[0].kind = OpKind::Symlink;
     CHECK(refusal(encode_request(link)) != "");
     RunRequest nul = sample();
     nul.argv[1] = std::string("a\0b", 3);
@@ -115,7 +115,7 @@ TEST_CASE("a malformed run request is refused, never half read") {
     cg.cgroup_files = {{"../cgroup.procs", "0"}};
     CHECK(refusal(encode_request(cg)) != "");
     RunRequest limit = sample();
-    limit.rlimits = {{12345, 1, "x"}};
+    limit.lockdown.rlimits = {{12345, 1, "x"}};
     CHECK(refusal(encode_request(limit)).find("unknown rlimit") != std::string::npos);
     // A time that no bound can order (NaN passes every comparison) or a negative one.
     for (double t : {std::nan(""), -1.0, HUGE_VAL}) {
@@ -161,7 +161,7 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
     }
     // Every op it plans passes the template's own check.
     RunRequest r = sample();
-    r.mounts = ops;
+    r.mounts.ops = ops;
     CHECK_NOTHROW(decode_request(encode_request(r)));
 
     Settings with_bind = s;
@@ -191,10 +191,10 @@ TEST_CASE("a wiped request holds none of its bytes") {
     };
     for (const auto& s : r.argv) CHECK(zeros(s));
     for (const auto& s : r.env) CHECK(zeros(s));
-    CHECK(zeros(r.cwd));
-    CHECK(zeros(r.hostname));
+    CHECK(zeros(r.mounts.cwd));
+    CHECK(zeros(r.lockdown.hostname));
     CHECK(zeros(r.rootfs));
-    for (const auto& op : r.mounts) CHECK(zeros(op.target));
+    for (const auto& op : r.mounts.ops) CHECK(zeros(op.target));
     for (const auto& [file, value] : r.cgroup_files) CHECK((zeros(file) && zeros(value)));
 }
 

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <linux/seccomp.h>
 #include <sys/syscall.h>
 
 #include <fcntl.h>
@@ -6,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <fstream>
 #include <cerrno>
@@ -82,7 +84,7 @@ TEST_CASE("set errors name the file, the line and the name") {
     CHECK_THROWS_AS(parse_seccomp_set("permit = []\n", "s.toml", groups, "g.toml"), UsageError);
     // A set that would leave the jail's own pid 1 unable to hand over its listener.
     CHECK_THROWS_WITH_AS(parse_seccomp_set("allow = [\"@g\"]\n", "s.toml", groups, "g.toml"),
-                         "s.toml: the set must allow sendmsg, sendto, close, clone, execve, exit_group, "
+                         "s.toml: the set must allow sendmsg, sendto, recvfrom, close, clone, execve, exit_group, "
                          "wait4, rt_sigaction, rt_sigprocmask, rt_sigtimedwait, kill, openat, dup2 "
                          "(the jail itself needs them once the filter is in place)",
                          UsageError);
@@ -328,4 +330,22 @@ TEST_CASE("System V IPC and memfd_create are refused: no rlimit counts their mem
     // Plain reading and writing are untouched.
     CHECK(run_filter(bpf, SYS_read, {0, 0, 0, 0, 0, 0}) == kAllow);
     CHECK(run_filter(bpf, SYS_mprotect, {0, 0, 0, 0, 0, 0}) == kAllow);
+}
+
+TEST_CASE("a template's own filter answers in the kernel, and ranks below a run's notification") {
+    // Stacked under a run's filter, whose listener is the stack's one: it must never notify,
+    // and its refusals (SECCOMP_RET_TRACE, ENOSYS without a tracer) must rank below the run's
+    // SECCOMP_RET_USER_NOTIF, so that a call both refuse still reaches the run's supervisor.
+    std::vector<sock_filter> prog = compile_template_filter();
+    REQUIRE_FALSE(prog.empty());
+    bool traces = false;
+    for (const auto& insn : prog) {
+        if (BPF_CLASS(insn.code) != BPF_RET) continue;
+        std::uint32_t action = insn.k & SECCOMP_RET_ACTION_FULL;
+        CHECK(action != SECCOMP_RET_USER_NOTIF);
+        CHECK(action != SECCOMP_RET_ERRNO);
+        traces = traces || action == SECCOMP_RET_TRACE;
+    }
+    CHECK(traces);
+    CHECK(static_cast<std::int32_t>(SECCOMP_RET_USER_NOTIF) < static_cast<std::int32_t>(SECCOMP_RET_TRACE));
 }

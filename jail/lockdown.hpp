@@ -1,0 +1,38 @@
+// A jail's lock-down: what its pid 1 does once the jail's mounts are in place, to make it the
+// jail its plan says (host name, loopback, rlimits, the standard streams, a new session, no
+// inherited descriptor, no capability, no_new_privs, a new keyring, the filter). One value,
+// planned once from a RunPlan (plan_lockdown, run_plans.hpp) and carried by both ways into a
+// jail: a fresh jail's ChildPlan (child.hpp) and a run from a template's RunRequest
+// (run_request.hpp); one function applies it (pid1::lock_down, steps.hpp). A step added here is
+// in every jail, and tests/unit/test_run_plans.cpp checks that both plans carry it.
+#pragma once
+
+#include <linux/filter.h>
+
+#include <string>
+#include <vector>
+
+#include "egress_plan.hpp"
+#include "limits.hpp"
+
+namespace pyjail {
+
+struct Lockdown {
+    std::string hostname = "pyjail";
+    bool loopback_up = false;          // --net loopback or allow: `lo` up
+    // --net allow: the sockets pid 1 binds once `lo` is up, while it still holds the network
+    // namespace's capabilities (ports below 1024), and hands to the supervisor (egress_pid1.hpp).
+    std::vector<EgressSocketSpec> egress_sockets;
+    std::vector<RlimitValue> rlimits;  // soft and hard
+    // A template's (`pyjail serve`) program keeps the few capabilities its runs' set-up needs
+    // (steps.cpp, keep_template_capabilities); every other program keeps none.
+    bool template_capabilities = false;
+    std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
+    // The filter sends what it refuses to the supervisor (a user-notification listener, handed
+    // over with "ready"); false: a filter that answers in the kernel and has no listener.
+    bool filter_notifies = true;
+};
+
+bool operator==(const Lockdown& a, const Lockdown& b);
+
+}  // namespace pyjail

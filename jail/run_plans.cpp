@@ -1,0 +1,98 @@
+#include "run_plans.hpp"
+
+#include <sys/resource.h>
+
+#include <string_view>
+
+namespace pyjail {
+
+namespace {
+
+// Namespaces of each kind a template's runs may hold at once (each run holds one of each).
+constexpr std::uint64_t kTemplateNamespaces = 4096;
+
+}  // namespace
+
+Lockdown plan_lockdown(const RunPlan& p) {
+    Lockdown l;
+    l.hostname = p.policy.hostname;
+    l.loopback_up = p.policy.net != NetMode::None;
+    // --net allow: the resolver and listeners pid 1 binds in the jail's namespace for the
+    // supervisor (egress_plan.hpp). A run from a template cannot ask for them yet (refused
+    // where its request is planned), so only a fresh jail's plan holds any.
+    if (p.egress) l.egress_sockets = egress_socket_specs(*p.egress);
+    l.rlimits = p.limits.rlimits;
+    l.seccomp_filter = p.seccomp_filter;
+    if (!p.is_template) return l;
+    // A template (`pyjail serve`) is a jail whose program forks the runs: each run applies its
+    // own client's lock-down (forked_run.cpp), so the template keeps only the limits that hold
+    // for every run -- one a run sets for itself cannot be raised again -- and may create the
+    // namespaces its runs need.
+    l.template_capabilities = true;
+    // Not the profile's filter, which every run installs for itself (forked_run.cpp) before its
+    // program exists, but the template's own: what no template needs, answered in the kernel
+    // (seccomp.cpp, compile_template_filter). One filter stack notifies only one listener: the
+    // run's.
+    l.seccomp_filter = p.template_filter;
+    l.filter_notifies = false;
+    std::vector<RlimitValue> kept;
+    for (const auto& r : l.rlimits)
+        if (r.resource == RLIMIT_CORE || r.resource == RLIMIT_NOFILE || r.resource == RLIMIT_RTPRIO ||
+            r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK || r.resource == RLIMIT_SIGPENDING)
+            kept.push_back(r);
+    l.rlimits = std::move(kept);
+    return l;
+}
+
+ChildPlan plan_child(const RunPlan& p) {
+    ChildPlan c;
+    c.jail_uid = kJailUid;
+    c.jail_gid = kJailGid;
+    if (!p.invoker.is_root()) {  // the child writes its own maps (root's, the parent writes)
+        c.own_uid_map = p.ids.uid_map;
+        c.own_gid_map = p.ids.gid_map;
+    }
+    c.staging_dir = "/tmp";
+    c.mounts = p.mounts;
+    c.lockdown = plan_lockdown(p);
+    c.exec_path = p.command.exec_path;
+    c.userns_limits = p.limits.userns_limits;
+    if (p.is_template) {
+        // Each run creates a mount, pid, net, ipc, uts and cgroup namespace in the template's
+        // user namespace; none may create a user or time namespace (and no run keeps the
+        // capability to create any).
+        for (auto& l : c.userns_limits) {
+            std::string_view name = l.name;
+            if (name != "max_user_namespaces" && name != "max_time_namespaces" &&
+                name.substr(0, 4) == "max_" && name.find("_namespaces") != std::string_view::npos)
+                l.value = kTemplateNamespaces;
+        }
+    }
+    // execve's argv and envp are char* for historical reasons; it never writes through them.
+    for (const auto& a : p.argv) c.argv.push_back(const_cast<char*>(a.c_str()));
+    c.argv.push_back(nullptr);
+    for (const auto& e : p.env) c.envp.push_back(const_cast<char*>(e.c_str()));
+    c.envp.push_back(nullptr);
+    return c;
+}
+
+RunRequest plan_run_request(const RunPlan& p, bool has_script) {
+    RunRequest r;
+    r.argv = p.argv;
+    r.env = p.env;
+    r.mounts.ops = plan_forked_mounts(p.mounts);
+    r.mounts.cwd = p.mounts.cwd;
+    r.lockdown = plan_lockdown(p);
+    if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
+    r.rootfs = p.rootfs;
+    r.has_script = has_script;
+    // For the server to hold against its own settings (serve_bounds.hpp).
+    if (p.seccomp) r.seccomp_allow = p.seccomp->allow;
+    r.net = static_cast<std::uint32_t>(p.policy.net);
+    r.wall_time = p.policy.wall_time;
+    r.cpu_time = p.policy.limits.cpu_time;
+    r.output = p.policy.limits.output.value_or(0);
+    return r;
+}
+
+}  // namespace pyjail

@@ -1,0 +1,105 @@
+// The two ways into a jail -- a fresh jail's ChildPlan and a run from a template's RunRequest --
+// carry one lock-down, planned once: whatever the RunPlan asks of it reaches both, and the
+// request carries it through its encoding to the template unchanged.
+#include <doctest/doctest.h>
+#include <sys/resource.h>
+
+#include "lockdown.hpp"
+#include "profile.hpp"
+#include "run_plans.hpp"
+#include "run_request.hpp"
+
+using namespace pyjail;
+
+namespace {
+
+RunPlan sample_plan() {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile("", "p.toml"));
+    RunPlan p;
+    p.policy = make_policy(s, {"python3", "-c", "pass"}, "/home/u");
+    p.policy.hostname = "box";
+    p.policy.net = NetMode::Loopback;
+    p.argv = {"python3", "-c", "pass"};
+    p.env = {"PATH=/usr/bin"};
+    p.mounts.ops = {{OpKind::Tmpfs, "tmp", -1, "", 0, "size=1M", 0, false}};
+    p.mounts.cwd = "/tmp";
+    Limits l;
+    l.memory = 1 << 30;
+    l.cpu_time = 3;
+    p.limits = plan_limits(l, false);
+    p.seccomp_filter = {{0x20, 0, 0, 4}, {0x06, 0, 0, 0x7fff0000}};
+    return p;
+}
+
+// The lock-down the template executes: the client's, through the request's encoding.
+Lockdown as_template_gets(const RunPlan& p) {
+    return decode_request(encode_request(plan_run_request(p, false))).lockdown;
+}
+
+bool has_rlimit(const Lockdown& l, int resource) {
+    for (const auto& r : l.rlimits)
+        if (r.resource == resource) return true;
+    return false;
+}
+
+}  // namespace
+
+TEST_CASE("a fresh jail and a run from a template carry the same lock-down") {
+    RunPlan p = sample_plan();
+    const Lockdown planned = plan_lockdown(p);
+    CHECK(plan_child(p).lockdown == planned);
+    CHECK(plan_run_request(p, false).lockdown == planned);
+    CHECK(as_template_gets(p) == planned);
+    CHECK(planned.hostname == "box");
+    CHECK(planned.loopback_up);
+    CHECK(planned.seccomp_filter.size() == 2);
+    CHECK(planned.filter_notifies);
+    CHECK_FALSE(planned.template_capabilities);
+    // The fixed limits of every jail, and the run's own.
+    for (int resource : {RLIMIT_CORE, RLIMIT_NOFILE, RLIMIT_RTPRIO, RLIMIT_NICE, RLIMIT_MEMLOCK,
+                         RLIMIT_SIGPENDING, RLIMIT_DATA, RLIMIT_CPU}) {
+        INFO(rlimit_name(resource));
+        CHECK(has_rlimit(planned, resource));
+    }
+}
+
+TEST_CASE("what the plan adds to the lock-down reaches both doors") {
+    RunPlan p = sample_plan();
+    p.limits.rlimits.push_back({RLIMIT_FSIZE, 4096, "RLIMIT_FSIZE"});
+    p.policy.net = NetMode::None;
+    p.policy.hostname = "other";
+    p.seccomp_filter.push_back({0x06, 0, 0, 0});
+    const Lockdown planned = plan_lockdown(p);
+    CHECK(has_rlimit(planned, RLIMIT_FSIZE));
+    CHECK(plan_child(p).lockdown == planned);
+    CHECK(as_template_gets(p) == planned);
+    // --seccomp off reaches both as no filter.
+    p.seccomp_filter.clear();
+    CHECK(plan_child(p).lockdown.seccomp_filter.empty());
+    CHECK(as_template_gets(p).seccomp_filter.empty());
+    // And the comparison sees every field.
+    Lockdown other = planned;
+    other.filter_notifies = false;
+    CHECK_FALSE(other == planned);
+    other = planned;
+    other.rlimits.back().hard = 1;
+    CHECK_FALSE(other == planned);
+}
+
+TEST_CASE("a template keeps its runs' capabilities and only the limits every run shares") {
+    RunPlan p = sample_plan();
+    p.is_template = true;
+    p.template_filter = {{0x06, 0, 0, 0x7fff0000}};
+    const Lockdown t = plan_lockdown(p);
+    CHECK(plan_child(p).lockdown == t);
+    CHECK(t.template_capabilities);
+    // Its own filter, not the profile's (which each run installs), and without a listener.
+    REQUIRE(t.seccomp_filter.size() == 1);
+    CHECK(t.seccomp_filter[0].k == 0x7fff0000u);
+    CHECK_FALSE(t.filter_notifies);
+    CHECK(has_rlimit(t, RLIMIT_NOFILE));
+    CHECK(has_rlimit(t, RLIMIT_SIGPENDING));  // the template holds no more than a run
+    CHECK_FALSE(has_rlimit(t, RLIMIT_DATA));  // a run's own limit: it could not be raised again
+    CHECK_FALSE(has_rlimit(t, RLIMIT_CPU));
+}
