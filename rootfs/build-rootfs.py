@@ -681,7 +681,13 @@ class Builder:
         self.stage = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
                                       dir=os.path.dirname(self.out))
         os.mkdir(os.path.join(self.stage, "tmp"))
-        requirements, specs, extra = [os.path.abspath(f) for f in a.requirements], a.pip, []
+        # Copies of the requirements files, which the jail's host user can read wherever
+        # the builder found them (root's own in /root).
+        requirements, specs, extra = [], a.pip, []
+        for i, f in enumerate(a.requirements):
+            requirements.append(os.path.join(self.stage, "requirements-%d.txt" % i))
+            shutil.copyfile(f, requirements[-1])
+            os.chmod(requirements[-1], 0o644)
         if pins:
             requirements, specs, extra = [os.path.join(self.stage, "locked.txt")], [], \
                 ["--no-deps"]   # the lock lists every distribution: exactly those

@@ -314,7 +314,8 @@ def explain_jail_failure(proc):
     why = lines[-1][len("pyjail:"):].strip() if lines else "exit status %d" % proc.returncode
     return ("pip in a jail", one_line(why, 300),
             "check that this host can run jails (pyjail doctor), and, as root, that the jail's "
-            "host user (nobody) can read the output's directory")
+            "host user (nobody) can read the output's directory and the --find-links "
+            "directories")
 
 
 def explain_build_failure(log):

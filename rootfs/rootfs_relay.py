@@ -6,8 +6,8 @@ passes each connection to a Unix socket bound into the jail; pip uses it as its 
 On the host, the builder serves that socket (Relay): it reads one `CONNECT host:port` request,
 and connects only to a host the build named as its index (--index-url, --extra-index-url,
 --find-links URLs; PyPI's two hosts by default) on that URL's port, to an address that is
-not loopback, link-local, multicast or unspecified (and not private, unless the user named
-that host). Then it copies bytes both ways, bounded in time and size. TLS stays end to end:
+not link-local, multicast or unspecified (and not loopback or private, unless the user named
+that host as an index). Then it copies bytes both ways, bounded in time and size. TLS stays end to end:
 pip checks the index's certificate itself.
 
 Everything the jail sends is hostile: the request head is bounded in size and time, the host
@@ -78,9 +78,9 @@ def parse_connect(head):
     return host, port
 
 
-# Networks of the host's own site (a LAN, a carrier's NAT, IPv6 unique local): reached only for
-# a host the user named as an index. Loopback, link-local (cloud metadata), multicast and
-# unspecified addresses never.
+# The host's own loopback and the networks of its site (a LAN, a carrier's NAT, IPv6 unique
+# local): reached only for a host the user named as an index (a private index, a mirror on this
+# host). Link-local (cloud metadata), multicast and unspecified addresses never.
 PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in (
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "0.0.0.0/8",
     "fc00::/7", "fec0::/10"))
@@ -91,9 +91,11 @@ def address_ok(address, private_ok):
     ip = ipaddress.ip_address(address)
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped:
         ip = ip.ipv4_mapped
-    if ip.is_loopback or ip.is_link_local or ip.is_multicast or ip.is_unspecified:
+    if ip.is_link_local or ip.is_multicast or ip.is_unspecified:
         return False
-    return private_ok or not any(ip in n for n in PRIVATE_NETS if n.version == ip.version)
+    if ip.is_loopback or any(ip in n for n in PRIVATE_NETS if n.version == ip.version):
+        return private_ok
+    return True
 
 
 class Relay:

@@ -20,6 +20,8 @@ import http.server
 import json
 import os
 import shutil
+import ssl
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -28,7 +30,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_rootfs_command import (  # noqa: E402,F401  (fixtures are used by name)
-    UNPRIVILEGED, as_user, binary, describe, users, world_dir)
+    UNPRIVILEGED, as_user, binary, describe, skip_or_fail, users, world_dir)
 from test_rootfs_rebuild import one_error, run  # noqa: E402
 from tiny_packages import make_project, make_sdist, make_wheel  # noqa: E402
 
@@ -149,3 +151,139 @@ def test_a_url_dependency_of_a_wheel_is_not_built_on_the_host(binary, as_user, m
         assert r.returncode == 125 and left == [], describe(r)
     finally:
         shutil.rmtree(links, ignore_errors=True)
+
+
+# ------------------------------------------------------- what the jail writes is hostile
+
+# Build code that, in the jail that runs pip, plants a symlink to a host file among what pip
+# installs: read with the builder's rights (root's), it would copy that file into the tree.
+PLANT = '''
+if os.path.isdir("/pyjail/pip"):
+    os.makedirs("/work/site", exist_ok=True)
+    try:
+        os.symlink(%r, "/work/site/leak.txt")
+    except OSError:
+        pass
+'''
+
+
+def test_a_symlink_the_jail_plants_is_not_followed(binary, as_user, marker_dir):
+    links = world_dir()
+    try:
+        secret = links / "secret"
+        secret.write_text("root's secret\n")
+        make_sdist(links, "planter", "1.0", marker=marker_dir / "built",
+                   plant=PLANT % str(secret))
+        readable(links)
+        os.chmod(secret, 0o600)
+        top = world_dir()
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--no-index",
+                "--find-links", links, "--pip", "planter", "--allow-build", "--quiet")
+        try:
+            assert not (marker_dir / "built").exists(), "build code ran on the host"
+            assert r.returncode == 0, describe(r)
+            assert "left out of the tree what pip's jail made that a wheel cannot hold " \
+                   "(symlinks, hard links, special files): leak.txt" in r.stderr
+            tree = top / "r"
+            assert list(tree.rglob("leak.txt")) == [] and list(tree.rglob("planter.py"))
+            for p in tree.rglob("*"):
+                if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 20:
+                    assert b"root's secret" not in p.read_bytes(), p
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+# ------------------------------------------------------------- the relay to the index
+
+
+def test_the_jail_reaches_no_host_but_the_index(binary, as_user):
+    """A direct reference to a host that is not the index: the relay refuses it."""
+    top = world_dir()
+    if as_user.name != "root":
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--pip",
+                "directref @ https://files.elsewhere.invalid/directref-1.0.tar.gz", "--quiet")
+        one_error(r, r"pip install: .*; the relay to the index refused "
+                     r"files\.elsewhere\.invalid:443 \(")
+        assert list(top.iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def https_index(tmp_path):
+    """A PEP 503 index over HTTPS on the host's loopback, as `localhost`, with a certificate
+    of its own (the builds trust it through PIP_CERT), serving tiny wheels and an sdist."""
+    if shutil.which("openssl") is None:
+        skip_or_fail("no openssl to make the index's certificate")
+    d = world_dir("pyjail-index-")
+    public = world_dir("pyjail-cert-")
+    cert, key = public / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.chmod(cert, 0o644)
+    files = d / "files"
+    files.mkdir()
+    made = {}
+
+    def publish(path):
+        name = path.name.split("-")[0]
+        made.setdefault(name, []).append(path.name)
+        page = d / "simple" / name
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text("".join(
+            '<a href="../../files/%s">%s</a>\n' % (f, f) for f in made[name]))
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(d))
+    handler.log_message = lambda *a: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield files, publish, "https://localhost:%d/simple" % httpd.server_address[1], cert
+    httpd.shutdown()
+    httpd.server_close()
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(public, ignore_errors=True)
+
+
+def test_packages_from_an_index_through_the_relay(binary, as_user, marker_dir, https_index):
+    """The jail installs from the index named by --index-url (a host of this machine, so named
+    on purpose); a wheel there whose dependency is a URL sdist on another host cannot make
+    pip fetch, let alone build, it."""
+    files, publish, url, cert = https_index
+    publish(make_wheel(files, "tinydep", "1.0", code="def answer():\n    return 42\n"))
+    publish(make_wheel(files, "tinyapp", "2.0", code="import tinydep\nVALUE = tinydep.answer()\n",
+                       requires=["tinydep>=1.0"]))
+    publish(make_wheel(files, "wantsurl", "1.0",
+                       requires=["urldep @ https://files.elsewhere.invalid/urldep-1.0.tar.gz"]))
+    readable(files.parent)
+    top = world_dir()
+    if as_user.name != "root":
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--index-url", url,
+                "--pip", "tinyapp", "--quiet", env={"PIP_CERT": str(cert)})
+        assert r.returncode == 0, describe(r)
+        lock = json.loads((top / "r/etc/pyjail-rootfs.lock.json").read_text())
+        assert {p["name"]: p["wheel"]["file"] for p in lock["packages"]} == {
+            "tinyapp": "tinyapp-2.0-py3-none-any.whl", "tinydep": "tinydep-1.0-py3-none-any.whl"}
+        r = run(binary, as_user, "--rootfs", top / "r", "--", "python3", "-c",
+                "import tinyapp; print(tinyapp.VALUE)")
+        assert r.returncode == 0 and r.stdout == "42\n", describe(r)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "s", "--index-url", url,
+                "--pip", "wantsurl", "--quiet", env={"PIP_CERT": str(cert)})
+        one_error(r, r"pip install: .*; the relay to the index refused "
+                     r"files\.elsewhere\.invalid:443 \(")
+        assert not (marker_dir / "built").exists()
+        assert sorted(p.name for p in top.iterdir()) == ["r"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

@@ -46,6 +46,8 @@ if MARKER:
     except OSError:
         pass
 
+@PLANT@
+
 def get_requires_for_build_wheel(config_settings=None):
     return []
 
@@ -64,15 +66,16 @@ def make_wheel(directory, name, version, code="VALUE = 42\n", requires=(), modul
                                                   module)
 
 
-def sdist_files(name, version, code="VALUE = 42\n", fail=False, marker=None):
+def sdist_files(name, version, code="VALUE = 42\n", fail=False, marker=None, plant=""):
     """{path: text} of a source tree whose own backend (backend-path) builds it; with
-    `marker`, its build code writes that file first."""
+    `marker`, its build code writes that file first; `plant`: more build code, run then."""
     return {
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "tinybackend"\n'
                           'backend-path = ["."]\n',
         "tinybackend.py": BACKEND.replace("@FAIL@", repr(fail)).replace("@NAME@", repr(name))
                                  .replace("@VERSION@", repr(version)).replace("@CODE@", repr(code))
-                                 .replace("@MARKER@", repr(marker and str(marker))),
+                                 .replace("@MARKER@", repr(marker and str(marker)))
+                                 .replace("@PLANT@", plant),
         "PKG-INFO": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version),
         name + ".py": code,
     }
@@ -87,10 +90,11 @@ def make_project(directory, name, version, code="VALUE = 42\n", marker=None):
     return top
 
 
-def make_sdist(directory, name, version, code="VALUE = 42\n", fail=False, marker=None):
+def make_sdist(directory, name, version, code="VALUE = 42\n", fail=False, marker=None,
+               plant=""):
     """NAME-VERSION.tar.gz in `directory`, built by its own backend (backend-path)."""
     top = "%s-%s/" % (name, version)
-    files = sdist_files(name, version, code, fail, marker)
+    files = sdist_files(name, version, code, fail, marker, plant)
     path = Path(directory) / ("%s-%s.tar.gz" % (name, version))
     with tarfile.open(path, "w:gz") as tar:
         for rel, text in files.items():
