@@ -626,9 +626,10 @@ class Builder:
             if "://" not in d and not os.path.isdir(d):
                 raise BuildError("--find-links %s" % d, "no such directory",
                                  "give a directory of wheels (pip download -d DIR ...)")
-        if a.no_index and not a.find_links:
+        if a.no_index and not a.find_links and not a.wheel_cache:
             raise BuildError("--no-index", "no --find-links directory to take wheels from",
-                             "add --find-links DIR, a directory of wheels")
+                             "add --find-links DIR, a directory of wheels (or --wheel-cache "
+                             "DIR)")
         self.venv_site = None
         if a.from_venv:
             self.venv_site = rootfs_packages.read_venv(os.path.abspath(a.from_venv),
@@ -854,11 +855,14 @@ class Builder:
                       % one_line(", ".join(sorted(dropped)), 200))
         return tops
 
-    def copy_untrusted_tree(self, top, path, skip, entry_check=None, link_check=None):
+    def copy_untrusted_tree(self, top, path, skip, entry_check=None, link_check=None,
+                            hard_links=False):
         """Copy the directory open at descriptor `top` (closed here) to in-jail `path`,
         without following a symlink anywhere: (top-level names copied, [what was left out]).
         entry_check(rel, stat) may refuse an entry (raises); link_check(rel, target) says
-        whether a symlink is kept as it is (else it is left out)."""
+        whether a symlink is kept as it is (else it is left out); hard_links: whether a file
+        with more than one link is copied (a virtualenv's tools link files from their
+        caches; a jail's output has no reason to)."""
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
         tops, dropped = set(), []
         self.makedirs(path)
@@ -884,7 +888,7 @@ class Builder:
                                 link_check(r, os.readlink(entry, dir_fd=dfd)):
                             self.symlink(path + "/" + r, os.readlink(entry, dir_fd=dfd))
                         elif not stat.S_ISREG(st.st_mode) or not self.copy_jail_file(
-                                dfd, entry, path + "/" + r):
+                                dfd, entry, path + "/" + r, hard_links):
                             dropped.append(r)
                             continue
                         tops.add(r.split("/")[0])
@@ -898,7 +902,7 @@ class Builder:
             self.package_compile.append(self.site_dir())
         return tops, dropped
 
-    def copy_jail_file(self, dfd, entry, path):
+    def copy_jail_file(self, dfd, entry, path, hard_links=False):
         """One regular file the jail wrote, to in-jail `path`; False if it is not one."""
         try:
             fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
@@ -907,7 +911,7 @@ class Builder:
             return False
         with os.fdopen(fd, "rb") as f:
             st = os.fstat(f.fileno())
-            if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+            if not stat.S_ISREG(st.st_mode) or (st.st_nlink != 1 and not hard_links):
                 return False
             d = self.dest(path)
             if os.path.lexists(d):
@@ -938,12 +942,12 @@ class Builder:
             check = rootfs_packages.VenvCheck(venv, os.geteuid(), site_fd)
             tops, dropped = self.copy_untrusted_tree(
                 os.dup(site_fd), self.site_dir(), rootfs_packages.venv_skip,
-                check.entry, check.link)
+                check.entry, check.link, hard_links=True)
         finally:
             os.close(site_fd)
         if dropped:
-            self.warn("left out of the tree what a wheel cannot hold (hard links, special "
-                      "files) in %s: %s" % (venv, one_line(", ".join(sorted(dropped)), 200)))
+            self.warn("left out of the tree what a wheel cannot hold (special files) in %s: %s"
+                      % (venv, one_line(", ".join(sorted(dropped)), 200)))
         # Host files too, but each distribution's RECORD lists the hashes of its files: its
         # own hash tells whether the virtualenv changed (rootfs_sources.check). Read from the
         # copy in the tree, never again through the virtualenv's paths.

@@ -642,8 +642,14 @@ def record_digest(dist_dir):
     """sha256 of the distribution's RECORD (the list of its files with their hashes), and
     its number of files."""
     try:
-        with open(os.path.join(dist_dir, "RECORD"), "rb") as f:
-            data = f.read()
+        # Not through a symlink: a virtualenv's RECORD is read again, with root's rights, by
+        # root's `rebuild --if-stale` and `info`.
+        fd = os.open(os.path.join(dist_dir, "RECORD"),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None, 0
+            data = f.read(64 << 20)
     except OSError:
         return None, 0
     return hashlib.sha256(data).hexdigest(), sum(1 for l in data.splitlines() if l.strip())

@@ -287,3 +287,36 @@ def test_packages_from_an_index_through_the_relay(binary, as_user, marker_dir, h
         assert sorted(p.name for p in top.iterdir()) == ["r"]
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_the_wheel_cache_is_filled_by_a_jail_and_read_offline(binary, as_user, https_index):
+    """--wheel-cache (what the rootfs-data target uses): pip downloads in a jail, the builder
+    moves the wheels into the cache, whose files stay the builder's; a later build takes them
+    from there with no index at all."""
+    files, publish, url, cert = https_index
+    publish(make_wheel(files, "tinydep", "1.0", code="def answer():\n    return 42\n"))
+    publish(make_wheel(files, "tinyapp", "2.0", code="import tinydep\nVALUE = tinydep.answer()\n",
+                       requires=["tinydep>=1.0"]))
+    readable(files.parent)
+    top = world_dir()
+    uid = 0 if as_user.name == "root" else UNPRIVILEGED
+    os.chown(top, uid, uid)
+    cache = top / "wheels"
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--index-url", url,
+                "--wheel-cache", cache, "--pip", "tinyapp", "--quiet",
+                env={"PIP_CERT": str(cert)})
+        assert r.returncode == 0, describe(r)
+        assert sorted(p.name for p in cache.iterdir()) == [
+            "tinyapp-2.0-py3-none-any.whl", "tinydep-1.0-py3-none-any.whl"]
+        assert {(p.lstat().st_uid, p.is_symlink()) for p in cache.iterdir()} == {(uid, False)}
+        assert sorted(p.name for p in top.iterdir()) == ["r", "wheels"]
+        shutil.rmtree(files)        # the index has nothing any more
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "s", "--no-index",
+                "--wheel-cache", cache, "--pip", "tinyapp", "--quiet")
+        assert r.returncode == 0, describe(r)
+        r = run(binary, as_user, "--rootfs", top / "s", "--", "python3", "-c",
+                "import tinyapp; print(tinyapp.VALUE)")
+        assert r.returncode == 0 and r.stdout == "42\n", describe(r)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
