@@ -19,6 +19,7 @@ import functools
 import http.server
 import json
 import os
+import re
 import shutil
 import ssl
 import subprocess
@@ -78,6 +79,9 @@ def build(binary, user, links, *args):
         lock = None
         if r.returncode == 0:
             lock = json.loads((top / "r/etc/pyjail-rootfs.lock.json").read_text())
+            info = run(binary, user, "rootfs", "info", top / "r")
+            assert info.returncode == 0, describe(info)
+            lock["info"] = info.stdout     # what `pyjail rootfs info` says of it
         return r, left, lock
     finally:
         shutil.rmtree(top, ignore_errors=True)
@@ -134,6 +138,8 @@ def test_no_binary_in_a_requirements_file_is_not_built_on_the_host(binary, as_us
         assert entry["built_from"] == {"file": "nobinary-1.0.tar.gz", "in": "jail",
                                        "sha256": entry["built_from"]["sha256"]}
         assert len(entry["built_from"]["sha256"]) == 64
+        assert re.search(r"^  nobinary 1\.0 +pip +built in the jail from nobinary-1\.0\.tar\.gz$",
+                         lock["info"], re.M), lock["info"]
     finally:
         shutil.rmtree(links, ignore_errors=True)
 
