@@ -226,7 +226,6 @@ class Builder:
         self.host_files = {}        # in-tree path -> host file copied there (rootfs_sources)
         self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
         self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
-        self.built = set()          # distributions --allow-build built (in the pip jail)
         # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
         # (the same versions and wheels) and whose `requested` it keeps.
         self.previous_lock = None
@@ -729,7 +728,6 @@ class Builder:
                 e for e in (os.listdir(old_site) if os.path.isdir(old_site) else [])
                 if os.path.exists(os.path.join(old_site, e, "REQUESTED"))}, tops)
         self.lock += rootfs_packages.lock_entries(site, "pip", installed, tops)
-        self.built = {rootfs_packages.canonical(i["name"]) for i in installed if i["built"]}
 
     def run_pip_jail(self, pip_dir, requirements, specs, find_links, no_index, extra,
                      host_user, download=False):

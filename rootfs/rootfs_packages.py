@@ -211,16 +211,6 @@ def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs
     return cmd + ["--", python, "-I", "-c", script] + pip + sources + list(extra) + list(specs)
 
 
-def source_args(no_index, find_links, requirements):
-    """pip's options naming where packages come from and which are asked for."""
-    args = ["--no-index"] if no_index else []
-    for d in find_links:
-        args += ["--find-links", d]
-    for r in requirements:
-        args += ["--requirement", r]
-    return args
-
-
 def explain_pip_failure(log, python_desc):
     """(what, why, fix) for a failed `pip install`, from its -vv log."""
     lines = log.splitlines()
