@@ -624,7 +624,7 @@ class Builder:
         for d in a.find_links:
             if "://" not in d and not os.path.isdir(d):
                 raise BuildError("--find-links %s" % d, "no such directory",
-                                 "give a directory of wheels (pip download -d DIR ...)")
+                                 "give a directory of wheels (--wheel-cache DIR fills one)")
         if a.no_index and not a.find_links and not a.wheel_cache:
             raise BuildError("--no-index", "no --find-links directory to take wheels from",
                              "add --find-links DIR, a directory of wheels (or --wheel-cache "
