@@ -35,6 +35,7 @@ IDLE_TIMEOUT = 300          # seconds without a byte either way
 BYTES_LIMIT = 16 << 30      # bytes each way, per connection
 MAX_CONNECTIONS = 32        # at once
 MAX_REFUSED = 16            # refusals remembered for the error message
+TLS_RECORD_LIMIT = 16384 + 2048   # a TLS record, at most (RFC 8446: 2^14 + 2048)
 
 HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62})(\.[a-z0-9]([a-z0-9-]{0,62}))*$")
 CONNECT_RE = re.compile(rb"^CONNECT ([^\s:]{1,253}):([0-9]{1,5}) HTTP/1\.[01]\r\n")
@@ -84,6 +85,56 @@ def parse_connect(head):
 PRIVATE_NETS = tuple(ipaddress.ip_network(n) for n in (
     "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "0.0.0.0/8",
     "fc00::/7", "fec0::/10"))
+
+
+def client_hello_sni(record):
+    """The server name (SNI) of a TLS ClientHello, given its whole first record (bytes); pure.
+    Raises ValueError for anything that is not a ClientHello naming one host in that record."""
+    def take(data, at, n):
+        if at + n > len(data):
+            raise ValueError("short")
+        return data[at:at + n], at + n
+
+    def number(data, at, n):
+        raw, at = take(data, at, n)
+        return int.from_bytes(raw, "big"), at
+
+    if len(record) < 5 or record[0] != 0x16 or record[1] != 3:
+        raise ValueError("not a TLS handshake")
+    length, _ = number(record, 3, 2)
+    body, _ = take(record, 5, length)
+    if body[:1] != b"\x01":
+        raise ValueError("not a ClientHello")
+    hello_len, at = number(body, 1, 3)
+    hello, _ = take(body, at, hello_len)   # the whole ClientHello is in this record
+    at = 2 + 32                           # version, random
+    n, at = number(hello, at, 1)
+    _, at = take(hello, at, n)            # session id
+    n, at = number(hello, at, 2)
+    _, at = take(hello, at, n)            # cipher suites
+    n, at = number(hello, at, 1)
+    _, at = take(hello, at, n)            # compression methods
+    n, at = number(hello, at, 2)
+    exts, _ = take(hello, at, n)
+    at, names = 0, []
+    while at < len(exts):
+        kind, at = number(exts, at, 2)
+        n, at = number(exts, at, 2)
+        data, at = take(exts, at, n)
+        if kind != 0:                     # server_name
+            continue
+        m, i = number(data, 0, 2)
+        entries, _ = take(data, i, m)
+        j = 0
+        while j < len(entries):
+            name_type, j = number(entries, j, 1)
+            k, j = number(entries, j, 2)
+            name, j = take(entries, j, k)
+            if name_type == 0:
+                names.append(name.decode("ascii").lower())
+    if len(names) != 1:
+        raise ValueError("no single server name")
+    return names[0]
 
 
 def address_ok(address, private_ok):
@@ -155,11 +206,22 @@ class Relay:
                 self.refuse("%s:%d" % (host, port))
                 conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
                 return
+            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            # The tunnel carries TLS to that host and no other: its ClientHello must name it,
+            # or a CDN that serves the index and other sites at one address (domain fronting)
+            # would let the jail reach those too. Checked before anything is connected.
+            hello = self.read_record(conn)
+            try:
+                sni = client_hello_sni(hello or b"")
+            except (ValueError, UnicodeDecodeError):
+                sni = None
+            if sni != host and not (sni is None and _is_address(host) and hello):
+                self.refuse("%s:%d (TLS for %s)" % (host, port, sni or "no name"))
+                return
             upstream = self.connect(host, port)
             if upstream is None:
-                conn.sendall(b"HTTP/1.1 502 Bad Gateway\r\nContent-Length: 0\r\n\r\n")
                 return
-            conn.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            upstream.sendall(hello)
             self.splice(conn, upstream)
         except OSError:
             pass
@@ -188,6 +250,29 @@ class Relay:
                 return None
             head += b
         return head
+
+    @staticmethod
+    def read_record(conn):
+        """The first TLS record the jail sends through the tunnel (a 5-byte header and at most
+        TLS_RECORD_LIMIT bytes), within HEAD_DEADLINE; None otherwise."""
+        data, need, deadline = b"", 5, time.monotonic() + HEAD_DEADLINE
+        while len(data) < need:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return None
+            conn.settimeout(left)
+            try:
+                chunk = conn.recv(need - len(data))
+            except socket.timeout:
+                return None
+            if not chunk:
+                return None
+            data += chunk
+            if len(data) == 5 and need == 5:
+                need = 5 + int.from_bytes(data[3:5], "big")
+                if need > 5 + TLS_RECORD_LIMIT:
+                    return None
+        return data
 
     def connect(self, host, port):
         try:

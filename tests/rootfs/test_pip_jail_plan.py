@@ -8,6 +8,7 @@ import json
 import os
 import re
 import socket
+import ssl
 import sys
 import tempfile
 import threading
@@ -235,6 +236,25 @@ def echo_server():
     srv.close()
 
 
+def client_hello(name):
+    """The first TLS record a client sends to `name`."""
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_client_hello_sni():
+    assert rr.client_hello_sni(client_hello("PyPI.org")) == "pypi.org"
+    hello = client_hello("pypi.org")
+    for bad in (b"", b"GET / HTTP/1.1\r\n\r\n", hello[:40], hello[:-1],
+                b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00"):
+        with pytest.raises(ValueError):
+            rr.client_hello_sni(bad)
+
+
 def ask(path, head, payload=b""):
     s = socket.socket(socket.AF_UNIX)
     s.settimeout(30)
@@ -251,7 +271,10 @@ def ask(path, head, payload=b""):
         reply += chunk
     if payload and reply.startswith(b"HTTP/1.1 200"):
         s.sendall(payload)
-        reply += s.recv(100)
+        try:
+            reply += s.recv(100)
+        except ConnectionResetError:
+            pass
     s.close()
     return reply
 
@@ -261,22 +284,29 @@ def test_the_relay_reaches_only_the_named_hosts(echo_server):
     path = os.path.join(d, "relay.sock")
     relay = rr.Relay(path, {"localhost": {echo_server}}, {"localhost"})
     try:
-        got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server, b"hi")
-        assert got == b"HTTP/1.1 200 Connection established\r\n\r\necho:hi"
+        hello = client_hello("localhost")
+        got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server, hello)
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\necho:" + hello[:95]
+        # TLS for another name through the tunnel to this one (domain fronting): cut.
+        got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server,
+                  client_hello("other.example"))
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\n"
         assert ask(path, b"CONNECT localhost:1 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")
         assert ask(path, b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").startswith(
             b"HTTP/1.1 403")
         assert ask(path, b"GET http://localhost/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
         assert ask(path, b"X" * (rr.HEAD_LIMIT + 10)) == b""
-        assert relay.refused == ["localhost:1", "evil.example:443",
+        assert relay.refused == ["localhost:%d (TLS for other.example)" % echo_server,
+                                 "localhost:1", "evil.example:443",
                                  "a request that is not CONNECT"]
     finally:
         relay.close()
     # Loopback only for a host the user named as an index.
     relay = rr.Relay(path + "2", {"localhost": {echo_server}})
     try:
-        got = ask(path + "2", b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server)
-        assert got.startswith(b"HTTP/1.1 502") and relay.refused == [
-            "localhost (address 127.0.0.1)"]
+        got = ask(path + "2", b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server,
+                  client_hello("localhost"))
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert "localhost (address 127.0.0.1)" in relay.refused
     finally:
         relay.close()
