@@ -18,7 +18,8 @@ namespace {
 
 constexpr const char* kUsage =
     "Usage: pyjail rootfs build (--out DIR | --name NAME) [--requirements FILE] [--pip SPEC...]\n"
-    "                           [--find-links DIR] [--no-index] [--from-venv DIR]\n"
+    "                           [--find-links DIR] [--no-index] [--index-url URL]\n"
+    "                           [--wheel-cache DIR] [--from-venv DIR]\n"
     "                           [--python PATH] [--with PKG] [--allow-build]\n"
     "                           [--shell-tools] [--quiet]\n"
     "       pyjail rootfs rebuild [--if-stale] [--quiet] (ROOTFS... | --all)\n"

@@ -12,15 +12,18 @@ The build is reproducible (same inputs give a byte-identical tree, mtimes
 included) and atomic: it happens in DIR.tmp-XXXX next to DIR, which is renamed
 into place only once everything succeeded.
 
-Third-party packages come from wheels, resolved and installed by pip for the
-rootfs's own interpreter (--requirements, --pip), or from an existing virtualenv
-of that interpreter (--from-venv); the libraries their extension modules need
-are found by reading the ELF files (rootfs_elf.py), and a lock records what went
-in (rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
+Third-party packages come from wheels, resolved and installed by pip in a jail on
+the tree being built, as its own interpreter (--requirements, --pip: no package
+code and no pip resolution runs on the host; rootfs_packages.py, rootfs_relay.py),
+or from an existing virtualenv of that interpreter (--from-venv, read without
+following a symlink out of it); the libraries their extension modules need are
+found by reading the ELF files (rootfs_elf.py), and a lock records what went in
+(rootfs_packages.py). Installed with pyjail, this script is `pyjail rootfs`:
 
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
-                  [--no-index] [--from-venv DIR] [--allow-build] [--with PKG ...]
+                  [--no-index] [--index-url URL] [--extra-index-url URL]
+                  [--wheel-cache DIR] [--from-venv DIR] [--allow-build] [--with PKG ...]
                   [--shell-tools]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
@@ -176,6 +179,28 @@ def raise_error(err):
     raise err
 
 
+def jail_host_user():
+    """(uid, gid) of the host user root's jails run as: nobody."""
+    import pwd
+    try:
+        pw = pwd.getpwnam("nobody")
+        return pw.pw_uid, pw.pw_gid
+    except KeyError:
+        return 65534, 65534
+
+
+def host_ca_file():
+    """The host's bundle of CA certificates, which pip in the jail checks the index against
+    (bound read-only): PIP_CERT's, else the host OpenSSL's. None when there is none."""
+    import ssl
+    paths = ssl.get_default_verify_paths()
+    for f in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), paths.cafile,
+              paths.openssl_cafile, "/etc/ssl/certs/ca-certificates.crt"):
+        if f and os.path.isfile(f):
+            return os.path.realpath(f)
+    return None
+
+
 def inside(path, root):
     return path == root or path.startswith(root.rstrip("/") + "/")
 
@@ -188,6 +213,7 @@ class Builder:
         self.out = os.path.abspath(args.out)
         self.root = None            # the DIR.tmp-XXXX being filled
         self.stage = None           # the DIR.pip-XXXX pip installs into
+        self.relay_dir = None       # another DIR.pip-XXXX, with the relay's socket
         self.made_parent = None     # the directory made to hold --out, removed on failure
         self.elf_sources = set()    # host ELF files whose dependencies we need (ldd)
         self.package_elfs = set()   # ELF files of wheels/venvs, in the tree (never run)
@@ -200,7 +226,6 @@ class Builder:
         self.host_files = {}        # in-tree path -> host file copied there (rootfs_sources)
         self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
         self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
-        self.built = set()          # distributions whose wheel --allow-build built here
         # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
         # (the same versions and wheels) and whose `requested` it keeps.
         self.previous_lock = None
@@ -599,10 +624,11 @@ class Builder:
         for d in a.find_links:
             if "://" not in d and not os.path.isdir(d):
                 raise BuildError("--find-links %s" % d, "no such directory",
-                                 "give a directory of wheels (pip download -d DIR ...)")
-        if a.no_index and not a.find_links:
+                                 "give a directory of wheels (--wheel-cache DIR fills one)")
+        if a.no_index and not a.find_links and not a.wheel_cache:
             raise BuildError("--no-index", "no --find-links directory to take wheels from",
-                             "add --find-links DIR, a directory of wheels")
+                             "add --find-links DIR, a directory of wheels (or --wheel-cache "
+                             "DIR)")
         self.venv_site = None
         if a.from_venv:
             self.venv_site = rootfs_packages.read_venv(os.path.abspath(a.from_venv),
@@ -622,81 +648,316 @@ class Builder:
         return ["%s==%s%s\n" % (e["name"], e["version"], " --hash=sha256:%s"
                                  % e["wheel"]["sha256"] if hashes else "") for e in pip]
 
+    def find_pip(self):
+        """The directory of the pip package of the rootfs's interpreter, on the host: the jail
+        that runs pip sees it read-only (the tree itself has no pip). find_spec locates it
+        without running its code."""
+        script = ("import importlib.util, json\n"
+                  "spec = importlib.util.find_spec('pip')\n"
+                  "print(json.dumps(list(spec.submodule_search_locations or []) if spec else []))\n")
+        proc = self.run([self.binary, "-I", "-c", script], "look up pip",
+                        "check that %s works" % self.python)
+        try:
+            dirs = json.loads(proc.stdout)
+        except ValueError:
+            dirs = []
+        pip = next((d for d in dirs if isinstance(d, str) and
+                    os.path.isfile(os.path.join(d, "__main__.py"))), None)
+        if pip is None:
+            raise BuildError("pip", "%s has no pip" % self.python_desc,
+                             "install pip for it (Debian: apt-get install python3-pip)")
+        return os.path.realpath(pip)
+
     def install_wheels(self):
         a = self.args
         pins = self.locked_pins() if self.previous_lock is not None else None
         if not (a.requirements or a.pip or pins):
             return
-        self.say("installing wheels with pip for %s" % self.python_desc)
+        if not a.pyjail_binary:
+            raise BuildError("--requirements/--pip", "pip runs only in a jail, and no pyjail "
+                             "binary was given to make one", "run it as pyjail rootfs build")
+        pip_dir = self.find_pip()
+        self.say("installing packages with pip, in a jail, for %s" % self.python_desc)
         self.stage = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
                                       dir=os.path.dirname(self.out))
-        target = os.path.join(self.stage, "site")
-        requirements, specs, extra = [os.path.abspath(f) for f in a.requirements], a.pip, []
+        os.mkdir(os.path.join(self.stage, "tmp"))
+        # Copies of the requirements files, which the jail's host user can read wherever
+        # the builder found them (root's own in /root).
+        requirements, specs, extra = [], a.pip, []
+        for i, f in enumerate(a.requirements):
+            requirements.append(os.path.join(self.stage, "requirements-%d.txt" % i))
+            shutil.copyfile(f, requirements[-1])
+            os.chmod(requirements[-1], 0o644)
         if pins:
             requirements, specs, extra = [os.path.join(self.stage, "locked.txt")], [], \
                 ["--no-deps"]   # the lock lists every distribution: exactly those
             with open(requirements[0], "w", encoding="utf-8") as f:
                 f.write("".join(pins))
+        host_user = None
+        if os.geteuid() == 0:
+            # The jail runs as the unprivileged host user: the staging directory, the only
+            # host directory it writes to, is that user's; nothing else of the host is.
+            uid, gid = jail_host_user()
+            for d in (self.stage, os.path.join(self.stage, "tmp")):
+                os.chown(d, uid, gid)
+            host_user = "%d:%d" % (uid, gid)
+        os.chmod(self.root, 0o755)   # the jail's host user reads the tree (nobody, for root)
         find_links = [d if "://" in d else os.path.abspath(d) for d in a.find_links]
         no_index = a.no_index
-        if a.allow_build:
-            # Every wheel the requirements need, sdists built into wheels by pip in its own
-            # temporary directory (their code runs here, as this user, never in the tree);
-            # then the install below takes wheels from that directory only.
-            self.say("building wheels with pip (--allow-build)")
-            wheel_dir = os.path.join(self.stage, "wheels")
-            self.built = rootfs_packages.build_wheels(
-                self.binary, self.python_desc, wheel_dir, requirements, specs, find_links,
-                no_index, extra)
-            find_links, no_index = [wheel_dir], True
-        report = rootfs_packages.run_pip(
-            self.binary, self.python_desc, target, os.path.join(self.stage, "report.json"),
-            requirements, specs, find_links, no_index, extra)
+        if a.wheel_cache:
+            cache = os.path.abspath(a.wheel_cache)
+            self.fill_wheel_cache(cache, pip_dir, requirements, specs, find_links, extra,
+                                  host_user)
+            find_links, no_index = find_links + [cache], True
+        self.run_pip_jail(pip_dir, requirements, specs, find_links, no_index, extra, host_user)
+        # Everything the jail wrote is hostile: read fd-relative, never through a symlink.
+        stage_fd = os.open(self.stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            installed = rootfs_packages.check_report(rootfs_packages.read_report(stage_fd),
+                                                     a.allow_build)
+            # Console scripts name a path of the jail's interpreter, and a jail runs `python -m`.
+            tops = self.copy_jail_tree(stage_fd, "site", self.site_dir(),
+                                       lambda rel, is_dir: rel == "bin" or
+                                       os.path.basename(rel) == "__pycache__")
+        finally:
+            os.close(stage_fd)
+        site = self.dest(self.site_dir())
         if pins:
             old_site = os.path.join(self.out, self.site_dir().lstrip("/"))
-            rootfs_packages.unmark_requested(target, {
+            rootfs_packages.unmark_requested(site, {
                 e for e in (os.listdir(old_site) if os.path.isdir(old_site) else [])
-                if os.path.exists(os.path.join(old_site, e, "REQUESTED"))})
-        # Console scripts name the host's interpreter path, and a jail runs `python -m`.
-        shutil.rmtree(os.path.join(target, "bin"), ignore_errors=True)
-        self.copy_packages_from(target, lambda rel, is_dir: os.path.basename(rel) == "__pycache__")
-        entries = rootfs_packages.lock_entries(target, "pip", rootfs_packages.wheel_hashes(report))
-        for e in entries:
-            if rootfs_packages.canonical(e["name"]) in self.built:
-                e["built"] = True   # its build code ran on this host (--allow-build)
-        self.lock += entries
+                if os.path.exists(os.path.join(old_site, e, "REQUESTED"))}, tops)
+        self.lock += rootfs_packages.lock_entries(site, "pip", installed, tops)
+
+    def run_pip_jail(self, pip_dir, requirements, specs, find_links, no_index, extra,
+                     host_user, download=False):
+        """Runs pip in a jail on the tree (rootfs_packages.pip_jail_command). No pip resolution
+        and no package code on this host: the jail's only network is its own loopback, and
+        with an index a relay of ours that reaches only the index's hosts (--no-index: no
+        network at all)."""
+        a = self.args
+        relay = None
+        index_urls = ([a.index_url] if a.index_url else []) + list(a.extra_index_url)
+        if not no_index:
+            relay = self.start_relay(index_urls, find_links)
+        cmd = rootfs_packages.pip_jail_command(
+            a.pyjail_binary, self.root, self.interpreter, pip_dir, self.stage, requirements,
+            specs, find_links, no_index, a.allow_build, extra, host_user, self.epoch,
+            relay and relay.path, index_urls, relay and host_ca_file(), download)
+        try:
+            rootfs_packages.run_pip(cmd, self.python_desc)
+        except BuildError as e:
+            if relay and relay.refused:
+                e.why += "; the relay to the index refused %s" % ", ".join(relay.refused)
+            raise
+        finally:
+            if relay:
+                relay.close()
+                shutil.rmtree(self.relay_dir, ignore_errors=True)
+                self.relay_dir = None
+
+    def fill_wheel_cache(self, cache, pip_dir, requirements, specs, find_links, extra,
+                         host_user):
+        """--wheel-cache DIR: the wheels the requirements need, downloaded by pip in a jail
+        (from the cache itself when it has them all, offline; else from the index), into the
+        staging directory; the new ones are then moved into DIR, which stays the builder's own
+        (the jail never writes there)."""
+        if not os.path.isdir(cache):
+            try:
+                os.makedirs(cache, mode=0o755)
+            except OSError as e:
+                raise BuildError("--wheel-cache %s" % cache, e.strerror,
+                                 "give a directory you can write")
+        self.say("downloading wheels with pip, in a jail, into %s" % cache)
+        download = os.path.join(self.stage, "download")
+        try:
+            self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], True, extra,
+                              host_user, download=True)
+        except BuildError:
+            if self.args.no_index:
+                raise
+            shutil.rmtree(download, ignore_errors=True)
+            self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
+                              extra, host_user, download=True)
+        stage_fd = os.open(self.stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            self.take_wheels(stage_fd, "download", cache)
+        finally:
+            os.close(stage_fd)
+
+    def take_wheels(self, stage_fd, name, cache):
+        """Move the wheels the download jail left in `name` into `cache`: regular files named
+        as wheels, opened without following a symlink, copied as the builder's own files; any
+        other entry is not touched. A name already in the cache keeps its file."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            dfd = os.open(name, flags | os.O_DIRECTORY, dir_fd=stage_fd)
+        except FileNotFoundError:
+            return
+        try:
+            for entry in sorted(os.listdir(dfd)):
+                if not rootfs_packages.WHEEL_FILE_RE.match(entry) or \
+                        os.path.lexists(os.path.join(cache, entry)):
+                    continue
+                try:
+                    fd = os.open(entry, flags | os.O_NONBLOCK, dir_fd=dfd)
+                except OSError:
+                    continue
+                with os.fdopen(fd, "rb") as f:
+                    st = os.fstat(f.fileno())
+                    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+                        continue
+                    tmp = os.path.join(cache, ".%s.part" % entry)
+                    with open(tmp, "wb") as out:
+                        shutil.copyfileobj(f, out, 1 << 20)
+                    os.chmod(tmp, 0o644)
+                    os.rename(tmp, os.path.join(cache, entry))
+        finally:
+            os.close(dfd)
+
+    def start_relay(self, index_urls, find_links):
+        """The relay the pip jail reaches its index through (rootfs_relay.py): a Unix socket
+        in a directory of its own beside the output, only root's (or the builder's) to change."""
+        import rootfs_relay
+        try:
+            allowed = rootfs_relay.allowed_hosts(index_urls, find_links)
+        except ValueError as e:
+            raise BuildError("index %s" % e, "not an https:// URL with a host name",
+                             "give the index as https://HOST[:PORT]/PATH")
+        self.relay_dir = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
+                                          dir=os.path.dirname(self.out))
+        os.chmod(self.relay_dir, 0o755)
+        path = os.path.join(self.relay_dir, "relay.sock")
+        # A private address is reached only for a host the user named as an index.
+        named = {h for h in allowed} if index_urls else set()
+        relay = rootfs_relay.Relay(path, allowed, named)
+        relay.path = path
+        return relay
+
+    def copy_jail_tree(self, stage_fd, name, path, skip):
+        """Copy directory `name` of the staging directory, as the pip jail left it, to in-jail
+        `path`; returns the top-level names copied. The jail chose every name and kind in it:
+        each entry is opened relative to its parent's descriptor, never through a symlink, so
+        a link planted there (to /etc/shadow, to root's files) makes the builder read nothing
+        of the host. Only directories and regular files with one link are copied; a wheel has
+        nothing else, so a symlink, a hard link or a device is left out, with a warning."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+        try:
+            top = os.open(name, flags, dir_fd=stage_fd)
+        except FileNotFoundError:
+            return set()
+        tops, dropped = self.copy_untrusted_tree(top, path, skip)
+        if dropped:
+            self.warn("left out of the tree what pip's jail made that a wheel cannot hold "
+                      "(symlinks, hard links, special files): %s"
+                      % one_line(", ".join(sorted(dropped)), 200))
+        return tops
+
+    def copy_untrusted_tree(self, top, path, skip, entry_check=None, link_check=None,
+                            hard_links=False):
+        """Copy the directory open at descriptor `top` (closed here) to in-jail `path`,
+        without following a symlink anywhere: (top-level names copied, [what was left out]).
+        entry_check(rel, stat) may refuse an entry (raises); link_check(rel, target) says
+        whether a symlink is kept as it is (else it is left out); hard_links: whether a file
+        with more than one link is copied (a virtualenv's tools link files from their
+        caches; a jail's output has no reason to)."""
+        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+        tops, dropped = set(), []
+        self.makedirs(path)
+        pending = [(top, "")]    # a stack, not recursion: the tree's owner chose its depth
+        self.copying_packages = True
+        try:
+            while pending:
+                dfd, rel = pending.pop()
+                try:
+                    for entry in sorted(os.listdir(dfd)):
+                        r = rel + "/" + entry if rel else entry
+                        st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
+                        is_dir = stat.S_ISDIR(st.st_mode)
+                        if skip(r, is_dir):
+                            continue
+                        if entry_check:
+                            entry_check(r, st)
+                        if is_dir:
+                            sub = os.open(entry, flags, dir_fd=dfd)
+                            self.makedirs(path + "/" + r)
+                            pending.append((sub, r))
+                        elif stat.S_ISLNK(st.st_mode) and link_check and \
+                                link_check(r, os.readlink(entry, dir_fd=dfd)):
+                            self.symlink(path + "/" + r, os.readlink(entry, dir_fd=dfd))
+                        elif not stat.S_ISREG(st.st_mode) or not self.copy_jail_file(
+                                dfd, entry, path + "/" + r, hard_links):
+                            dropped.append(r)
+                            continue
+                        tops.add(r.split("/")[0])
+                finally:
+                    os.close(dfd)
+        finally:
+            for dfd, _ in pending:
+                os.close(dfd)
+            self.copying_packages = False
+        if self.site_dir() not in self.package_compile:
+            self.package_compile.append(self.site_dir())
+        return tops, dropped
+
+    def copy_jail_file(self, dfd, entry, path, hard_links=False):
+        """One regular file the jail wrote, to in-jail `path`; False if it is not one."""
+        try:
+            fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                         dir_fd=dfd)
+        except OSError:
+            return False
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(f.fileno())
+            if not stat.S_ISREG(st.st_mode) or (st.st_nlink != 1 and not hard_links):
+                return False
+            d = self.dest(path)
+            if os.path.lexists(d):
+                return True
+            with open(d, "xb") as out:
+                shutil.copyfileobj(f, out, 1 << 20)
+        elf = is_elf(d)
+        os.chmod(d, 0o755 if (st.st_mode & 0o111) or elf else 0o644)
+        if elf:
+            self.package_elfs.add(d)   # read, not run through ldd: not the host's own file
+        return True
 
     def install_venv(self):
         if not self.venv_site:
             return
-        self.say("adding the packages of %s" % self.args.from_venv)
-        taken = {n.lower() for n in os.listdir(self.dest(self.site_dir()))} \
-            if os.path.isdir(self.dest(self.site_dir())) else set()
-        for entry in sorted(os.listdir(self.venv_site)):
-            if entry.lower() in taken and not rootfs_packages.venv_skip(entry, True):
-                raise BuildError("--from-venv %s" % self.args.from_venv,
-                                 "%s is also installed from --requirements/--pip" % entry,
-                                 "take each package from one place")
-        before = {e["name"] for e in self.lock}
-        self.copy_packages_from(self.venv_site, rootfs_packages.venv_skip)
-        # Host files too, but each distribution's RECORD lists the hashes of its files: its
-        # own hash tells whether the virtualenv changed (rootfs_sources.check).
-        for entry, name, _ in rootfs_packages.dist_infos(self.venv_site):
-            if name not in before and not rootfs_packages.venv_skip(entry, True):
-                self.venv_dists[entry] = rootfs_packages.record_digest(
-                    os.path.join(self.venv_site, entry))[0]
-        self.lock += [e for e in rootfs_packages.lock_entries(
-            self.venv_site, "venv", {}) if e["name"] not in before and
-            not rootfs_packages.venv_skip(e["name"], True)]
-
-    def copy_packages_from(self, site, skip):
-        self.copying_packages = True
+        venv = self.args.from_venv
+        self.say("adding the packages of %s" % venv)
+        site_fd = rootfs_packages.open_venv_site(self.venv_site, os.geteuid())
         try:
-            self.copy_tree(site, self.site_dir(), skip)
+            taken = {n.lower() for n in os.listdir(self.dest(self.site_dir()))} \
+                if os.path.isdir(self.dest(self.site_dir())) else set()
+            for entry in sorted(os.listdir(site_fd)):
+                if entry.lower() in taken and not rootfs_packages.venv_skip(entry, True):
+                    raise BuildError("--from-venv %s" % venv,
+                                     "%s is also installed from --requirements/--pip" % entry,
+                                     "take each package from one place")
+            before = {e["name"] for e in self.lock}
+            check = rootfs_packages.VenvCheck(venv, os.geteuid(), site_fd)
+            tops, dropped = self.copy_untrusted_tree(
+                os.dup(site_fd), self.site_dir(), rootfs_packages.venv_skip,
+                check.entry, check.link, hard_links=True)
         finally:
-            self.copying_packages = False
-        if self.site_dir() not in self.package_compile:
-            self.package_compile.append(self.site_dir())
+            os.close(site_fd)
+        if dropped:
+            self.warn("left out of the tree what a wheel cannot hold (special files) in %s: %s"
+                      % (venv, one_line(", ".join(sorted(dropped)), 200)))
+        # Host files too, but each distribution's RECORD lists the hashes of its files: its
+        # own hash tells whether the virtualenv changed (rootfs_sources.check). Read from the
+        # copy in the tree, never again through the virtualenv's paths.
+        site = self.dest(self.site_dir())
+        entries = [e for e in rootfs_packages.lock_entries(site, "venv", None, tops)
+                   if e["name"] not in before and not rootfs_packages.venv_skip(e["name"], True)]
+        for entry, name, _ in rootfs_packages.dist_infos(site):
+            if entry in tops and name not in before and \
+                    not rootfs_packages.venv_skip(entry, True):
+                self.venv_dists[entry] = rootfs_packages.record_digest(
+                    os.path.join(site, entry))[0]
+        self.lock += entries
 
     def add_matplotlib_cache(self):
         """matplotlib's font cache and rc file, and the hook that makes it read them: the cache
@@ -749,7 +1010,7 @@ class Builder:
         host's (libstdc++, libgomp, ...) are copied with the interpreter's."""
         if not self.package_elfs:
             return
-        resolver = rootfs_elf.Resolver()
+        resolver = rootfs_elf.Resolver(self.root)
         # (file, DT_RPATH directories of the files that load it): a library in the tree is
         # looked at once per chain of loaders, whose DT_RPATH the loader searches too.
         pending = [(p, ()) for p in sorted(self.package_elfs)]
@@ -772,6 +1033,10 @@ class Builder:
                     chain = tuple(dict.fromkeys(os.path.normpath(d) for d in chain))
                     pending.append((os.path.realpath(found), chain))
                     found_once.add((path, name))
+                elif not os.stat(found).st_mode & stat.S_IROTH:
+                    # A host library not every user may read stays out of a tree every jail
+                    # reads, whoever builds it.
+                    missing.append((path, name))
                 else:
                     self.package_libs.add(found)
                     found_once.add((path, name))
@@ -1155,9 +1420,7 @@ class Builder:
         self.copy_shell_tools()
         self.copy_stdlib()
         self.copy_packages()
-        self.install_wheels()
-        self.install_venv()
-        self.resolve_package_libraries()
+        # The tree can run Python now: pip runs in a jail on it (install_wheels).
         self.copy_ldconfig()
         self.copy_libraries()
         self.copy_locale()
@@ -1165,6 +1428,13 @@ class Builder:
         self.copy_session_server()
         self.write_etc()
         self.write_ld_cache()
+        self.install_wheels()
+        self.install_venv()
+        self.resolve_package_libraries()
+        if self.package_libs:
+            self.copy_libraries()
+            self.write_ld_cache()
+        self.write_etc()    # again: the lock and the list of packages
         self.say("byte-compiling")
         self.compile(self.compile_dirs, strict=True)
         self.compile(self.package_compile, strict=False)
@@ -1178,6 +1448,9 @@ class Builder:
               flush=True)
 
     def cleanup(self):
+        if self.relay_dir and os.path.isdir(self.relay_dir):
+            shutil.rmtree(self.relay_dir, ignore_errors=True)
+        self.relay_dir = None
         if self.root and os.path.isdir(self.root):
             shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
@@ -1281,11 +1554,19 @@ def parse_build_args(argv, prog):
                    help="also look for wheels in this directory (repeatable)")
     p.add_argument("--no-index", action="store_true",
                    help="do not use the package index: only --find-links directories")
+    p.add_argument("--wheel-cache", metavar="DIR",
+                   help="keep the wheels pip downloads in DIR, and take them from there when "
+                        "it has them all (offline)")
+    p.add_argument("--index-url", metavar="URL",
+                   help="the package index (default: PyPI), https:// only: the jail that runs "
+                        "pip reaches this host and no other")
+    p.add_argument("--extra-index-url", action="append", default=[], metavar="URL",
+                   help="another index pip may take packages from (repeatable)")
     p.add_argument("--from-venv", metavar="DIR",
                    help="take the packages of this virtualenv (of the same Python)")
     p.add_argument("--allow-build", action="store_true",
-                   help="build the wheels of packages that have only a source distribution, "
-                        "with pip, outside the rootfs (their build code runs on this host)")
+                   help="keep packages pip built from source (a source distribution, a local "
+                        "directory, a URL): their build code runs in the jail that runs pip")
     p.add_argument("--with", dest="with_", action="append", default=[], metavar="PKG",
                    help="also copy this importable package of the host interpreter "
                         "(repeatable, dependencies not followed)")

@@ -119,11 +119,25 @@ def host_ld_cache():
 
 
 class Resolver:
-    """Finds the libraries ELF files need, as the dynamic loader of the jail would."""
+    """Finds the libraries ELF files need, as the dynamic loader of the jail would.
 
-    def __init__(self):
+    `tree`: the rootfs being built. The files resolved are a package's, whose DT_NEEDED,
+    DT_RPATH and DT_RUNPATH its author chose: a path there outside the tree would make the
+    builder copy that host file (a root-only library, for a root build) into a tree every jail
+    reads. So an absolute library name or search directory counts only inside the tree; the
+    host's libraries are found where the host's loader finds its own (ld.so.cache, the default
+    directories)."""
+
+    def __init__(self, tree=None):
         self.cache = host_ld_cache()
         self._info = {}
+        self.tree = os.path.realpath(tree) if tree else None
+
+    def in_tree(self, path):
+        if self.tree is None:
+            return True
+        real = os.path.realpath(path)
+        return real == self.tree or real.startswith(self.tree + "/")
 
     def info(self, path):
         if path not in self._info:
@@ -148,7 +162,8 @@ class Resolver:
         gives a wheel's extension modules a DT_RPATH to NAME.libs, and a library there may
         need another one of them without a path of its own)."""
         if "/" in name:
-            return name if os.path.isfile(name) and self.matches(name, info) else None
+            ok = self.in_tree(name) and os.path.isfile(name) and self.matches(name, info)
+            return name if ok else None
         origin = os.path.dirname(os.path.abspath(path))
 
         def expand(d):
@@ -157,7 +172,7 @@ class Resolver:
         # As glibc's loader: DT_RUNPATH turns off every DT_RPATH, the loaders' included.
         dirs = [] if info.runpath else self.rpath_dirs(path, info) + list(loaders_rpath)
         dirs += [expand(d) for d in info.runpath]
-        for d in dirs:
+        for d in (d for d in dirs if self.in_tree(d)):
             candidate = os.path.join(d, name)
             if os.path.isfile(candidate) and self.matches(candidate, info):
                 return candidate

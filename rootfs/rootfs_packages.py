@@ -1,20 +1,28 @@
 """Third-party packages for a rootfs: from wheels with pip, or from an existing virtualenv,
 and the lock that records what went in.
 
-pip runs as the rootfs's own interpreter (`PYTHON -I -m pip`), so it picks wheels for exactly
-that interpreter and platform, with --only-binary :all:: a wheel is unpacked, never built, so
-no package's code runs at build time -- pip's is the only code that does. A requirement that
-pip cannot satisfy is explained from pip's own log (-vv lists every file it skipped and why):
-no such project, no wheel for this interpreter, only a source distribution.
+No package code and no pip resolution runs on the host: pip runs in a jail (pip_jail_command),
+as the rootfs's own interpreter in the tree being built, so it picks wheels for exactly that
+interpreter and platform. --only-binary :all: does not stop every build (a local directory, a
+direct reference to an sdist, a requirements file's own --no-binary, a URL dependency of a
+wheel from --find-links or a private index are still built), so what pip's --report says did
+not come from a wheel archive is refused unless --allow-build was given (check_report). What
+the jail wrote -- the report, the installed files -- is hostile: bounded, checked, and read
+without following symlinks. A requirement that pip cannot satisfy is explained from pip's own
+log (-vv lists every file it skipped and why): no such project, no wheel for this interpreter,
+only a source distribution.
 
 Only the standard library of any python3 >= 3.9 is used.
 """
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 import subprocess
+import urllib.parse
 
 LOCK = "etc/pyjail-rootfs.lock.json"
 LOCK_VERSION = 1
@@ -46,28 +54,161 @@ def canonical(name):
 # ------------------------------------------------------------------------------------ pip
 
 
-def pip_command(python, target, report, requirements, specs, find_links, no_index, extra=()):
-    """The pip command that installs `requirements` files and `specs` into `target`."""
-    cmd = [python, "-I", "-m", "pip", "install", "-vv", "--disable-pip-version-check",
-           "--no-input", "--root-user-action=ignore",
-           # Wheels only: an sdist would be built, running its setup code on this host.
-           "--only-binary", ":all:",
-           # A fresh, flat directory: nothing the host has installed counts as satisfied.
-           "--target", target, "--ignore-installed",
+# Where the pip jail sees what it is given (pip_jail_command). The tree being built is the
+# jail's rootfs, read-only; the staging directory (/work) is its only writable host directory.
+JAIL_PIP = "/pyjail/pip"                  # the host's pip package, read-only, at JAIL_PIP/pip
+JAIL_LINKS = "/pyjail/links"              # --find-links DIR number N at JAIL_LINKS/N
+JAIL_REQUIREMENTS = "/pyjail/requirements"  # --requirements FILE number N at .../N.txt
+JAIL_STAGE = "/work"
+JAIL_SITE = JAIL_STAGE + "/site"          # pip --target
+JAIL_REPORT = JAIL_STAGE + "/report.json"  # pip --report
+JAIL_DOWNLOAD = JAIL_STAGE + "/download"  # pip download --dest (--wheel-cache)
+JAIL_TMP = JAIL_STAGE + "/tmp"            # TMPDIR: builds need more room than the jail's tmpfs
+
+# Runs pip from JAIL_PIP as `python -m pip` would, with the interpreter in isolated mode (-I:
+# no PYTHON* variables, no user site, no current directory on sys.path).
+RUN_PIP = ("import runpy, sys; sys.path.insert(0, %r); sys.argv[0] = 'pip'; "
+           "runpy.run_module('pip', run_name='__main__', alter_sys=True)" % JAIL_PIP)
+
+# With an index: a forwarder of ours, in the jail, from 127.0.0.1 to the relay's Unix socket
+# (rootfs_relay.py, on the host), which pip uses as its proxy; then pip, as RUN_PIP. The pip
+# subprocesses of builds find the proxy in the environment.
+JAIL_RELAY = "/pyjail/relay.sock"
+JAIL_CA = "/pyjail/ca.pem"
+RUN_PIP_RELAYED = r"""
+import os, runpy, socket, sys, threading
+
+def pipe(a, b):
+    try:
+        while True:
+            data = a.recv(65536)
+            if not data:
+                break
+            b.sendall(data)
+    except OSError:
+        pass
+    for s, how in ((b, socket.SHUT_WR), (a, socket.SHUT_RD)):
+        try:
+            s.shutdown(how)
+        except OSError:
+            pass
+
+def forward(listener):
+    while True:
+        client, _ = listener.accept()
+        relay = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            relay.connect(%(relay)r)
+        except OSError:
+            client.close()
+            continue
+        for a, b in ((client, relay), (relay, client)):
+            threading.Thread(target=pipe, args=(a, b), daemon=True).start()
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(64)
+threading.Thread(target=forward, args=(listener,), daemon=True).start()
+proxy = "http://127.0.0.1:%%d" %% listener.getsockname()[1]
+os.environ["HTTPS_PROXY"] = os.environ["https_proxy"] = proxy
+sys.argv[1:2] = [sys.argv[1], "--proxy", proxy]
+sys.path.insert(0, %(pip)r)
+sys.argv[0] = "pip"
+runpy.run_module("pip", run_name="__main__", alter_sys=True)
+""" % {"relay": JAIL_RELAY, "pip": JAIL_PIP}
+
+# The pip jail's limits: a resolver or a build that loops, floods or fills the disk is stopped.
+# Its output (pip's -vv log, which is read into the builder's memory) is capped too.
+PIP_JAIL_LIMITS = ("--wall-time", "3600", "--cpu-time", "0", "--memory", "4G",
+                   "--pids", "512", "--fsize", "2G", "--tmpfs-size", "256M",
+                   "--output-limit", "64M", "--nofile", "4096")
+
+# pip's --report, written in the jail: hostile. Bounded before it is parsed.
+REPORT_LIMIT = 16 << 20
+MAX_INSTALLS = 10000
+NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,198}[A-Za-z0-9])?$")
+VERSION_RE = re.compile(r"^[A-Za-z0-9.+!_-]{1,100}$")
+FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!~%-]{0,254}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+WHEEL_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+!]{0,200}-[A-Za-z0-9._+!-]{1,200}\.whl$")
+
+
+def jail_bind_path(path, what):
+    """A host path given to the pip jail as SRC of --ro-bind SRC:DST: no ':' in it."""
+    if ":" in path or "\n" in path:
+        raise BuildError(what, "a path with ':' or a newline cannot be bound into the jail that "
+                         "runs pip", "move or rename it")
+    return path
+
+
+def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs, find_links,
+                     no_index, allow_build, extra=(), host_user=None, epoch=None, relay=None,
+                     index_urls=(), ca_file=None, download=False):
+    """The pyjail command line that runs pip in a jail (pure: no syscalls).
+
+    pip resolves, downloads and (with `allow_build`) builds for the rootfs's own interpreter,
+    `python` (its path in the tree), with the tree `rootfs` as the jail's root, read-only. The
+    jail sees, read-only, the host's pip package (`pip_dir`), each --find-links directory and
+    each requirements file; it writes only to `stage` (/work) and its own tmpfs. Its network is
+    its own loopback: with `relay` (the host path of the builder's relay socket, which lets
+    through only the index's hosts: rootfs_relay.py), pip reaches the index through it, and
+    checks its certificates against `ca_file`; without, --no-index is the only way pip finds
+    anything. `host_user`: when root builds, the host user the jail runs as (it owns
+    `stage`). `download`: instead of installing, download the wheels into `stage`'s
+    download/."""
+    cmd = [pyjail, "--profile", "strict", "--rootfs", rootfs, "--quiet",
+           "--cgroup-notice", "off", "--workdir", stage,
+           "--net", "loopback" if relay else "none"] + list(PIP_JAIL_LIMITS)
+    if host_user is not None:
+        cmd += ["--host-user", host_user]
+    cmd += ["--ro-bind", "%s:%s/pip" % (jail_bind_path(pip_dir, "pip %s" % pip_dir), JAIL_PIP)]
+    sources = ["--no-index"] if no_index else []
+    if relay:
+        cmd += ["--ro-bind", "%s:%s" % (jail_bind_path(relay, "relay %s" % relay), JAIL_RELAY)]
+        for i, url in enumerate(index_urls):
+            sources += ["--index-url" if i == 0 else "--extra-index-url", url]
+        if ca_file:
+            cmd += ["--ro-bind", "%s:%s" % (jail_bind_path(ca_file, "CA file %s" % ca_file),
+                                           JAIL_CA)]
+            sources += ["--cert", JAIL_CA]
+    for i, d in enumerate(find_links):
+        if "://" in d:
+            sources += ["--find-links", d]
+            continue
+        cmd += ["--ro-bind", "%s:%s/%d" % (jail_bind_path(d, "--find-links %s" % d),
+                                          JAIL_LINKS, i)]
+        sources += ["--find-links", "%s/%d" % (JAIL_LINKS, i)]
+    for i, r in enumerate(requirements):
+        cmd += ["--ro-bind", "%s:%s/%d.txt" % (jail_bind_path(r, "--requirements %s" % r),
+                                              JAIL_REQUIREMENTS, i)]
+        sources += ["--requirement", "%s/%d.txt" % (JAIL_REQUIREMENTS, i)]
+    env = {"HOME": "/tmp", "TMPDIR": JAIL_TMP, "LC_ALL": "C.UTF-8",
+           "PIP_NO_CACHE_DIR": "1", "PIP_CONFIG_FILE": "/dev/null"}
+    if epoch is not None:
+        env["SOURCE_DATE_EPOCH"] = str(epoch)   # reproducible builds, where they honour it
+    for k in sorted(env):
+        cmd += ["--env", "%s=%s" % (k, env[k])]
+    if download:
+        # --wheel-cache: download the wheels into the staging directory (the builder moves the
+        # new ones into the cache); the install that follows reads them in a jail of its own.
+        pip = ["download", "-vv", "--disable-pip-version-check", "--no-input",
+               "--no-cache-dir", "--dest", JAIL_DOWNLOAD, "--only-binary", ":all:"]
+        script = RUN_PIP_RELAYED if relay else RUN_PIP
+        return cmd + ["--", python, "-I", "-c", script] + pip + sources + list(extra) + \
+            list(specs)
+    pip = ["install", "-vv", "--disable-pip-version-check", "--no-input",
+           "--root-user-action=ignore", "--no-cache-dir",
+           # A fresh, flat directory: nothing installed anywhere counts as satisfied.
+           "--target", JAIL_SITE, "--ignore-installed",
            # The builder compiles the bytecode itself, reproducibly (unchecked-hash).
-           "--no-compile",
-           "--report", report]
-    return cmd + source_args(no_index, find_links, requirements) + list(extra) + list(specs)
-
-
-def source_args(no_index, find_links, requirements):
-    """pip's options naming where packages come from and which are asked for."""
-    args = ["--no-index"] if no_index else []
-    for d in find_links:
-        args += ["--find-links", d]
-    for r in requirements:
-        args += ["--requirement", r]
-    return args
+           "--no-compile", "--report", JAIL_REPORT]
+    if not allow_build:
+        # Wheels only where pip honours it; what it still builds (a local directory, a direct
+        # reference, a requirements file's own --no-binary, a URL dependency of a wheel) is
+        # built in this jail and then refused (check_report).
+        pip += ["--only-binary", ":all:"]
+    script = RUN_PIP_RELAYED if relay else RUN_PIP
+    return cmd + ["--", python, "-I", "-c", script] + pip + sources + list(extra) + list(specs)
 
 
 def explain_pip_failure(log, python_desc):
@@ -114,11 +255,11 @@ def explain_pip_failure(log, python_desc):
                     "the rootfs from an interpreter its wheels support (--python)")
         if sdists:
             return (what,
-                    "it has only source distributions (%s), and building one would run its "
-                    "code on this host" % sdists[-1],
+                    "it has only source distributions (%s), and building one runs its code "
+                    "(in a jail) only with --allow-build" % sdists[-1],
                     "use a version that has a wheel, or build the wheel yourself (pip wheel) "
                     "and pass its directory with --find-links DIR, or pass --allow-build to "
-                    "let pip build it here")
+                    "let pip build it in the jail")
         return (what,
                 "no such project on the index%s" % (
                     " or in the --find-links directories" if "Looking in links" in log else ""),
@@ -135,77 +276,165 @@ def explain_pip_failure(log, python_desc):
     if "No module named pip" in log:
         return ("pip", "%s has no pip" % python_desc,
                 "install pip for it (Debian: apt-get install python3-pip)")
-    return ("pip install", one_line(why), "see pip's message; run it again with network, or "
-            "with --no-index --find-links DIR on an offline host")
+    return ("pip install", one_line(why), "see pip's message; pip runs in a jail that sees "
+            "only the --find-links directories and the requirements files, not other local "
+            "paths; build a wheel of a local project and pass its directory with --find-links")
 
 
 def pip_run(cmd):
-    """Runs pip (cmd[0] is the interpreter); returns the process, its log in stdout."""
-    env = dict(os.environ)
-    for k in list(env):
-        if k.startswith("PYTHON"):
-            del env[k]
-    env["LC_ALL"] = "C.UTF-8"
+    """Runs the pip jail (pip_jail_command); returns the process, pip's log and pyjail's own
+    messages in stdout (bounded: the jail's --output-limit)."""
+    env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
+    for k in ("HOME", "XDG_RUNTIME_DIR"):   # where pyjail keeps its notices, as the user's
+        if k in os.environ:
+            env[k] = os.environ[k]
     try:
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True, env=env)
+                              stderr=subprocess.STDOUT, universal_newlines=True, env=env,
+                              errors="replace")
     except OSError as e:
         raise BuildError("pip", "cannot run %s: %s" % (cmd[0], e.strerror),
-                         "check --python")
+                         "run the build as pyjail rootfs build")
 
 
-def build_wheels(python, python_desc, wheel_dir, requirements, specs, find_links, no_index,
-                 extra=()):
-    """--allow-build: `pip wheel` puts a wheel of every distribution the requirements need
-    into `wheel_dir`, building those that have only a source distribution -- which runs their
-    build code on this host, as the invoking user, in pip's temporary directory, never in the
-    rootfs. Returns the canonical names of the distributions it built. Raises BuildError."""
-    # --no-cache-dir: every sdist is built by this build, never a wheel an earlier one cached
-    # (so "Created wheel for" names every distribution built, for the lock).
-    cmd = [python, "-I", "-m", "pip", "wheel", "-vv", "--disable-pip-version-check",
-           "--no-input", "--no-cache-dir", "--wheel-dir", wheel_dir]
-    proc = pip_run(cmd + source_args(no_index, find_links, requirements) + list(extra) + list(specs))
+def explain_jail_failure(proc):
+    """(what, why, fix) when the pip jail ended without pip's own word: pyjail could not make
+    it, or a limit stopped it."""
+    lines = [l for l in proc.stdout.splitlines() if l.startswith("pyjail:")]
+    why = lines[-1][len("pyjail:"):].strip() if lines else "exit status %d" % proc.returncode
+    return ("pip in a jail", one_line(why, 300),
+            "check that this host can run jails (pyjail doctor), and, as root, that the jail's "
+            "host user (nobody) can read the output's directory and the --find-links "
+            "directories")
+
+
+def explain_build_failure(log):
+    """(what, why, fix) for a source distribution whose build failed (in the jail)."""
+    what = re.findall(r"^(?:Building wheel for|Processing) (\S+)", log, re.M)
+    what = re.sub(r"\.(tar\.gz|zip|tar\.bz2)$", "", os.path.basename(
+        what[-1])) if what else "a source distribution"
+    own = log.split("subprocess-exited-with-error")[0]
+    errors = re.findall(r"^\s+([A-Za-z_.]*(?:Error|Exception): .*)$", own, re.M)
+    return ("--allow-build: building %s" % what,
+            "its build failed (in the jail): %s" % one_line(
+                errors[-1] if errors else "see pip's log", 200),
+            "use a version that has a wheel, or build the wheel yourself and pass its directory "
+            "with --find-links DIR")
+
+
+def run_pip(cmd, python_desc):
+    """Runs the pip jail (pip_jail_command). Raises BuildError when pip failed."""
+    proc = pip_run(cmd)
+    if proc.returncode == 0:
+        return
     log = proc.stdout
-    if proc.returncode != 0:
-        if "subprocess-exited-with-error" in log or "Failed building wheel" in log:
-            # The build's own output is indented in pip's log, before pip's summary.
-            what = re.findall(r"^(?:Building wheel for|Processing) (\S+)", log, re.M)
-            what = re.sub(r"\.(tar\.gz|zip|tar\.bz2)$", "", os.path.basename(
-                what[-1])) if what else "a source distribution"
-            own = log.split("subprocess-exited-with-error")[0]
-            errors = re.findall(r"^\s+([A-Za-z_.]*(?:Error|Exception): .*)$", own, re.M)
-            raise BuildError("--allow-build: building %s" % what,
-                             "its build failed: %s" % one_line(
-                                 errors[-1] if errors else "see pip wheel's output", 200),
-                             "pip wheel %s shows the whole log; install what its build "
-                             "needs, or use a version that has a wheel"
-                             % re.sub(r"-[0-9][^-]*$", "", what))
-        raise BuildError(*explain_pip_failure(log, python_desc))
-    return {canonical(m) for m in re.findall(r"Created wheel for (\S+?):", log)}
+    if "subprocess-exited-with-error" in log or "Failed building wheel" in log:
+        raise BuildError(*explain_build_failure(log))
+    if not re.search(r"^ERROR: ", log, re.M) and re.search(r"^pyjail:", log, re.M):
+        raise BuildError(*explain_jail_failure(proc))
+    raise BuildError(*explain_pip_failure(log, python_desc))
 
 
-def run_pip(python, python_desc, target, report, requirements, specs, find_links, no_index,
-            extra=()):
-    """Installs into `target`; returns pip's installation report (a dict). Raises BuildError."""
-    proc = pip_run(pip_command(python, target, report, requirements, specs, find_links,
-                               no_index, extra))
-    if proc.returncode != 0:
-        raise BuildError(*explain_pip_failure(proc.stdout, python_desc))
+def read_report(stage_fd, name="report.json"):
+    """The bytes of pip's --report in the staging directory: a regular file, opened without
+    following a symlink (the jail wrote it), at most REPORT_LIMIT bytes."""
     try:
-        with open(report, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as e:
-        raise BuildError("pip", "no installation report (%s)" % e,
+        fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=stage_fd)
+    except OSError as e:
+        raise BuildError("pip", "no installation report (%s)" % e.strerror,
                          "use pip 22.2 or newer for the rootfs's interpreter")
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise BuildError("pip", "its installation report is not a regular file",
+                             "run the build again")
+        data = f.read(REPORT_LIMIT + 1)
+    if len(data) > REPORT_LIMIT:
+        raise BuildError("pip", "its installation report is larger than %d MiB"
+                         % (REPORT_LIMIT >> 20), "install fewer packages at once")
+    return data
 
 
-def unmark_requested(site, requested):
+def check_report(data, allow_build):
+    """What pip's --report says it installed, checked: [{name, version, file, sha256, built}],
+    `file` the archive's name (a wheel, or for a build what it was built from). The report was
+    written in the jail, so it is hostile: sizes bounded, every field checked, nothing of it
+    used as a host path. Without `allow_build`, anything that did not come from a wheel archive
+    is refused: pip built it (in the jail)."""
+    def bad(why):
+        return BuildError("pip", "its installation report is not usable: %s" % why,
+                          "run the build again; if it persists, report it")
+    try:
+        report = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        raise bad("not JSON")
+    if not isinstance(report, dict) or not isinstance(report.get("install"), list):
+        raise bad("no list of installs")
+    if len(report["install"]) > MAX_INSTALLS:
+        raise bad("more than %d installs" % MAX_INSTALLS)
+    out, seen = [], set()
+    for item in report["install"]:
+        meta = item.get("metadata") if isinstance(item, dict) else None
+        info = item.get("download_info") if isinstance(item, dict) else None
+        if not isinstance(meta, dict) or not isinstance(info, dict):
+            raise bad("an install without metadata or download_info")
+        name, version, url = meta.get("name"), meta.get("version"), info.get("url")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            raise bad("a distribution name %r" % one_line(repr(name), 80))
+        if not isinstance(version, str) or not VERSION_RE.match(version):
+            raise bad("a version %r of %s" % (one_line(repr(version), 80), name))
+        if not isinstance(url, str) or len(url) > 8192:
+            raise bad("the URL of %s" % name)
+        if canonical(name) in seen:
+            raise bad("%s installed twice" % name)
+        seen.add(canonical(name))
+        archive = info.get("archive_info")
+        path = urllib.parse.urlsplit(url).path
+        fname = urllib.parse.unquote(path.rsplit("/", 1)[-1])
+        digest = None
+        if isinstance(archive, dict):
+            hashes = archive.get("hashes")
+            if isinstance(hashes, dict) and isinstance(hashes.get("sha256"), str):
+                digest = hashes["sha256"]
+            elif isinstance(archive.get("hash"), str) and archive["hash"].startswith("sha256="):
+                digest = archive["hash"][len("sha256="):]
+            if digest is not None and not SHA256_RE.match(digest):
+                raise bad("the hash of %s" % name)
+        wheel = (isinstance(archive, dict) and "dir_info" not in info and
+                 "vcs_info" not in info and fname.endswith(".whl") and FILE_RE.match(fname))
+        if wheel:
+            out.append({"name": name, "version": version, "file": fname, "sha256": digest,
+                        "built": False})
+            continue
+        if "dir_info" in info:
+            source = "a local directory"
+        elif "vcs_info" in info:
+            source = "a version control URL"
+        elif isinstance(archive, dict) and FILE_RE.match(fname):
+            source = "%s, a source distribution" % fname
+        else:
+            source = "a source it does not name"
+        if not allow_build:
+            raise BuildError("requirement %s" % name,
+                             "pip built it from %s (in the jail), and built packages are kept "
+                             "only with --allow-build" % source,
+                             "use a version that has a wheel, or pass --allow-build to build "
+                             "it in the jail")
+        out.append({"name": name, "version": version, "built": True,
+                    "file": fname if isinstance(archive, dict) and FILE_RE.match(fname)
+                    else None, "sha256": digest})
+    return out
+
+
+def unmark_requested(site, requested, only=None):
     """pip marks every distribution it was asked for with a REQUESTED file (listed in its
     RECORD). A rebuild asks for each locked distribution by name; this takes the mark off those
     not in `requested` (the dist-info directories that had it before), so the rebuilt tree is
     the tree built first."""
     for entry, _, _ in dist_infos(site):
         mark = os.path.join(site, entry, "REQUESTED")
+        if only is not None and entry not in only:
+            continue
         if entry in requested or not os.path.exists(mark):
             continue
         os.unlink(mark)
@@ -214,27 +443,6 @@ def unmark_requested(site, requested):
             rows = [r for r in f if r.split(b",")[0] != os.fsencode(entry + "/REQUESTED")]
         with open(record, "wb") as f:
             f.writelines(rows)
-
-
-def wheel_hashes(report):
-    """{canonical name: (wheel file name, sha256)} from pip's installation report."""
-    out = {}
-    for item in report.get("install", []):
-        meta = item.get("metadata", {})
-        info = item.get("download_info", {})
-        url = info.get("url", "")
-        archive = info.get("archive_info", {})
-        digest = archive.get("hashes", {}).get("sha256")
-        if digest is None and archive.get("hash", "").startswith("sha256="):
-            digest = archive["hash"][len("sha256="):]
-        if digest is None and url.startswith("file://"):
-            try:
-                with open(url[len("file://"):], "rb") as f:
-                    digest = hashlib.sha256(f.read()).hexdigest()
-            except OSError:
-                pass
-        out[canonical(meta.get("name", ""))] = (url.rsplit("/", 1)[-1], digest)
-    return out
 
 
 # ------------------------------------------------------------------------------ virtualenv
@@ -247,8 +455,12 @@ def read_venv(venv, target_version):
     fix_other = ("make the virtualenv with the rootfs's interpreter (PYTHON -m venv DIR), or "
                  "build the rootfs from the virtualenv's interpreter with --python")
     try:
-        with open(cfg, encoding="utf-8") as f:
-            text = f.read()
+        # Not through a symlink: with root's rights it could name any file of the host.
+        fd = os.open(cfg, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, encoding="utf-8", errors="replace") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise OSError(errno.EINVAL, "not a regular file")
+            text = f.read(65536)
     except OSError as e:
         raise BuildError("--from-venv %s" % venv, "not a virtualenv (%s: %s)" % (
             cfg, e.strerror), "pass the directory that holds pyvenv.cfg")
@@ -268,6 +480,106 @@ def read_venv(venv, target_version):
         raise BuildError("--from-venv %s" % venv, "it has no %s" % site,
                          "pass the virtualenv's top directory")
     return site
+
+
+# --from-venv reads another tree of the host into one every jail reads: the builder follows no
+# symlink out of the virtualenv's site-packages (a link to /etc/shadow would be copied with the
+# builder's rights, root's for a system rootfs), and root takes a virtualenv only if no other
+# user can change it (its owner could plant such a link, or change it after the build so that
+# root's next `rebuild --if-stale` takes what they put there).
+
+
+def others_can_change(st, euid):
+    """Whether a user other than `euid` (and root) can change this directory entry."""
+    return st.st_uid not in (0, euid) or bool(st.st_mode & 0o022) and \
+        not stat.S_ISLNK(st.st_mode)
+
+
+def open_venv_site(site, euid):
+    """A descriptor of the virtualenv's site-packages, opened from / one component at a time
+    without following a symlink below the virtualenv. For root, the virtualenv, its
+    site-packages and every directory above it must be root's and writable by no one else
+    (a sticky directory such as /tmp may be shared). Raises BuildError."""
+    venv = os.path.realpath(os.path.join(site, os.pardir, os.pardir, os.pardir))
+    below = os.path.relpath(site, os.path.join(site, os.pardir, os.pardir, os.pardir))
+    fix = ("make the virtualenv as root, where only root can write, or build the rootfs as "
+           "the virtualenv's owner (pyjail rootfs build --name NAME)")
+    parts = [p for p in venv.split("/") if p] + below.split("/")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    path = "/"
+    try:
+        for i, part in enumerate(parts):
+            st = os.fstat(fd)
+            if euid == 0 and others_can_change(st, euid) and not (
+                    st.st_mode & stat.S_ISVTX and i < len(parts) - 3):
+                raise BuildError("--from-venv %s" % venv, "%s can be changed by uid %d or by "
+                                 "others, and root builds this rootfs" % (path, st.st_uid), fix)
+            path = os.path.join(path, part)
+            try:
+                nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              dir_fd=fd)
+            except OSError as e:
+                raise BuildError("--from-venv %s" % venv, "cannot open %s (%s)" % (
+                    path, e.strerror if e.errno != errno.ELOOP else "a symlink"),
+                                 "pass a virtualenv whose lib directory is a directory")
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if euid == 0 and others_can_change(st, euid):
+            raise BuildError("--from-venv %s" % venv, "%s can be changed by uid %d or by "
+                             "others, and root builds this rootfs" % (path, st.st_uid), fix)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+class VenvCheck:
+    """What copying a virtualenv's site-packages checks for each entry (copy_untrusted_tree)."""
+
+    def __init__(self, venv, euid, site_fd):
+        self.venv, self.euid, self.site_fd = venv, euid, site_fd
+
+    def entry(self, rel, st):
+        if self.euid == 0 and others_can_change(st, self.euid):
+            raise BuildError("--from-venv %s" % self.venv, "%s in its site-packages can be "
+                             "changed by uid %d or by others, and root builds this rootfs"
+                             % (rel, st.st_uid), "make the virtualenv as root, where only "
+                             "root can write, or build the rootfs as the virtualenv's owner")
+
+    def link(self, rel, target):
+        """A symlink is kept only if it stays inside site-packages, through real directories,
+        to a file or directory (not another link). Any other refuses the build."""
+        resolved = os.path.normpath(os.path.join(os.path.dirname(rel), target))
+        ok = not os.path.isabs(target) and resolved != ".." and \
+            not resolved.startswith("../") and resolved != "."
+        if ok:
+            dfd = os.dup(self.site_fd)
+            try:
+                parts = resolved.split("/")
+                for i, part in enumerate(parts):
+                    st = os.stat(part, dir_fd=dfd, follow_symlinks=False)
+                    if i == len(parts) - 1:
+                        ok = stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)
+                    elif not stat.S_ISDIR(st.st_mode):
+                        ok = False
+                        break
+                    else:
+                        nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW |
+                                      os.O_CLOEXEC, dir_fd=dfd)
+                        os.close(dfd)
+                        dfd = nfd
+            except OSError:
+                ok = False
+            finally:
+                os.close(dfd)
+        if not ok:
+            raise BuildError("--from-venv %s" % self.venv, "%s in its site-packages is a "
+                             "symlink to %s, outside the site-packages (the builder follows "
+                             "none)" % (rel, one_line(target, 120)),
+                             "copy what it points to into the virtualenv, or leave that "
+                             "package out")
+        return True
 
 
 def venv_skip(rel, is_dir):
@@ -320,25 +632,49 @@ def record_digest(dist_dir):
     """sha256 of the distribution's RECORD (the list of its files with their hashes), and
     its number of files."""
     try:
-        with open(os.path.join(dist_dir, "RECORD"), "rb") as f:
-            data = f.read()
+        # Not through a symlink: a virtualenv's RECORD is read again, with root's rights, by
+        # root's `rebuild --if-stale` and `info`.
+        fd = os.open(os.path.join(dist_dir, "RECORD"),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None, 0
+            data = f.read(64 << 20)
     except OSError:
         return None, 0
     return hashlib.sha256(data).hexdigest(), sum(1 for l in data.splitlines() if l.strip())
 
 
-def lock_entries(site, source, wheels):
-    """Lock entries for the distributions in `site` (a directory of the tree)."""
+def lock_entries(site, source, installed, only=None):
+    """Lock entries for the distributions in `site` (a directory of the tree), or those of its
+    entries in `only`. `installed`: check_report's list for pip's (every distribution must be
+    in it), or None. A built one records what it was built from, and where: in the jail that
+    ran pip."""
     entries = []
+    by_name = {canonical(i["name"]): i for i in installed or []}
     for entry, name, version in dist_infos(site):
+        if only is not None and entry not in only:
+            continue
         digest, files = record_digest(os.path.join(site, entry))
-        wheel = wheels.get(canonical(name))
-        entries.append({
+        item = by_name.pop(canonical(name), None)
+        if installed is not None and item is None:
+            raise BuildError("pip", "%s was installed, but pip's report does not list it" % entry,
+                             "run the build again; if it persists, report it")
+        e = {
             "name": name,
             "version": version,
             "source": source,
-            "wheel": {"file": wheel[0], "sha256": wheel[1]} if wheel else None,
+            "wheel": {"file": item["file"], "sha256": item["sha256"]}
+            if item and not item["built"] else None,
             "record_sha256": digest,
             "files": files,
-        })
+        }
+        if item and item["built"]:
+            e["built"] = True
+            e["built_from"] = {"file": item["file"], "sha256": item["sha256"], "in": "jail"}
+        entries.append(e)
+    if by_name:
+        raise BuildError("pip", "its report lists %s, which it did not install"
+                         % ", ".join(sorted(by_name)),
+                         "run the build again; if it persists, report it")
     return entries

@@ -40,6 +40,8 @@ def inputs(args, epoch):
             continue
         if key == "find_links":
             value = [v if "://" in v else os.path.abspath(v) for v in value]
+        elif key == "wheel_cache" and value:
+            value = os.path.abspath(value)
         elif key in ("from_venv", "python") and value and "/" in value:
             value = os.path.abspath(value)
         out[key] = value

@@ -90,8 +90,11 @@ def show_info(root, as_json=False, sources=None):
         print("packages     %d, in %s" % (len(packages), lock.get("site_packages", "?")))
     for p in packages:
         wheel = p.get("wheel") or {}
+        built = p.get("built_from") if isinstance(p.get("built_from"), dict) else None
         how = ("wheel %s sha256:%s" % (wheel.get("file"), wheel.get("sha256"))
-               if wheel else "RECORD sha256:%s" % p.get("record_sha256")
+               if wheel else "built in the %s from %s" % (
+                   built.get("in", "?"), built.get("file") or "a directory or URL")
+               if built else "RECORD sha256:%s" % p.get("record_sha256")
                if p.get("record_sha256") else "")
         print("  %-28s %-6s %s" % ("%s %s" % (p["name"], p["version"]), p.get("source", "?"),
                                    how))

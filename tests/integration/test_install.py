@@ -64,7 +64,7 @@ def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
     checkout's), with the session server it puts into every rootfs."""
     libdir = prefix / "lib/pyjail"
     for name in ("build-rootfs.py", "rootfs_elf.py", "rootfs_packages.py", "rootfs_show.py",
-                 "rootfs_sources.py", "rootfs_rebuild.py",
+                 "rootfs_sources.py", "rootfs_rebuild.py", "rootfs_relay.py",
                  "pyjail_server.py", "pyjail_spawn.py", "pyjail_wire.py",
                  "pyjail_matplotlib.py"):
         assert (libdir / name).is_file(), name

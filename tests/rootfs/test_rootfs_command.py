@@ -442,8 +442,9 @@ BAD_BUILDS = {
                             r"\(change the version it asks for\)$"),
     "sdist-only": (["--pip", "sdistonly"],
                    r"requirement sdistonly: it has only source distributions "
-                   r"\(sdistonly-1\.0\.tar\.gz\), and building one would run its code on this "
-                   r"host \(use a version that has a wheel, or build the wheel yourself"),
+                   r"\(sdistonly-1\.0\.tar\.gz\), and building one runs its code \(in a "
+                   r"jail\) only with --allow-build \(use a version that has a wheel, or build "
+                   r"the wheel yourself"),
     "other-python-venv": (["--from-venv", "VENV"],
                           r"--from-venv \S+/venv: it was made by Python 3\.2\.0, the rootfs's "
                           r"interpreter is Python 3\.\d+\.\d+ \(make the virtualenv with"),

@@ -62,3 +62,29 @@ def test_runpath_turns_the_loaders_rpath_off(chain, tmp_path):
     assert info.runpath == ["/nonexistent"]
     assert resolver.resolve(str(tmp_path / "libr.so"), "libb.so", info,
                             (str(chain / "libs"),)) is None
+
+
+def test_a_package_finds_no_library_outside_the_tree_by_its_own_paths(chain, tmp_path):
+    """A package's ELF file names its library search paths and may name libraries by absolute
+    path: outside the tree being built, neither counts (the builder would copy a host file it
+    chose, root's for a system rootfs, into a tree every jail reads)."""
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    outside = chain / "libs"                 # a host directory, not the tree
+    cc = shutil.which("cc") or "gcc"
+    subprocess.run([cc, "-shared", "-fPIC", "-o", str(tree / "ext.so"), str(chain / "ext.c"),
+                    "-L" + str(outside), "-la", "-Wl,--disable-new-dtags,-rpath," + str(outside)],
+                   check=True)
+    ext = str(tree / "ext.so")
+    info = rootfs_elf.Resolver().info(ext)
+    assert info.rpath == [str(outside)]
+    # Without a tree (the host's own files), as the loader would; with one, not outside it.
+    assert rootfs_elf.Resolver().resolve(ext, "liba.so", info) == str(outside / "liba.so")
+    confined = rootfs_elf.Resolver(str(tree))
+    assert confined.resolve(ext, "liba.so", info) is None
+    assert confined.resolve(ext, str(outside / "liba.so"), info) is None
+    # Inside the tree, both still work.
+    shutil.copytree(outside, tree / "libs")
+    assert confined.resolve(ext, str(tree / "libs/liba.so"), info) == str(tree / "libs/liba.so")
+    assert confined.resolve(ext, "liba.so", info, (str(tree / "libs"),)) == \
+        str(tree / "libs/liba.so")

@@ -35,6 +35,18 @@ def write_wheel(directory, name, version, code, requires=(), module=None):
 
 BACKEND = WHEEL_WRITER + r'''
 FAIL = @FAIL@
+MARKER = @MARKER@
+
+# Build code that leaves a trace where it ran: a file at MARKER, a host path (in a jail, that
+# path is not the host's, or not there at all).
+if MARKER:
+    try:
+        with open(MARKER, "w") as f:
+            f.write("build code ran as uid %d\n" % os.getuid())
+    except OSError:
+        pass
+
+@PLANT@
 
 def get_requires_for_build_wheel(config_settings=None):
     return []
@@ -54,17 +66,35 @@ def make_wheel(directory, name, version, code="VALUE = 42\n", requires=(), modul
                                                   module)
 
 
-def make_sdist(directory, name, version, code="VALUE = 42\n", fail=False):
-    """NAME-VERSION.tar.gz in `directory`, built by its own backend (backend-path)."""
-    top = "%s-%s/" % (name, version)
-    files = {
+def sdist_files(name, version, code="VALUE = 42\n", fail=False, marker=None, plant=""):
+    """{path: text} of a source tree whose own backend (backend-path) builds it; with
+    `marker`, its build code writes that file first; `plant`: more build code, run then."""
+    return {
         "pyproject.toml": '[build-system]\nrequires = []\nbuild-backend = "tinybackend"\n'
                           'backend-path = ["."]\n',
         "tinybackend.py": BACKEND.replace("@FAIL@", repr(fail)).replace("@NAME@", repr(name))
-                                 .replace("@VERSION@", repr(version)).replace("@CODE@", repr(code)),
+                                 .replace("@VERSION@", repr(version)).replace("@CODE@", repr(code))
+                                 .replace("@MARKER@", repr(marker and str(marker)))
+                                 .replace("@PLANT@", plant),
         "PKG-INFO": "Metadata-Version: 2.1\nName: %s\nVersion: %s\n" % (name, version),
         name + ".py": code,
     }
+
+
+def make_project(directory, name, version, code="VALUE = 42\n", marker=None):
+    """A source tree NAME/ in `directory` (what `pip install ./NAME` builds)."""
+    top = Path(directory) / name
+    top.mkdir()
+    for rel, text in sdist_files(name, version, code, marker=marker).items():
+        (top / rel).write_text(text)
+    return top
+
+
+def make_sdist(directory, name, version, code="VALUE = 42\n", fail=False, marker=None,
+               plant=""):
+    """NAME-VERSION.tar.gz in `directory`, built by its own backend (backend-path)."""
+    top = "%s-%s/" % (name, version)
+    files = sdist_files(name, version, code, fail, marker, plant)
     path = Path(directory) / ("%s-%s.tar.gz" % (name, version))
     with tarfile.open(path, "w:gz") as tar:
         for rel, text in files.items():

@@ -1,0 +1,328 @@
+"""No package code and no pip resolution runs on the host: `pyjail rootfs build` runs pip in a
+jail, and keeps what pip built from source only with --allow-build.
+
+`--only-binary :all:` alone does not stop pip from building: it builds (a) a requirement that is
+a local directory, (b) a direct reference `NAME @ URL` to a source archive, (c) anything a
+requirements file lets it build with its own `--no-binary :all:` line, and (d) a URL dependency
+of a wheel that came from --find-links or a private index. Each case's build code writes a
+marker file at a host path (a directory made here, writable by every user); run on the host, as
+the builder once did, it would be there. Now the marker never appears, and the build is refused
+without --allow-build. The sdists are served from a --find-links directory and, for the direct
+references, by an HTTP server on the host's loopback.
+
+Environment: as test_rootfs_command.py (PYJAIL_BIN, PYJAIL_MUST_WORK).
+"""
+
+from __future__ import annotations
+
+import functools
+import http.server
+import json
+import os
+import re
+import shutil
+import ssl
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_rootfs_command import (  # noqa: E402,F401  (fixtures are used by name)
+    UNPRIVILEGED, as_user, binary, describe, skip_or_fail, users, world_dir)
+from test_rootfs_rebuild import one_error, run  # noqa: E402
+from tiny_packages import make_project, make_sdist, make_wheel  # noqa: E402
+
+
+@pytest.fixture
+def marker_dir():
+    """Where build code that runs on the host would leave its marker: a directory every user
+    may write to, as /tmp is (so the unprivileged builds could write there too)."""
+    d = world_dir("pyjail-marker-")
+    os.chmod(d, 0o1777)
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.fixture
+def server():
+    """An HTTP server on the host's loopback, serving a directory of sdists."""
+    d = world_dir("pyjail-served-")
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(d))
+    handler.log_message = lambda *a: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield d, "http://127.0.0.1:%d" % httpd.server_address[1]
+    httpd.shutdown()
+    httpd.server_close()
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def readable(d):
+    for p in Path(d).rglob("*"):
+        os.chmod(p, 0o755 if p.is_dir() else 0o644)
+    return d
+
+
+def build(binary, user, links, *args):
+    """A build by `user` (root, or the unprivileged user) into a directory of theirs."""
+    top = world_dir()
+    if user.name != "root":
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        r = run(binary, user, "rootfs", "build", "--out", top / "r", "--no-index",
+                "--find-links", links, *map(str, args), "--quiet")
+        left = sorted(p.name for p in top.iterdir())
+        lock = None
+        if r.returncode == 0:
+            lock = json.loads((top / "r/etc/pyjail-rootfs.lock.json").read_text())
+            info = run(binary, user, "rootfs", "info", top / "r")
+            assert info.returncode == 0, describe(info)
+            lock["info"] = info.stdout     # what `pyjail rootfs info` says of it
+        return r, left, lock
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_local_directory_is_not_built_on_the_host(binary, as_user, marker_dir):
+    links = world_dir()
+    try:
+        make_wheel(links, "tinydep", "1.0")
+        project = make_project(links, "localproj", "1.0", marker=marker_dir / "built")
+        readable(links)
+        r, left, _ = build(binary, as_user, links, "--pip", project)
+        assert not (marker_dir / "built").exists(), "build code ran on the host"
+        assert r.returncode == 125 and left == [], describe(r)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def test_a_direct_reference_is_not_built_on_the_host(binary, as_user, marker_dir, server):
+    served, url = server
+    make_sdist(served, "directref", "1.0", marker=marker_dir / "built")
+    readable(served)
+    links = world_dir()
+    try:
+        make_wheel(links, "tinydep", "1.0")
+        readable(links)
+        r, left, _ = build(binary, as_user, links, "--pip",
+                           "directref @ %s/directref-1.0.tar.gz" % url)
+        assert not (marker_dir / "built").exists(), "build code ran on the host"
+        assert r.returncode == 125 and left == [], describe(r)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def test_no_binary_in_a_requirements_file_is_not_built_on_the_host(binary, as_user, marker_dir):
+    links = world_dir()
+    try:
+        make_sdist(links, "nobinary", "1.0", code="VALUE = 'built'\n", marker=marker_dir / "built")
+        req = links / "requirements.txt"
+        req.write_text("--no-binary :all:\nnobinary\n")
+        readable(links)
+        r, left, _ = build(binary, as_user, links, "--requirements", req)
+        assert not (marker_dir / "built").exists(), "build code ran on the host"
+        one_error(r, r"requirement nobinary: pip built it from nobinary-1\.0\.tar\.gz, a source "
+                     r"distribution \(in the jail\), and built packages are kept only with "
+                     r"--allow-build \(")
+        assert left == []
+        # Allowed, it is built in the jail: still nothing on the host, and the lock says so.
+        r, left, lock = build(binary, as_user, links, "--requirements", req, "--allow-build")
+        assert not (marker_dir / "built").exists(), "build code ran on the host"
+        assert r.returncode == 0, describe(r)
+        entry = next(p for p in lock["packages"] if p["name"] == "nobinary")
+        assert entry["built"] is True and entry["wheel"] is None
+        assert entry["built_from"] == {"file": "nobinary-1.0.tar.gz", "in": "jail",
+                                       "sha256": entry["built_from"]["sha256"]}
+        assert len(entry["built_from"]["sha256"]) == 64
+        assert re.search(r"^  nobinary 1\.0 +pip +built in the jail from nobinary-1\.0\.tar\.gz$",
+                         lock["info"], re.M), lock["info"]
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def test_a_url_dependency_of_a_wheel_is_not_built_on_the_host(binary, as_user, marker_dir, server):
+    served, url = server
+    make_sdist(served, "urldep", "1.0", marker=marker_dir / "built")
+    readable(served)
+    links = world_dir()
+    try:
+        make_wheel(links, "wantsurl", "1.0", requires=["urldep @ %s/urldep-1.0.tar.gz" % url])
+        readable(links)
+        r, left, _ = build(binary, as_user, links, "--pip", "wantsurl")
+        assert not (marker_dir / "built").exists(), "build code ran on the host"
+        assert r.returncode == 125 and left == [], describe(r)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+# ------------------------------------------------------- what the jail writes is hostile
+
+# Build code that, in the jail that runs pip, plants a symlink to a host file among what pip
+# installs: read with the builder's rights (root's), it would copy that file into the tree.
+PLANT = '''
+if os.path.isdir("/pyjail/pip"):
+    os.makedirs("/work/site", exist_ok=True)
+    try:
+        os.symlink(%r, "/work/site/leak.txt")
+    except OSError:
+        pass
+'''
+
+
+def test_a_symlink_the_jail_plants_is_not_followed(binary, as_user, marker_dir):
+    links = world_dir()
+    try:
+        secret = links / "secret"
+        secret.write_text("root's secret\n")
+        make_sdist(links, "planter", "1.0", marker=marker_dir / "built",
+                   plant=PLANT % str(secret))
+        readable(links)
+        os.chmod(secret, 0o600)
+        top = world_dir()
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--no-index",
+                "--find-links", links, "--pip", "planter", "--allow-build", "--quiet")
+        try:
+            assert not (marker_dir / "built").exists(), "build code ran on the host"
+            assert r.returncode == 0, describe(r)
+            assert "left out of the tree what pip's jail made that a wheel cannot hold " \
+                   "(symlinks, hard links, special files): leak.txt" in r.stderr
+            tree = top / "r"
+            assert list(tree.rglob("leak.txt")) == [] and list(tree.rglob("planter.py"))
+            for p in tree.rglob("*"):
+                if p.is_file() and not p.is_symlink() and p.stat().st_size < 1 << 20:
+                    assert b"root's secret" not in p.read_bytes(), p
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+# ------------------------------------------------------------- the relay to the index
+
+
+def test_the_jail_reaches_no_host_but_the_index(binary, as_user):
+    """A direct reference to a host that is not the index: the relay refuses it."""
+    top = world_dir()
+    if as_user.name != "root":
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--pip",
+                "directref @ https://files.elsewhere.invalid/directref-1.0.tar.gz", "--quiet")
+        one_error(r, r"pip install: .*; the relay to the index refused "
+                     r"files\.elsewhere\.invalid:443 \(")
+        assert list(top.iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+@pytest.fixture
+def https_index(tmp_path):
+    """A PEP 503 index over HTTPS on the host's loopback, as `localhost`, with a certificate
+    of its own (the builds trust it through PIP_CERT), serving tiny wheels and an sdist."""
+    if shutil.which("openssl") is None:
+        skip_or_fail("no openssl to make the index's certificate")
+    d = world_dir("pyjail-index-")
+    public = world_dir("pyjail-cert-")
+    cert, key = public / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
+                    "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    os.chmod(cert, 0o644)
+    files = d / "files"
+    files.mkdir()
+    made = {}
+
+    def publish(path):
+        name = path.name.split("-")[0]
+        made.setdefault(name, []).append(path.name)
+        page = d / "simple" / name
+        page.mkdir(parents=True, exist_ok=True)
+        (page / "index.html").write_text("".join(
+            '<a href="../../files/%s">%s</a>\n' % (f, f) for f in made[name]))
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(d))
+    handler.log_message = lambda *a: None
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(str(cert), str(key))
+    httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield files, publish, "https://localhost:%d/simple" % httpd.server_address[1], cert
+    httpd.shutdown()
+    httpd.server_close()
+    shutil.rmtree(d, ignore_errors=True)
+    shutil.rmtree(public, ignore_errors=True)
+
+
+def test_packages_from_an_index_through_the_relay(binary, as_user, marker_dir, https_index):
+    """The jail installs from the index named by --index-url (a host of this machine, so named
+    on purpose); a wheel there whose dependency is a URL sdist on another host cannot make
+    pip fetch, let alone build, it."""
+    files, publish, url, cert = https_index
+    publish(make_wheel(files, "tinydep", "1.0", code="def answer():\n    return 42\n"))
+    publish(make_wheel(files, "tinyapp", "2.0", code="import tinydep\nVALUE = tinydep.answer()\n",
+                       requires=["tinydep>=1.0"]))
+    publish(make_wheel(files, "wantsurl", "1.0",
+                       requires=["urldep @ https://files.elsewhere.invalid/urldep-1.0.tar.gz"]))
+    readable(files.parent)
+    top = world_dir()
+    if as_user.name != "root":
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--index-url", url,
+                "--pip", "tinyapp", "--quiet", env={"PIP_CERT": str(cert)})
+        assert r.returncode == 0, describe(r)
+        lock = json.loads((top / "r/etc/pyjail-rootfs.lock.json").read_text())
+        assert {p["name"]: p["wheel"]["file"] for p in lock["packages"]} == {
+            "tinyapp": "tinyapp-2.0-py3-none-any.whl", "tinydep": "tinydep-1.0-py3-none-any.whl"}
+        r = run(binary, as_user, "--rootfs", top / "r", "--", "python3", "-c",
+                "import tinyapp; print(tinyapp.VALUE)")
+        assert r.returncode == 0 and r.stdout == "42\n", describe(r)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "s", "--index-url", url,
+                "--pip", "wantsurl", "--quiet", env={"PIP_CERT": str(cert)})
+        one_error(r, r"pip install: .*; the relay to the index refused "
+                     r"files\.elsewhere\.invalid:443 \(")
+        assert not (marker_dir / "built").exists()
+        assert sorted(p.name for p in top.iterdir()) == ["r"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_the_wheel_cache_is_filled_by_a_jail_and_read_offline(binary, as_user, https_index):
+    """--wheel-cache (what the rootfs-data target uses): pip downloads in a jail, the builder
+    moves the wheels into the cache, whose files stay the builder's; a later build takes them
+    from there with no index at all."""
+    files, publish, url, cert = https_index
+    publish(make_wheel(files, "tinydep", "1.0", code="def answer():\n    return 42\n"))
+    publish(make_wheel(files, "tinyapp", "2.0", code="import tinydep\nVALUE = tinydep.answer()\n",
+                       requires=["tinydep>=1.0"]))
+    readable(files.parent)
+    top = world_dir()
+    uid = 0 if as_user.name == "root" else UNPRIVILEGED
+    os.chown(top, uid, uid)
+    cache = top / "wheels"
+    try:
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--index-url", url,
+                "--wheel-cache", cache, "--pip", "tinyapp", "--quiet",
+                env={"PIP_CERT": str(cert)})
+        assert r.returncode == 0, describe(r)
+        assert sorted(p.name for p in cache.iterdir()) == [
+            "tinyapp-2.0-py3-none-any.whl", "tinydep-1.0-py3-none-any.whl"]
+        assert {(p.lstat().st_uid, p.is_symlink()) for p in cache.iterdir()} == {(uid, False)}
+        assert sorted(p.name for p in top.iterdir()) == ["r", "wheels"]
+        shutil.rmtree(files)        # the index has nothing any more
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "s", "--no-index",
+                "--wheel-cache", cache, "--pip", "tinyapp", "--quiet")
+        assert r.returncode == 0, describe(r)
+        r = run(binary, as_user, "--rootfs", top / "s", "--", "python3", "-c",
+                "import tinyapp; print(tinyapp.VALUE)")
+        assert r.returncode == 0 and r.stdout == "42\n", describe(r)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)

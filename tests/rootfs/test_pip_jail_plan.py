@@ -1,0 +1,312 @@
+"""The pure parts of running pip in a jail (rootfs_packages.py) and of its relay to the index
+(rootfs_relay.py): the jail's command line, the checks of pip's report (written in the jail:
+hostile), the relay's decisions; and the relay itself, in this process, against a server on
+the loopback.
+"""
+
+import json
+import os
+import re
+import socket
+import ssl
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rootfs"))
+import rootfs_packages as rp  # noqa: E402
+import rootfs_relay as rr  # noqa: E402
+
+
+def raises(pattern, fn, *args):
+    """fn(*args) fails with a BuildError whose one line matches `pattern`."""
+    with pytest.raises(rp.BuildError) as e:
+        fn(*args)
+    assert re.search(pattern, e.value.line()), e.value.line()
+
+
+def plan(**kw):
+    args = dict(pyjail="/bin/pyjail", rootfs="/out/r.tmp-x", python="/usr/bin/python3.11",
+                pip_dir="/usr/lib/python3/dist-packages/pip", stage="/out/r.pip-x",
+                requirements=["/home/u/req.txt"], specs=["cffi"], find_links=["/w"],
+                no_index=True, allow_build=False)
+    args.update(kw)
+    return rp.pip_jail_command(**args)
+
+
+def pairs(cmd, opt):
+    return [cmd[i + 1] for i, a in enumerate(cmd[:cmd.index("--")]) if a == opt]
+
+
+def test_the_jail_sees_its_inputs_read_only_and_writes_only_the_stage():
+    cmd = plan()
+    assert pairs(cmd, "--rootfs") == ["/out/r.tmp-x"]
+    assert pairs(cmd, "--workdir") == ["/out/r.pip-x"]
+    assert pairs(cmd, "--bind") == []
+    assert pairs(cmd, "--ro-bind") == ["/usr/lib/python3/dist-packages/pip:/pyjail/pip/pip",
+                                       "/w:/pyjail/links/0",
+                                       "/home/u/req.txt:/pyjail/requirements/0.txt"]
+    assert pairs(cmd, "--net") == ["none"]
+    pip = cmd[cmd.index("--") + 1:]
+    assert pip[:3] == ["/usr/bin/python3.11", "-I", "-c"] and pip[3] == rp.RUN_PIP
+    assert pip[4] == "install" and "--only-binary" in pip
+    assert pip[pip.index("--target") + 1] == "/work/site"
+    assert pip[-6:] == ["--no-index", "--find-links", "/pyjail/links/0", "--requirement",
+                        "/pyjail/requirements/0.txt", "cffi"]
+    assert "PIP_CONFIG_FILE=/dev/null" in pairs(cmd, "--env")
+
+
+def test_allow_build_drops_only_binary_and_root_names_the_host_user():
+    cmd = plan(allow_build=True, host_user="65534:65534")
+    assert "--only-binary" not in cmd and pairs(cmd, "--host-user") == ["65534:65534"]
+
+
+def test_with_an_index_the_jail_has_loopback_and_the_relay():
+    cmd = plan(no_index=False, find_links=[], relay="/out/r.pip-y/relay.sock",
+               index_urls=["https://pypi.example/simple"], ca_file="/etc/ssl/ca.crt")
+    assert pairs(cmd, "--net") == ["loopback"]
+    assert pairs(cmd, "--ro-bind")[1:3] == ["/out/r.pip-y/relay.sock:/pyjail/relay.sock",
+                                            "/etc/ssl/ca.crt:/pyjail/ca.pem"]
+    pip = cmd[cmd.index("--") + 1:]
+    assert pip[3] == rp.RUN_PIP_RELAYED and "--no-index" not in pip
+    assert pip[pip.index("--index-url") + 1] == "https://pypi.example/simple"
+    assert pip[pip.index("--cert") + 1] == "/pyjail/ca.pem"
+
+
+def test_a_path_that_cannot_be_bound_is_refused():
+    raises("--find-links /a:b: a path with ':' or a newline cannot be bound",
+           lambda: plan(find_links=["/a:b"]))
+
+
+def test_download_writes_to_the_stage():
+    cmd = plan(download=True)
+    pip = cmd[cmd.index("--") + 1:]
+    assert pip[4] == "download" and pip[pip.index("--dest") + 1] == "/work/download"
+    assert pairs(cmd, "--bind") == []
+
+
+# ------------------------------------------------------------------------ the report
+
+WHEEL = {"download_info": {"url": "file:///pyjail/links/0/tinyapp-2.0-py3-none-any.whl",
+                           "archive_info": {"hash": "sha256=" + "a" * 64}},
+         "metadata": {"name": "tinyapp", "version": "2.0"}}
+
+
+def report(*items):
+    return json.dumps({"version": "1", "install": list(items)}).encode()
+
+
+def with_info(**info):
+    return dict(WHEEL, download_info=info)
+
+
+def test_a_wheel_is_accepted():
+    assert rp.check_report(report(WHEEL), False) == [
+        {"name": "tinyapp", "version": "2.0", "file": "tinyapp-2.0-py3-none-any.whl",
+         "sha256": "a" * 64, "built": False}]
+
+
+@pytest.mark.parametrize("info, source", [
+    ({"url": "file:///pyjail/links/0/x-1.0.tar.gz", "archive_info": {}},
+     "x-1.0.tar.gz, a source distribution"),
+    ({"url": "file:///home/u/proj", "dir_info": {}}, "a local directory"),
+    ({"url": "https://h/x.git", "vcs_info": {"vcs": "git"}}, "a version control URL"),
+    # A wheel's name on a directory is still a directory.
+    ({"url": "file:///d/x-1.0-py3-none-any.whl", "dir_info": {}}, "a local directory"),
+])
+def test_what_pip_built_is_refused_without_allow_build(info, source):
+    with pytest.raises(rp.BuildError) as e:
+        rp.check_report(report(with_info(**info)), False)
+    assert e.value.what == "requirement tinyapp"
+    assert e.value.why == ("pip built it from %s (in the jail), and built packages are kept "
+                           "only with --allow-build" % source)
+    got = rp.check_report(report(with_info(**info)), True)
+    assert got[0]["built"] is True
+
+
+@pytest.mark.parametrize("data, why", [
+    (b"\xff", "not JSON"),
+    (b"[" * 100000 + b"]" * 100000, "not JSON"),
+    (b"[]", "no list of installs"),
+    (json.dumps({"install": {}}).encode(), "no list of installs"),
+    (report("x"), "an install without metadata"),
+    (report(dict(WHEEL, metadata={"name": "../etc", "version": "1"})), "a distribution name"),
+    (report(dict(WHEEL, metadata={"name": "a\nb", "version": "1"})), "a distribution name"),
+    (report(dict(WHEEL, metadata={"name": "a", "version": "1 2"})), "a version"),
+    (report(with_info(url="file:///x-1-py3-none-any.whl", archive_info={"hash": "sha256=zz"})),
+     "the hash of"),
+    (report(WHEEL, WHEEL), "tinyapp installed twice"),
+    (report(with_info(url=["x"], archive_info={})), "the URL of"),
+])
+def test_a_hostile_report_is_refused(data, why):
+    raises("pip: its installation report is not usable: " + why, rp.check_report, data, True)
+
+
+def test_the_report_is_read_without_following_a_symlink_and_bounded(tmp_path):
+    secret = tmp_path / "secret"
+    secret.write_text("{}")
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    (stage / "report.json").symlink_to(secret)
+    fd = os.open(stage, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        raises("pip: no installation report", rp.read_report, fd)
+        (stage / "report.json").unlink()
+        with open(stage / "report.json", "wb") as f:
+            f.truncate(rp.REPORT_LIMIT + 1)
+        raises("larger than 16 MiB", rp.read_report, fd)
+    finally:
+        os.close(fd)
+
+
+def test_the_lock_lists_only_what_the_report_does(tmp_path):
+    for name in ("tinyapp-2.0.dist-info", "planted-1.0.dist-info"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "METADATA").write_text("Name: %s\nVersion: 1\n\n" % name.split("-")[0])
+    installed = rp.check_report(report(WHEEL), False)
+    raises("planted-1.0.dist-info was installed, but pip's report does not list it",
+           rp.lock_entries, str(tmp_path), "pip", installed)
+    entries = rp.lock_entries(str(tmp_path), "pip", installed, {"tinyapp-2.0.dist-info"})
+    assert [e["name"] for e in entries] == ["tinyapp"]
+
+
+# ------------------------------------------------------------------------- the relay
+
+
+def test_allowed_hosts():
+    assert rr.allowed_hosts([], []) == {"pypi.org": {443}, "files.pythonhosted.org": {443}}
+    assert rr.allowed_hosts(["https://Idx.Example:8443/simple"], ["https://f.example/w/", "/d"]) \
+        == {"idx.example": {8443}, "f.example": {443}}
+    for bad in ("http://pypi.org/simple", "https:///simple", "file:///x"):
+        with pytest.raises(ValueError):
+            rr.allowed_hosts([bad], [])
+
+
+@pytest.mark.parametrize("head, expected", [
+    (b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org:443\r\n\r\n", ("pypi.org", 443)),
+    (b"CONNECT PyPI.org:443 HTTP/1.0\r\n\r\n", ("pypi.org", 443)),
+    (b"GET http://pypi.org/ HTTP/1.1\r\n\r\n", None),
+    (b"CONNECT pypi.org:443 HTTP/1.1\r\n", None),
+    (b"CONNECT pypi.org:99999 HTTP/1.1\r\n\r\n", None),
+    (b"CONNECT [::1]:443 HTTP/1.1\r\n\r\n", None),
+    (b"CONNECT pypi.org\x00evil:443 HTTP/1.1\r\n\r\n", ("pypi.org\x00evil", 443)),
+])
+def test_parse_connect(head, expected):
+    if expected is None:
+        with pytest.raises(ValueError):
+            rr.parse_connect(head)
+    else:
+        assert rr.parse_connect(head) == expected
+
+
+@pytest.mark.parametrize("address, private_ok, ok", [
+    ("151.101.0.223", False, True),
+    ("203.0.113.80", False, True),
+    ("127.0.0.1", False, False), ("127.0.0.1", True, True),
+    ("10.1.2.3", False, False), ("10.1.2.3", True, True),
+    ("::ffff:192.168.1.1", False, False),
+    ("169.254.169.254", True, False),     # cloud metadata: never
+    ("fe80::1", True, False), ("224.0.0.1", True, False), ("0.0.0.0", True, False),
+])
+def test_address_ok(address, private_ok, ok):
+    assert rr.address_ok(address, private_ok) is ok
+
+
+@pytest.fixture
+def echo_server():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            with c:
+                data = c.recv(100)
+                c.sendall(b"echo:" + data)
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def client_hello(name):
+    """The first TLS record a client sends to `name`."""
+    ctx = ssl.create_default_context()
+    incoming, outgoing = ssl.MemoryBIO(), ssl.MemoryBIO()
+    tls = ctx.wrap_bio(incoming, outgoing, server_hostname=name)
+    with pytest.raises(ssl.SSLWantReadError):
+        tls.do_handshake()
+    return outgoing.read()
+
+
+def test_client_hello_sni():
+    assert rr.client_hello_sni(client_hello("PyPI.org")) == "pypi.org"
+    hello = client_hello("pypi.org")
+    for bad in (b"", b"GET / HTTP/1.1\r\n\r\n", hello[:40], hello[:-1],
+                b"\x16\x03\x01\x00\x05\x02\x00\x00\x01\x00"):
+        with pytest.raises(ValueError):
+            rr.client_hello_sni(bad)
+
+
+def ask(path, head, payload=b""):
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(path)
+    s.sendall(head)
+    reply = b""
+    while b"\r\n\r\n" not in reply:
+        try:
+            chunk = s.recv(1)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        reply += chunk
+    if payload and reply.startswith(b"HTTP/1.1 200"):
+        s.sendall(payload)
+        try:
+            reply += s.recv(100)
+        except ConnectionResetError:
+            pass
+    s.close()
+    return reply
+
+
+def test_the_relay_reaches_only_the_named_hosts(echo_server):
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "relay.sock")
+    relay = rr.Relay(path, {"localhost": {echo_server}}, {"localhost"})
+    try:
+        hello = client_hello("localhost")
+        got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server, hello)
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\necho:" + hello[:95]
+        # TLS for another name through the tunnel to this one (domain fronting): cut.
+        got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server,
+                  client_hello("other.example"))
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert ask(path, b"CONNECT localhost:1 HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 403")
+        assert ask(path, b"CONNECT evil.example:443 HTTP/1.1\r\n\r\n").startswith(
+            b"HTTP/1.1 403")
+        assert ask(path, b"GET http://localhost/ HTTP/1.1\r\n\r\n").startswith(b"HTTP/1.1 405")
+        assert ask(path, b"X" * (rr.HEAD_LIMIT + 10)) == b""
+        assert relay.refused == ["localhost:%d (TLS for other.example)" % echo_server,
+                                 "localhost:1", "evil.example:443",
+                                 "a request that is not CONNECT"]
+    finally:
+        relay.close()
+    # Loopback only for a host the user named as an index.
+    relay = rr.Relay(path + "2", {"localhost": {echo_server}})
+    try:
+        got = ask(path + "2", b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server,
+                  client_hello("localhost"))
+        assert got == b"HTTP/1.1 200 Connection established\r\n\r\n"
+        assert "localhost (address 127.0.0.1)" in relay.refused
+    finally:
+        relay.close()
