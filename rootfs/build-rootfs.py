@@ -1204,6 +1204,9 @@ class Builder:
                         "127.0.0.1\tlocalhost\n"
                         "::1\tlocalhost\n"
                         "127.0.1.1\tpyjail\n")
+        # No resolver: a jail has no network but with --net allow, whose mount plan binds its
+        # own resolv.conf (the supervisor's 127.0.0.1:53) over this file.
+        self.write_text("/etc/resolv.conf", "")
         info = self.info
         self.write_text("/" + INFO, "".join("%s=%s\n" % kv for kv in (
             ("NAME", '"pyjail rootfs"'),

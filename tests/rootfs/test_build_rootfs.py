@@ -263,6 +263,8 @@ def test_etc(root):
     for db in ("passwd", "group", "hosts"):
         assert re.search(r"^%s:\s+files$" % db, nss, re.M)
     assert "127.0.0.1\tlocalhost" in (root / "etc/hosts").read_text()
+    # --net allow binds pyjail's own over it; a rootfs without one would leave glibc's defaults.
+    assert (root / "etc/resolv.conf").read_text() == ""
 
 
 def test_manifest(root):
