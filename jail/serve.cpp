@@ -469,7 +469,7 @@ private:
             if (auto why = beyond_bounds(r, bounds_)) throw BadRequest(*why);
             // The run's filter is the one this server compiles from the set it just checked,
             // never bytes whose set it cannot tell.
-            if (prepared_.plan.seccomp) r.seccomp_filter = filter_for(r.seccomp_allow);
+            if (prepared_.plan.seccomp) r.lockdown.seccomp_filter = filter_for(r.seccomp_allow);
             if (!r.cgroup_files.empty()) {
                 if (!site_.ok) throw BadRequest("cgroup limits asked for, but this server has no cgroup for runs");
                 c.leaf.emplace(site_, r.cgroup_files);

@@ -89,9 +89,9 @@ std::string limit_named(const std::string& what) {
 std::optional<std::string> beyond_rlimits(const RunRequest& r, const ServeBounds& b) {
     for (const auto& bound : b.rlimits) {
         const std::uint64_t bound_hard = bound.hard != 0 ? bound.hard : bound.value;
-        auto it = std::find_if(r.rlimits.begin(), r.rlimits.end(),
+        auto it = std::find_if(r.lockdown.rlimits.begin(), r.lockdown.rlimits.end(),
                                [&](const RlimitValue& l) { return l.resource == bound.resource; });
-        if (it == r.rlimits.end())
+        if (it == r.lockdown.rlimits.end())
             return fmt::format("the run sets no {}; this server's runs have at most {}: {}",
                                limit_named(bound.name), bound.value, kFix);
         const std::uint64_t hard = it->hard != 0 ? it->hard : it->value;
@@ -135,7 +135,7 @@ std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds&
 }
 
 std::optional<std::string> beyond_tmpfs(const RunRequest& r, const ServeBounds& b) {
-    for (const auto& op : r.mounts) {
+    for (const auto& op : r.mounts.ops) {
         if (op.kind != OpKind::Tmpfs) continue;
         std::optional<std::uint64_t> size, inodes;
         std::size_t start = 0;
@@ -187,7 +187,7 @@ std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds&
                            "ask for the same, or start another pyjail serve",
                            net_mode_name(b.net));
     if (b.seccomp_allow) {
-        if (r.seccomp_filter.empty() || r.seccomp_allow.empty())
+        if (r.lockdown.seccomp_filter.empty() || r.seccomp_allow.empty())
             return fmt::format("the run asks for --seccomp off; this server's runs have a filter: {}", kFix);
         for (const auto& name : r.seccomp_allow)
             if (!std::binary_search(b.seccomp_allow->begin(), b.seccomp_allow->end(), name))

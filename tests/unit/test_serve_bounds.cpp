@@ -31,14 +31,14 @@ RunRequest request_of(const Policy& p, bool cgroup) {
     RunRequest r;
     r.argv = {"python", "-c", "pass"};
     LimitPlan l = plan_limits(p.limits, cgroup);
-    r.rlimits = l.rlimits;
+    r.lockdown.rlimits = l.rlimits;
     r.cgroup_files = l.cgroup_files;
-    r.mounts = {{OpKind::Tmpfs, "tmp", -1, "", MS_NOSUID,
+    r.mounts.ops = {{OpKind::Tmpfs, "tmp", -1, "", MS_NOSUID,
                  "mode=0755,size=" + std::to_string(p.tmpfs_size) +
                      ",nr_inodes=" + std::to_string(tmpfs_inodes_for(p.tmpfs_size)),
                  0, false},
                 {OpKind::Tmpfs, "proc/acpi", -1, "", MS_RDONLY, "mode=0555,size=4k,nr_inodes=1", 0, true}};
-    r.seccomp_filter = {{0x06, 0, 0, 0x7fff0000}};
+    r.lockdown.seccomp_filter = {{0x06, 0, 0, 0x7fff0000}};
     r.seccomp_allow = kAllow;
     r.net = static_cast<std::uint32_t>(p.net);
     r.wall_time = p.wall_time;
@@ -112,7 +112,7 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
 
     ServeBounds b = bounds_of(policy_with(server), false);
     RunRequest off = request_of(policy_with(server), false);
-    off.seccomp_filter.clear();
+    off.lockdown.seccomp_filter.clear();
     off.seccomp_allow.clear();
     CHECK(why(off, b).find("--seccomp off") != std::string::npos);
     RunRequest wider = request_of(policy_with(server), false);
@@ -121,9 +121,9 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
                            "pyjail serve with more");
     // A tmpfs without a size is one without a limit; a size in a form not understood is not a smaller one.
     RunRequest unsized = request_of(policy_with(server), false);
-    unsized.mounts[1].data = "mode=0555";
+    unsized.mounts.ops[1].data = "mode=0555";
     CHECK(why(unsized, b).find("a tmpfs at /proc/acpi of no size") != std::string::npos);
-    unsized.mounts[1].data = "size=50%,nr_inodes=1";
+    unsized.mounts.ops[1].data = "size=50%,nr_inodes=1";
     CHECK(why(unsized, b).find("of no size") != std::string::npos);
     // cgroup files: one the server does not write is refused; a limit the server has no
     // value for may be set (a stricter run); unreadable values are never smaller.
