@@ -103,7 +103,10 @@ std::optional<std::string> beyond_rlimits(const RunRequest& r, const ServeBounds
 }
 
 std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds& b) {
-    for (const auto& [file, value] : r.cgroup_files) {
+    for (const auto& asked : r.cgroup_files) {
+        // Named, not structured bindings: clang 14 (the fuzz build) cannot capture those.
+        const std::string& file = asked.first;
+        const std::string& value = asked.second;
         auto own = std::find_if(b.cgroup_files.begin(), b.cgroup_files.end(),
                                 [&](const auto& f) { return f.first == file; });
         CgroupValue kind = cgroup_value_kind(file);
@@ -125,11 +128,12 @@ std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds&
                                own->second, kFix);
     }
     // A limit of the server's that the request leaves out is a request for no limit.
-    for (const auto& [file, value] : b.cgroup_files) {
+    for (const auto& own : b.cgroup_files) {
         bool asked = std::any_of(r.cgroup_files.begin(), r.cgroup_files.end(),
-                                 [&](const auto& f) { return f.first == file; });
+                                 [&](const auto& f) { return f.first == own.first; });
         if (!asked)
-            return fmt::format("the run sets no {}; this server's runs have {}: {}", limit_named(file), value, kFix);
+            return fmt::format("the run sets no {}; this server's runs have {}: {}", limit_named(own.first),
+                               own.second, kFix);
     }
     return std::nullopt;
 }
