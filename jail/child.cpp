@@ -4,6 +4,7 @@
 #include "child.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -72,6 +73,10 @@ void scrub_host_memory(const ChildPlan& p) {
 void become_jail_user(const ChildPlan& p) {
     // From here on the jail acts on files as the mapped jail user (the invoking user, or
     // nobody for root). The capabilities we hold are those of the new user namespace only.
+    // Attack: a jail of its own host id reading the invoking user's group-readable files
+    // through the user's supplementary groups.
+    if (p.drop_groups && ::setgroups(0, nullptr) != 0)
+        fail(ChildStep::SetIds, errno, kExitJailError, "setgroups(0)");
     if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
         fail(ChildStep::SetIds, errno, kExitJailError, "setresgid(%u)", p.jail_gid);
     if (::setresuid(p.jail_uid, p.jail_uid, p.jail_uid) != 0)
@@ -115,6 +120,12 @@ std::vector<std::string> open_sources(const ChildPlan& p) {
             paths.emplace_back();
             continue;
         }
+        // An idmapped clone (when root runs pyjail with ids of its own): in the source's place
+        // in this private mount namespace, so the bind below is made from it.
+        if (slot < p.source_mount_fds.size() && p.source_mount_fds[slot] >= 0 &&
+            sys_move_mount_here(p.source_mount_fds[slot], src.host_path.c_str()) != 0)
+            fail(ChildStep::Bind, errno, kExitJailError, "cannot place the idmapped mount of %s",
+                 src.host_path.c_str());
         int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
         if (fd < 0)
             fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",

@@ -34,6 +34,12 @@ struct ChildPlan {
     // parent opened with the jail's host user's rights, or -1 when there is none. Sources
     // bound by path the child opens itself.
     int script_fd = -1;
+    // Per source slot of `mounts`: a detached, idmapped clone of the source the supervisor
+    // made (hostid_lease.hpp), put in its place before the sources are opened; -1: none.
+    std::vector<int> source_mount_fds;
+    // The jail has host ids of its own (hostid.hpp) and the maps allow setgroups: the
+    // invoking user's supplementary groups must not follow it.
+    bool drop_groups = false;
     std::string hostname;
     bool loopback_up = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "hostid.hpp"
 #include "limits.hpp"
 #include "options.hpp"
 
@@ -60,6 +61,8 @@ struct Policy {
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
     std::string audit_log;      // "" : none; absolute
     HostUser host_user;
+    bool host_user_explicit = false;  // named by a profile or the command line
+    HostIdsSetting host_ids;
     bool explain = false;
     bool verbose = false;
     bool quiet = false;

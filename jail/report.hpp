@@ -45,6 +45,11 @@ struct RunFacts : JailEnd, Usage {
     int exit_code = 0;                       // pyjail's own exit status
     std::vector<LimitEntry> limits;
     std::string cgroup;                      // the jail's cgroup path, or ""
+    // The jail's host identity (hostid.hpp): its ids, where they came from, and whose per-uid
+    // kernel budgets it shares ("" when none: ids of its own).
+    std::optional<std::uint32_t> host_uid, host_gid;
+    std::string host_ids;
+    std::string budgets_shared_with, budgets_shared_why;
     // Set-up errors.
     bool setup_error = false;
     std::string error_step, error_message, error_hint;

@@ -59,6 +59,7 @@
 #include "template_protocol.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
+#include "hostid_lease.hpp"
 #include "hostroot.hpp"
 #include "init.hpp"
 #include "notice_stamp.hpp"
@@ -73,11 +74,6 @@
 namespace pyjail::supervisor {
 
 namespace {
-
-// "1000 65534 1\n" -> "1000 65534 1", for messages.
-std::string trim_map(const std::string& map) {
-    return map.empty() || map.back() != '\n' ? map : map.substr(0, map.size() - 1);
-}
 
 // Kills and reaps the jail if the supervisor leaves before supervising it to the end.
 class JailHandle {
@@ -254,9 +250,23 @@ void adapt_for_template(ChildPlan& c) {
     }
 }
 
+// The report's account of whose kernel budgets the jail uses.
+void record_host_ids(const RunPlan& p, const HostIdLease& ids, RunFacts& facts) {
+    facts.host_uid = ids.maps().host_uid;
+    facts.host_gid = ids.maps().host_gid;
+    facts.host_ids = host_id_kind_name(p.host_ids.kind);
+    facts.budgets_shared_with = p.host_ids.shared_with;
+    facts.budgets_shared_why = p.host_ids.why_shared;
+    if (p.policy.verbose)
+        std::fprintf(stderr, "pyjail: host uid %u, gid %u (%s)%s%s\n", *facts.host_uid, *facts.host_gid,
+                     facts.host_ids.c_str(), p.host_ids.shared_with.empty() ? "" : ": budgets shared with ",
+                     p.host_ids.shared_with.c_str());
+}
+
 // What the jail's pid 1 gets: pointers into the plan's own strings, and the descriptors it
 // takes over.
 ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& ch,
+                           const HostIdLease& ids, const std::vector<UniqueFd>& idmapped,
                            char** host_argv) {
     ChildPlan c;
     c.host_argv = host_argv;
@@ -264,10 +274,12 @@ ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& 
     c.parent_end_fd = ch.parent_end.get();
     c.jail_uid = kJailUid;
     c.jail_gid = kJailGid;
-    if (!p.invoker.is_root()) {  // the child writes its own maps (root's, the parent writes)
-        c.own_uid_map = p.ids.uid_map;
-        c.own_gid_map = p.ids.gid_map;
+    if (!ids.supervisor_writes_maps()) {  // a user's own ids: the child writes its maps
+        c.own_uid_map = ids.maps().uid_map;
+        c.own_gid_map = ids.maps().gid_map;
     }
+    for (const auto& fd : idmapped) c.source_mount_fds.push_back(fd.get());
+    c.drop_groups = p.host_ids.kind == HostIdKind::Subordinate;
     c.staging_dir = "/tmp";
     c.mounts = p.mounts;
     c.script_fd = fds.script.get();
@@ -322,16 +334,11 @@ JailHandle clone_jail(const RunPlan& p, const ChildPlan& child, const std::optio
     return JailHandle(pidfd, pid);
 }
 
-// The id maps, when root runs pyjail (otherwise the child writes its own), and "go".
-void release_jail(const RunPlan& p, const JailHandle& jail, const Channels& ch) {
-    if (!p.invoker.is_root()) return;
-    const char* failed = "";
-    if (int e = write_id_maps(fmt::format("/proc/{}/", jail.pid()), p.ids.uid_map, p.ids.gid_map, failed);
-        e != 0)
-        throw JailError("id maps",
-                        fmt::format("cannot write {} ({} / {})", failed, trim_map(p.ids.uid_map),
-                                    trim_map(p.ids.gid_map)),
-                        e);
+// The id maps, when the supervisor writes them (root; a user's subordinate ids through the
+// helpers), and "go"; otherwise the child wrote its own.
+void release_jail(const HostIdLease& ids, const JailHandle& jail, const Channels& ch) {
+    if (!ids.supervisor_writes_maps()) return;
+    ids.write_maps(jail.pid());
     char go = 1;
     if (::write(ch.parent_end.get(), &go, 1) != 1)
         throw JailError("sync", "cannot release the jail", errno);
@@ -445,19 +452,23 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     Channels channels(p);
     std::optional<CgroupLeaf> leaf;
     create_cgroup_leaf(p, leaf, facts);
-    const ChildPlan child = build_child_plan(p, prepared.fds, channels, host_argv);
-
-    // Saved before the jail can touch them, restored however it ends.
-    TerminalSettings terminal;
+    // The jail's host ids: held until the jail is gone (declared before its handle).
+    const HostIdLease ids(p.host_ids);
+    record_host_ids(p, ids, facts);
     // root's supplementary groups would follow the jail (setgroups is denied inside it):
     // drop them here, the supervisor does not need them.
     if (p.invoker.is_root() && ::setgroups(0, nullptr) != 0)
         throw JailError("setgroups", "cannot drop supplementary groups", errno);
+    const std::vector<UniqueFd> idmapped = ids.idmapped_sources(p.mounts);
+    const ChildPlan child = build_child_plan(p, prepared.fds, channels, ids, idmapped, host_argv);
+
+    // Saved before the jail can touch them, restored however it ends.
+    TerminalSettings terminal;
 
     const double started_ms = monotonic_ms();
     JailHandle jail = clone_jail(p, child, leaf);
     channels.close_jail_ends();
-    release_jail(p, jail, channels);
+    release_jail(ids, jail, channels);
 
     Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
     jail.mark_reaped();
