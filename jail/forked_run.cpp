@@ -1,4 +1,5 @@
 #include "forked_run.hpp"
+#include "run_userns.hpp"
 
 #include <fcntl.h>
 #include <sched.h>
@@ -133,6 +134,7 @@ int run_forked(void* arg) {
     if (::chdir(r.cwd.c_str()) != 0) fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", r.cwd.c_str());
     set_hostname(r.hostname);
     set_up_network(r.loopback_up);
+    enter_run_user_namespace(::getuid(), ::getgid());  // before the rlimits (run_userns.hpp)
     set_rlimits(r.rlimits);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
     take_stdio(stdio);

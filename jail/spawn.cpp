@@ -239,12 +239,12 @@ void adapt_for_template(ChildPlan& c) {
             r.resource == RLIMIT_NICE || r.resource == RLIMIT_MEMLOCK)
             kept.push_back(r);
     c.rlimits = std::move(kept);
-    // Each run creates a mount, pid, net, ipc, uts and cgroup namespace in the template's user
-    // namespace; none may create a user or time namespace (and no run keeps the capability
-    // to create any).
+    // Each run creates a user namespace of its own (run_userns.hpp) and a mount, pid, net, ipc,
+    // uts and cgroup namespace in the template's user namespace; none may create a time
+    // namespace (and no run keeps the capability to create any).
     for (auto& l : c.userns_limits) {
         std::string_view name = l.name;
-        if (name != "max_user_namespaces" && name != "max_time_namespaces" &&
+        if (name != "max_time_namespaces" &&
             name.substr(0, 4) == "max_" && name.find("_namespaces") != std::string_view::npos)
             l.value = kTemplateNamespaces;
     }
