@@ -78,6 +78,7 @@ std::string report_json(const RunFacts& f) {
     j["host_ids"] = f.host_ids.empty() ? Json(nullptr) : Json(f.host_ids);
     j["budgets_shared_with"] = f.budgets_shared_with.empty() ? Json(nullptr) : Json(f.budgets_shared_with);
     j["budgets_shared_why"] = f.budgets_shared_why.empty() ? Json(nullptr) : Json(f.budgets_shared_why);
+    j["counts_charged_to_uid"] = f.counts_charged_to_uid ? Json(*f.counts_charged_to_uid) : Json(nullptr);
     j["oom_kills"] = f.oom_kills;
     j["pids_limit_hits"] = f.pids_limit_hits;
     Json denied = Json::array();

@@ -50,6 +50,9 @@ struct RunFacts : JailEnd, Usage {
     std::optional<std::uint32_t> host_uid, host_gid;
     std::string host_ids;
     std::string budgets_shared_with, budgets_shared_why;
+    // The counts the kernel keeps per user namespace (processes, pending signals, inotify,
+    // message queues) add up, at the top, to the namespace's creator: pyjail's own uid.
+    std::optional<std::uint32_t> counts_charged_to_uid;
     // Set-up errors.
     bool setup_error = false;
     std::string error_step, error_message, error_hint;

@@ -257,6 +257,7 @@ void record_host_ids(const RunPlan& p, const HostIdLease& ids, RunFacts& facts) 
     facts.host_ids = host_id_kind_name(p.host_ids.kind);
     facts.budgets_shared_with = p.host_ids.shared_with;
     facts.budgets_shared_why = p.host_ids.why_shared;
+    facts.counts_charged_to_uid = p.invoker.uid;
     if (p.policy.verbose)
         std::fprintf(stderr, "pyjail: host uid %u, gid %u (%s)%s%s\n", *facts.host_uid, *facts.host_gid,
                      facts.host_ids.c_str(), p.host_ids.shared_with.empty() ? "" : ": budgets shared with ",

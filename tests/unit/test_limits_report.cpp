@@ -145,7 +145,8 @@ TEST_CASE("the report is JSON with stable fields") {
                       "signal_name", "relayed_signal", "wall_time_s", "cpu_user_s",
                       "cpu_system_s", "memory_peak_bytes", "memory_peak_source",
                       "usage_partial", "setup_time_ms", "limits", "cgroup", "host_uid", "host_gid",
-                      "host_ids", "budgets_shared_with", "budgets_shared_why", "oom_kills",
+                      "host_ids", "budgets_shared_with", "budgets_shared_why",
+                      "counts_charged_to_uid", "oom_kills",
                       "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "error",
                       "profile", "command"});
 }
