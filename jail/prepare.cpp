@@ -149,20 +149,26 @@ void plan_cgroup_and_limits(RunPlan& p, const CgroupSite* given) {
     if (policy.wall_time > 0) p.limits.entries.push_back(wall_time_entry(policy.wall_time));
 }
 
-// What plan_host_ids decides by: the user's subordinate ranges and the helpers that map them.
 HostIdFacts host_id_facts(const RunPlan& p, const Policy& policy, uid_t root_uid, gid_t root_gid) {
-    HostIdFacts f;
-    f.invoker_uid = p.invoker.uid;
-    f.invoker_gid = p.invoker.gid;
+    HostIdFacts f = host_facts_of_invoker(p.invoker.uid, p.invoker.gid);
     f.setting = policy.host_ids;
     f.host_user_explicit = policy.host_user_explicit;
     f.host_user_uid = root_uid;
     f.host_user_gid = root_gid;
     for (const auto& b : p.binds) f.host_binds.push_back(b.source);
-    if (p.invoker.is_root()) return f;
+    return f;
+}
+
+}  // namespace
+
+HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid) {
+    HostIdFacts f;
+    f.invoker_uid = uid;
+    f.invoker_gid = gid;
+    if (uid == 0) return f;
     std::string passwd;
     (void)try_read_file("/etc/passwd", passwd);
-    f.invoker_name = passwd_name(passwd, p.invoker.uid);
+    f.invoker_name = passwd_name(passwd, uid);
     (void)try_read_file("/etc/subuid", f.subuid_text);
     (void)try_read_file("/etc/subgid", f.subgid_text);
     for (const char* dir : {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/"}) {
@@ -171,11 +177,9 @@ HostIdFacts host_id_facts(const RunPlan& p, const Policy& policy, uid_t root_uid
         if (f.newgidmap.empty() && ::access((std::string(dir) + "newgidmap").c_str(), X_OK) == 0)
             f.newgidmap = std::string(dir) + "newgidmap";
     }
-    f.runtime_dir = user_lock_dir(std::getenv("XDG_RUNTIME_DIR"), p.invoker.uid);
+    f.runtime_dir = user_lock_dir(std::getenv("XDG_RUNTIME_DIR"), uid);
     return f;
 }
-
-}  // namespace
 
 PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* cgroup_site) {
     PreparedRun prepared;

@@ -72,6 +72,10 @@ struct PreparedRun {
 
 namespace setup {
 
+// What decides the jail's host ids (hostid.hpp) that is the host's: the invoker's subordinate
+// ranges, the helpers, its lock directory. Policy fields are left at their defaults.
+HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid);
+
 // Gathers the host's facts (the rootfs, the bind sources, the script), plans the mounts, ids,
 // environment, filter and limits. Only plans: nothing is printed, no kernel feature probed
 // (see supervisor::check_host_before_run), so --explain shows the plan and nothing else.

@@ -299,3 +299,20 @@ def test_template_runs_count_their_processes_apart(serve, run_jail, as_user, own
     for p in (a, b):
         p.communicate(timeout=30)
     assert second == first, "the second run's process budget was taken by the first"
+
+
+def test_doctor_says_whether_jails_get_ids_of_their_own(run_jail, as_user, own_ids):
+    env, (first, count) = own_ids
+    r = run_jail(["doctor"], user=as_user, env=env)
+    line = next(l for l in r.stdout.splitlines() if "host ids" in l)
+    assert line.split()[0] == "ok" and f"{count} " in line and str(first) in line, line
+
+
+def test_doctor_tells_a_user_without_a_range_how_to_get_one(run_jail, as_user):
+    if as_user.is_root:
+        return  # root's jails always have a range
+    r = run_jail(["doctor"], user=as_user)
+    lines = r.stdout.splitlines()
+    at = next(i for i, l in enumerate(lines) if "host ids" in l)
+    assert lines[at].split()[0] == "warn" and "share your per-user kernel budgets" in lines[at]
+    assert "usermod --add-subuids" in lines[at + 1]
