@@ -71,8 +71,8 @@ void scrub_host_memory(const ChildPlan& p) {
 }
 
 void become_jail_user(const ChildPlan& p) {
-    // From here on the jail acts on files as the mapped jail user (the invoking user, or
-    // nobody for root). The capabilities we hold are those of the new user namespace only.
+    // From here on the jail acts on files as the mapped jail user (an id of its own, the
+    // invoking user, or --host-user; hostid.hpp). The capabilities we hold are those of the new user namespace only.
     // Attack: a jail of its own host id reading the invoking user's group-readable files
     // through the user's supplementary groups.
     if (p.drop_groups && ::setgroups(0, nullptr) != 0)

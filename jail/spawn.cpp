@@ -16,9 +16,11 @@
 //      socket, stdio relay, signals), the
 //      cgroup leaf, the child's plan
 //   4. clone3(NEW*)  ------------------------>  writes its own id maps; or, when root runs
-//                                              pyjail, waits on the sync socket while
+//                                              pyjail or the jail has a subordinate id,
+//                                              waits on the sync socket while
 //   5. (root) write setgroups=deny, uid_map,    the parent writes them
-//      gid_map, send "go"  -------------------> become the jail user, mount plan, pivot_root,
+//      gid_map (a user: newuidmap/newgidmap;
+//      hostid_lease.hpp), send "go"  ---------> become the jail user, mount plan, pivot_root,
 //                                              hostname, lo, rlimits, setsid, close fds,
 //                                              drop caps, no_new_privs, (seccomp), "ready",
 //                                              fork: pid 2 execs the program,
