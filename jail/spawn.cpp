@@ -564,6 +564,10 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     // no capability to create one (nor may its filter's clone and unshare).
     for (auto& e : facts.limits)
         if (e.name == "namespaces") e.detail = "user.max_user_namespaces (the template's); no capability for others";
+    // The run's host ids are the template's: only its user namespace is its own (run_userns.hpp).
+    facts.host_ids = "template";
+    facts.budgets_shared_with = "the template and its other runs";
+    facts.budgets_shared_why = "a run from a template keeps the template's host ids";
     if (p.command.exec_path.rfind("python") == std::string::npos)
         throw UsageError(fmt::format("--via runs Python programs only, not {}", p.command.exec_path),
                          "run it as `pyjail --via SOCKET -- python ...`, or without --via");

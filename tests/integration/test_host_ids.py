@@ -94,12 +94,18 @@ def test_concurrent_jails_get_host_ids_of_their_own(popen_jail, as_user, own_ids
         p.communicate(timeout=30)
 
 
+THROUGH_TEMPLATE = os.environ.get("PYJAIL_THROUGH_TEMPLATE") == "1"
+
+
 def test_report_says_the_host_ids_and_whether_budgets_are_shared(run_jail, as_user, own_ids, world_tmp):
     env, (first, count) = own_ids
     report = world_tmp.dir(0o777) / "r.json"
     r = run_jail(["--report", report, "--", "python", "-c", "pass"], user=as_user, env=env)
     assert r.returncode == 0, r.stderr
     got = json.loads(report.read_text())
+    if THROUGH_TEMPLATE:  # the template's ids, not the run's own
+        assert got["host_ids"] == "template" and got["budgets_shared_with"] == "the template and its other runs"
+        return
     assert first <= got["host_uid"] < first + count
     assert got["host_ids"] == ("range" if as_user.is_root else "subordinate")
     assert got["budgets_shared_with"] is None and got["budgets_shared_why"] is None
@@ -115,6 +121,9 @@ def test_a_user_without_a_range_is_told_the_budgets_are_shared(run_jail, as_user
     r = run_jail(["--report", report, *opts, "--", "python", "-c", "pass"], user=as_user)
     assert r.returncode == 0, r.stderr
     got = json.loads(report.read_text())
+    if THROUGH_TEMPLATE and not as_user.is_root:
+        assert got["host_ids"] == "template", got
+        return
     assert got["host_uid"] == HOST and got["budgets_shared_with"] == shared, got
 
 
@@ -316,3 +325,13 @@ def test_doctor_tells_a_user_without_a_range_how_to_get_one(run_jail, as_user):
     at = next(i for i, l in enumerate(lines) if "host ids" in l)
     assert lines[at].split()[0] == "warn" and "share your per-user kernel budgets" in lines[at]
     assert "usermod --add-subuids" in lines[at + 1]
+
+
+def test_a_template_runs_report_says_it_shares_the_templates_ids(serve, run_jail, as_user, world_tmp):
+    sock, _server = serve(as_user)
+    report = world_tmp.dir(0o777) / "r.json"
+    r = run_jail(["--report", report, "--via", sock, "--", "python", "-c", "pass"], user=as_user)
+    assert r.returncode == 0, r.stderr
+    got = json.loads(report.read_text())
+    assert got["host_ids"] == "template" and got["budgets_shared_with"] == "the template and its other runs"
+    assert got["host_uid"] is None
