@@ -59,7 +59,7 @@ TEST_CASE("without cgroup v2, the rlimit fallback, and what it cannot do") {
     CHECK(has_rlimit(p, RLIMIT_CPU, 3));  // rounded up
     CHECK(has_rlimit(p, RLIMIT_FSIZE, 1 << 20));
     CHECK(entry(p, "memory")->mechanism == Mechanism::Rlimit);
-    CHECK(entry(p, "pids")->detail == "RLIMIT_NPROC (per host user, not per jail)");
+    CHECK(entry(p, "pids")->detail == "RLIMIT_NPROC (counted per user namespace: per jail)");
     CHECK(entry(p, "cpus")->mechanism == Mechanism::NotEnforced);
 }
 
