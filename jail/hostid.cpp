@@ -92,6 +92,29 @@ std::string passwd_name(std::string_view text, uid_t uid) {
     return {};
 }
 
+bool range_is_mapped(const std::string& map_text, IdRange r) {
+    if (map_text.empty()) return true;
+    std::string_view text = map_text;
+    while (!text.empty()) {
+        std::string_view line = next_line(text);
+        std::uint64_t v[3];
+        std::size_t n = 0;
+        for (std::size_t at = 0; n < 3;) {
+            at = line.find_first_not_of(' ', at);
+            if (at == std::string_view::npos) break;
+            std::size_t end = line.find(' ', at);
+            auto x = parse_u64(line.substr(at, end == std::string_view::npos ? end : end - at));
+            if (!x) break;
+            v[n++] = *x;
+            if (end == std::string_view::npos) break;
+            at = end;
+        }
+        // "inside outside count": ids of this namespace are the inside column.
+        if (n == 3 && r.first >= v[0] && std::uint64_t{r.first} + r.count <= v[0] + v[2]) return true;
+    }
+    return false;
+}
+
 HostIdPlan plan_host_ids(const HostIdFacts& f) {
     HostIdPlan p;
     const bool root = f.invoker_uid == 0;
@@ -99,12 +122,20 @@ HostIdPlan plan_host_ids(const HostIdFacts& f) {
     if (root) {
         p.files_uid = f.host_user_uid;
         p.files_gid = f.host_user_gid;
-        if (f.host_user_explicit || f.setting.mode == Mode::Shared) {
+        // In a container, root's user namespace maps only some ids, and root there cannot make
+        // an idmapped mount of the host's file systems: its jails keep --host-user.
+        const bool mapped = range_is_mapped(f.own_uid_map, f.setting.range) &&
+                            range_is_mapped(f.own_gid_map, f.setting.range);
+        if (f.host_user_explicit || f.setting.mode == Mode::Shared || !mapped) {
             p.kind = HostIdKind::HostUser;
             p.uids = {f.host_user_uid, 1};
             p.gids = {f.host_user_gid, 1};
             p.shared_with = fmt::format("host user uid {}", f.host_user_uid);
-            p.why_shared = f.host_user_explicit ? "--host-user names a fixed user" : "--host-ids shared";
+            p.why_shared = f.host_user_explicit              ? "--host-user names a fixed user"
+                           : f.setting.mode == Mode::Shared ? "--host-ids shared"
+                                                            : fmt::format("the ids {}:{} are not mapped in pyjail's user "
+                                                                          "namespace (a container?)",
+                                                                          f.setting.range.first, f.setting.range.count);
             return p;
         }
         p.kind = HostIdKind::OwnRange;

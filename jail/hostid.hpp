@@ -83,7 +83,14 @@ struct HostIdFacts {
     std::string newuidmap, newgidmap;  // the helpers' paths, or "" when missing
     std::vector<std::string> host_binds;   // host paths bound into the jail (not the rootfs)
     std::string runtime_dir;           // the user's lock directory (see user_lock_dir)
+    // pyjail's own /proc/self/uid_map and gid_map: in a container, root may map only the ids
+    // its user namespace has. "" reads as the initial namespace's (every id).
+    std::string own_uid_map, own_gid_map;
 };
+
+// Whether every id of `r` is mapped in a /proc/PID/uid_map text ("" is the initial user
+// namespace: all are).
+bool range_is_mapped(const std::string& map_text, IdRange r);
 
 // Throws UsageError for a range a user cannot have and JailError for one that would map root.
 HostIdPlan plan_host_ids(const HostIdFacts& f);

@@ -165,7 +165,15 @@ HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid) {
     HostIdFacts f;
     f.invoker_uid = uid;
     f.invoker_gid = gid;
-    if (uid == 0) return f;
+    if (uid == 0) {
+        std::string uid_map, gid_map;
+        // The initial user namespace maps every id in one line; then "" says so.
+        if (try_read_file("/proc/self/uid_map", uid_map) && uid_map.find("4294967295") == std::string::npos)
+            f.own_uid_map = uid_map;
+        if (try_read_file("/proc/self/gid_map", gid_map) && gid_map.find("4294967295") == std::string::npos)
+            f.own_gid_map = gid_map;
+        return f;
+    }
     std::string passwd;
     (void)try_read_file("/etc/passwd", passwd);
     f.invoker_name = passwd_name(passwd, uid);

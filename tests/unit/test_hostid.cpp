@@ -135,3 +135,20 @@ TEST_CASE("a user's lock directory") {
     CHECK(user_lock_dir(nullptr, 7) == "/tmp/pyjail-ids-7");
     CHECK(user_lock_dir("relative", 7) == "/tmp/pyjail-ids-7");
 }
+
+TEST_CASE("root in a container keeps --host-user when its namespace lacks the range") {
+    HostIdFacts f;
+    f.own_uid_map = "         0     100000      65536\n";
+    f.own_gid_map = f.own_uid_map;
+    HostIdPlan p = plan_host_ids(f);
+    CHECK(p.kind == HostIdKind::HostUser);
+    CHECK(p.why_shared == "the ids 1879048192:65536 are not mapped in pyjail's user namespace (a container?)");
+    f.setting = parse_host_ids("60000:100", "x");
+    CHECK(plan_host_ids(f).kind == HostIdKind::OwnRange);
+    f.setting = parse_host_ids("65500:100", "x");
+    CHECK(plan_host_ids(f).kind == HostIdKind::HostUser);
+    CHECK(range_is_mapped("", {5, 5}));
+    CHECK(range_is_mapped("0 1000 10\n20 2000 10\n", {22, 8}));
+    CHECK_FALSE(range_is_mapped("0 1000 10\n20 2000 10\n", {8, 4}));
+    CHECK_FALSE(range_is_mapped("garbage\n", {1, 1}));
+}
