@@ -5,6 +5,7 @@
 #include "child.hpp"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -71,8 +72,12 @@ void scrub_host_memory(const ChildPlan& p) {
 }
 
 void become_jail_user(const ChildPlan& p) {
-    // From here on the jail acts on files as the mapped jail user (the invoking user, or
-    // nobody for root). The capabilities we hold are those of the new user namespace only.
+    // From here on the jail acts on files as the mapped jail user (an id of its own, the
+    // invoking user, or --host-user; hostid.hpp). The capabilities we hold are those of the new user namespace only.
+    // Attack: a jail of its own host id reading the invoking user's group-readable files
+    // through the user's supplementary groups.
+    if (p.drop_groups && ::setgroups(0, nullptr) != 0)
+        fail(ChildStep::SetIds, errno, kExitJailError, "setgroups(0)");
     if (::setresgid(p.jail_gid, p.jail_gid, p.jail_gid) != 0)
         fail(ChildStep::SetIds, errno, kExitJailError, "setresgid(%u)", p.jail_gid);
     if (::setresuid(p.jail_uid, p.jail_uid, p.jail_uid) != 0)
@@ -142,7 +147,7 @@ void run(const ChildPlan& p) noexcept {
     scrub_host_memory(p);
     become_jail_user(p);
     set_userns_limits(p);
-    apply_mount_plan(p.mounts, p.script_fd, p.staging_dir.c_str());
+    apply_mount_plan(p.mounts, p.source_mount_fds, p.script_fd, p.staging_dir.c_str());
     const int keep[1] = {report_fd()};
     lock_down(p.lockdown, p.stdio_fds, keep, 1);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,

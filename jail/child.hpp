@@ -35,6 +35,12 @@ struct ChildPlan {
     // bound by path the child opens itself.
     int script_fd = -1;
     Lockdown lockdown;         // the same value a run from a template gets (lockdown.hpp)
+    // Per source slot of `mounts`: a detached, idmapped clone of the source the supervisor
+    // made (hostid_lease.hpp), put in its place before the sources are opened; -1: none.
+    std::vector<int> source_mount_fds;
+    // The jail has host ids of its own (hostid.hpp) and the maps allow setgroups: the
+    // invoking user's supplementary groups must not follow it.
+    bool drop_groups = false;
     // Per fd 0-2: the jail's end of a pipe the supervisor relays (relay.hpp), or -1: the
     // host's own descriptor stays.
     int stdio_fds[3] = {-1, -1, -1};

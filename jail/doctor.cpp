@@ -22,6 +22,8 @@
 #include "compiled_filter.hpp"
 #include "error.hpp"
 #include "hints.hpp"
+#include "hostid.hpp"
+#include "prepare.hpp"
 #include "paths.hpp"
 #include "rootfs_command.hpp"
 #include "sys.hpp"
@@ -93,6 +95,32 @@ Check check_user_namespaces() {
             fmt::format("created one as uid {} (user.max_user_namespaces = {})", ::geteuid(),
                         max.empty() ? "?" : max),
             ""};
+}
+
+// Whether this user's jails get host ids of their own (hostid.hpp), or share its budgets.
+Check check_host_ids() {
+    const HostIdFacts facts = setup::host_facts_of_invoker(::geteuid(), ::getegid());
+    HostIdPlan p = plan_host_ids(facts);
+    switch (p.kind) {
+        case HostIdKind::OwnRange:
+            return {"host ids", Check::Verdict::Ok,
+                    fmt::format("each jail takes one of {} ids from {} (--host-ids)", p.uids.count, p.uids.first), ""};
+        case HostIdKind::Subordinate:
+            return {"host ids", Check::Verdict::Ok,
+                    fmt::format("each jail that binds none of your files takes one of your {} subordinate ids "
+                                "from {}; process, signal and inotify counts still add up to yours",
+                                p.uids.count, p.uids.first),
+                    ""};
+        default:
+            return {"host ids", Check::Verdict::Warn,
+                    fmt::format("jails share your per-user kernel budgets (epoll watches, pipe pages, "
+                                "processes, signals): {}", p.why_shared),
+                    p.why_shared.find("usermod") != std::string::npos
+                        ? fmt::format("as root, give this user a range of ids no one else has, e.g. usermod "
+                                      "--add-subuids 1610612736-1610678271 --add-subgids 1610612736-1610678271 {}",
+                                      facts.invoker_name.empty() ? std::to_string(facts.invoker_uid) : facts.invoker_name)
+                        : p.why_shared.find("uidmap") != std::string::npos ? "apt install uidmap" : ""};
+    }
 }
 
 Check check_seccomp() {
@@ -397,6 +425,7 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
     checks.push_back(check_seccomp());
     checks.push_back(check_proc());
     checks.push_back(check_outer_filter());
+    checks.push_back(check_host_ids());
     for (auto& c : check_cgroup()) checks.push_back(std::move(c));
     DataDirs dirs;
     try {

@@ -58,8 +58,22 @@ std::string explain_text(const ExplainInput& in) {
     }
     out += fmt::format("# profile: {}\n", in.policy.profile);
     out += "#\n# Namespaces: user, mount, pid, net, ipc, uts, cgroup (all new)\n";
-    out += fmt::format("# Runs as:   uid {} gid {} inside (user 'jail'); host uid {} gid {}\n",
-                       kJailUid, kJailGid, in.ids.host_uid, in.ids.host_gid);
+    const bool own_ids = in.host_ids != nullptr && (in.host_ids->kind == HostIdKind::OwnRange ||
+                                                    in.host_ids->kind == HostIdKind::Subordinate);
+    if (own_ids)
+        out += fmt::format("# Runs as:   uid {} gid {} inside (user 'jail'); on the host, ids of its own\n",
+                           kJailUid, kJailGid);
+    else
+        out += fmt::format("# Runs as:   uid {} gid {} inside (user 'jail'); host uid {} gid {}\n",
+                           kJailUid, kJailGid, in.ids.host_uid, in.ids.host_gid);
+    if (const HostIdPlan* h = in.host_ids) {
+        if (h->kind == HostIdKind::OwnRange || h->kind == HostIdKind::Subordinate)
+            out += fmt::format("# Host ids:  one of {} uids from {} (gids from {}), free when the jail runs{}\n",
+                               h->uids.count, h->uids.first, h->gids.first,
+                               h->idmap_binds ? fmt::format("; host binds idmapped to uid {}", h->files_uid) : "");
+        else
+            out += fmt::format("# Host ids:  kernel budgets shared with {}: {}\n", h->shared_with, h->why_shared);
+    }
     out += "# Privileges: no capabilities, no_new_privs, new session, no core dumps\n";
     out += fmt::format("# Network:   {}\n", in.policy.net == NetMode::None       ? "none (loopback down)"
                                             : in.policy.net == NetMode::Loopback ? "loopback only (private 127.0.0.1)"

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "hostid.hpp"
 #include "idmap.hpp"
 #include "limits.hpp"
 #include "mountplan.hpp"
@@ -25,6 +26,7 @@ struct ExplainInput {
     const SeccompSet* seccomp;  // null: --seccomp off
     const std::vector<LimitEntry>& limits;
     std::string cgroup;         // the delegated cgroup, or "none: why"
+    const HostIdPlan* host_ids = nullptr;  // where the jail's own host ids come from
 };
 
 std::string explain_text(const ExplainInput& in);

@@ -112,7 +112,7 @@ int run_forked(void* arg) {
     // mounts, binds, names or sends reaches the template or another run.
     if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
-    apply_mount_plan(r.mounts, script_fd, nullptr);
+    apply_mount_plan(r.mounts, {}, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
     const int keep[4] = {fds[0], g_reaper_fd, a.release_w, a.release_r};  // -> 3, 4, 5, 6
     lock_down(r.lockdown, stdio, keep, 4);

@@ -1,7 +1,8 @@
 // uid/gid maps of the jail's user namespace. The jailed program always runs as the jail user
 // (uid/gid 1000 inside, named in the rootfs's /etc/passwd). Outside, that is the invoking user
 // -- or, when pyjail runs as root, an unprivileged host user (nobody by default): root's jail
-// must never be host root, so host uid 0 is never mapped at all.
+// must never be host root, so host uid 0 is never mapped at all. Which host ids a run
+// actually takes (one of its own, where it can) is hostid.hpp's.
 #pragma once
 
 #include <sys/types.h>

@@ -97,7 +97,7 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
         } else {
             p.rlimits.push_back({RLIMIT_NPROC, *l.pids, "RLIMIT_NPROC"});
             p.entries.push_back({"pids", v, Mechanism::Rlimit,
-                                 "RLIMIT_NPROC (per host user, not per jail)"});
+                                 "RLIMIT_NPROC (counted per user namespace: per jail)"});
         }
     }
     if (l.cpus) {

@@ -4,7 +4,8 @@
 // cgroup v2 is the real mechanism: memory.max (no swap, the whole tree killed on OOM),
 // pids.max, cpu.max, counted over the whole jail. Where no delegated cgroup v2 can be had,
 // rlimits are the documented fallback: per process (RLIMIT_DATA for memory, RLIMIT_CPU) or
-// per host user (RLIMIT_NPROC), and CPU share cannot be limited at all.
+// per user namespace, i.e. per jail (RLIMIT_NPROC, since Linux 5.14), and CPU share cannot be
+// limited at all.
 #pragma once
 
 #include <cstdint>

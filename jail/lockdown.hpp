@@ -23,6 +23,11 @@ struct Lockdown {
     // --net allow: the sockets pid 1 binds once `lo` is up, while it still holds the network
     // namespace's capabilities (ports below 1024), and hands to the supervisor (egress_pid1.hpp).
     std::vector<EgressSocketSpec> egress_sockets;
+    // A run from a template: a user namespace of its own once its namespaces are configured
+    // with the template's capabilities and before its rlimits, so the per-user counts
+    // (RLIMIT_NPROC, pending signals, ...) are the run's own (run_userns.hpp). Set by the
+    // template for every request it decodes, whatever the client sent.
+    bool own_user_namespace = false;
     std::vector<RlimitValue> rlimits;  // soft and hard
     // A template's (`pyjail serve`) program keeps the few capabilities its runs' set-up needs
     // (steps.cpp, keep_template_capabilities); every other program keeps none.

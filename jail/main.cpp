@@ -251,7 +251,8 @@ int run(int argc, char** argv) {
                                      : plan.cgroup.ok   ? plan.cgroup.base
                                      : plan.cgroup.why_not.empty()
                                          ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
-                                         : "none: " + plan.cgroup.why_not})
+                                         : "none: " + plan.cgroup.why_not,
+                                     &plan.host_ids})
                            .c_str(),
                        stdout);
             return 0;

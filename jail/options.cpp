@@ -85,7 +85,12 @@ const std::vector<OptionSpec>& option_table() {
          "Syscall filter: a set from profiles/seccomp, a set file, or off (no filter: an "
          "explicit, loud opt-out)", true},
         {"host-user", OptKind::Text, "nobody", "USER|UID[:GID]",
-         "When pyjail runs as root: the unprivileged host user the jailed program runs as", true},
+         "When pyjail runs as root: a fixed unprivileged host user the jailed program runs as, "
+         "instead of an id of its own from --host-ids", true},
+        {"host-ids", OptKind::Text, "auto", "auto|shared|FIRST:COUNT",
+         "The jail's own host uid/gid: auto (root: one id per jail of 1879048192:65536; a user: "
+         "one of the user's /etc/subuid range, when the jail binds none of the user's files), "
+         "shared (root: --host-user; a user: the user's own), or root's range FIRST:COUNT", true},
         {"via", OptKind::Text, "", "SOCKET",
          "Run the program as a fork of the template `pyjail serve --socket SOCKET` holds: a jail "
          "of its own, with the template's modules already imported", false},

@@ -412,6 +412,8 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
                                          where(u, "host-user")),
                              "name an unprivileged user such as nobody");
     }
+    p.host_user_explicit = item("host-user").source != Source::Default;
+    p.host_ids = parse_host_ids(item("host-ids").value, where(item("host-ids"), "host-ids"));
     p.allow_sensitive_bind = parse_bool(item("allow-sensitive-bind"), "allow-sensitive-bind");
     p.explain = parse_bool(item("explain"), "explain");
     p.verbose = parse_bool(item("verbose"), "verbose");

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "egress_plan.hpp"
+#include "hostid.hpp"
 #include "limits.hpp"
 #include "options.hpp"
 
@@ -62,6 +63,8 @@ struct Policy {
     std::string report_path;    // "" : none (--report-fd is command-line only: see main.cpp)
     std::string audit_log;      // "" : none; absolute
     HostUser host_user;
+    bool host_user_explicit = false;  // named by a profile or the command line
+    HostIdsSetting host_ids;
     bool explain = false;
     bool verbose = false;
     bool quiet = false;

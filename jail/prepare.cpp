@@ -152,7 +152,45 @@ void plan_cgroup_and_limits(RunPlan& p, const CgroupSite* given) {
     if (policy.wall_time > 0) p.limits.entries.push_back(wall_time_entry(policy.wall_time));
 }
 
+HostIdFacts host_id_facts(const RunPlan& p, const Policy& policy, uid_t root_uid, gid_t root_gid) {
+    HostIdFacts f = host_facts_of_invoker(p.invoker.uid, p.invoker.gid);
+    f.setting = policy.host_ids;
+    f.host_user_explicit = policy.host_user_explicit;
+    f.host_user_uid = root_uid;
+    f.host_user_gid = root_gid;
+    for (const auto& b : p.binds) f.host_binds.push_back(b.source);
+    return f;
+}
+
 }  // namespace
+
+HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid) {
+    HostIdFacts f;
+    f.invoker_uid = uid;
+    f.invoker_gid = gid;
+    if (uid == 0) {
+        std::string uid_map, gid_map;
+        // The initial user namespace maps every id in one line; then "" says so.
+        if (try_read_file("/proc/self/uid_map", uid_map) && uid_map.find("4294967295") == std::string::npos)
+            f.own_uid_map = uid_map;
+        if (try_read_file("/proc/self/gid_map", gid_map) && gid_map.find("4294967295") == std::string::npos)
+            f.own_gid_map = gid_map;
+        return f;
+    }
+    std::string passwd;
+    (void)try_read_file("/etc/passwd", passwd);
+    f.invoker_name = passwd_name(passwd, uid);
+    (void)try_read_file("/etc/subuid", f.subuid_text);
+    (void)try_read_file("/etc/subgid", f.subgid_text);
+    for (const char* dir : {"/usr/bin/", "/bin/", "/usr/sbin/", "/sbin/"}) {
+        if (f.newuidmap.empty() && ::access((std::string(dir) + "newuidmap").c_str(), X_OK) == 0)
+            f.newuidmap = std::string(dir) + "newuidmap";
+        if (f.newgidmap.empty() && ::access((std::string(dir) + "newgidmap").c_str(), X_OK) == 0)
+            f.newgidmap = std::string(dir) + "newgidmap";
+    }
+    f.runtime_dir = user_lock_dir(std::getenv("XDG_RUNTIME_DIR"), uid);
+    return f;
+}
 
 PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* cgroup_site) {
     PreparedRun prepared;
@@ -204,6 +242,9 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     p.mounts = plan_mounts(policy, p.rootfs, facts, script);
     if (p.mounts.script_jail_path) p.argv[*p.command.script_index] = *p.mounts.script_jail_path;
     p.ids = plan_idmaps(p.invoker.uid, p.invoker.gid, root_uid, root_gid);
+    p.host_ids = plan_host_ids(host_id_facts(p, policy, root_uid, root_gid));
+    p.ids.host_uid = p.host_ids.files_uid;  // until the run takes its own id (HostIdLease)
+    p.ids.host_gid = p.host_ids.files_gid;
     p.env = jail_environment(policy);
     p.policy = std::move(policy);
     plan_seccomp(p, dirs);

@@ -13,6 +13,7 @@
 
 #include "cgroup.hpp"
 #include "command.hpp"
+#include "hostid.hpp"
 #include "idmap.hpp"
 #include "limits.hpp"
 #include "mountplan.hpp"
@@ -42,7 +43,8 @@ struct RunPlan {
     std::vector<std::string> env;
     std::vector<BindSpec> binds;    // every bind, the profile's and the command line's
     MountPlan mounts;
-    IdMaps ids;
+    IdMaps ids;                     // host_uid/gid: who owns what the jail writes to host binds
+    HostIdPlan host_ids;            // the jail's own host ids (hostid.hpp), taken when it runs
     std::optional<SeccompSet> seccomp;        // none: --seccomp off
     std::vector<sock_filter> seccomp_filter;  // ready before any process exists
     std::string seccomp_compiled_at;          // the build-time file it came from, or ""
@@ -72,6 +74,10 @@ struct PreparedRun {
 };
 
 namespace setup {
+
+// What decides the jail's host ids (hostid.hpp) that is the host's: the invoker's subordinate
+// ranges, the helpers, its lock directory. Policy fields are left at their defaults.
+HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid);
 
 // Gathers the host's facts (the rootfs, the bind sources, the script), plans the mounts, ids,
 // environment, filter and limits. Only plans: nothing is printed, no kernel feature probed

@@ -73,6 +73,12 @@ std::string report_json(const RunFacts& f) {
                           {"detail", l.detail}};
     j["limits"] = limits;
     j["cgroup"] = f.cgroup.empty() ? Json(nullptr) : Json(f.cgroup);
+    j["host_uid"] = f.host_uid ? Json(*f.host_uid) : Json(nullptr);
+    j["host_gid"] = f.host_gid ? Json(*f.host_gid) : Json(nullptr);
+    j["host_ids"] = f.host_ids.empty() ? Json(nullptr) : Json(f.host_ids);
+    j["budgets_shared_with"] = f.budgets_shared_with.empty() ? Json(nullptr) : Json(f.budgets_shared_with);
+    j["budgets_shared_why"] = f.budgets_shared_why.empty() ? Json(nullptr) : Json(f.budgets_shared_why);
+    j["counts_charged_to_uid"] = f.counts_charged_to_uid ? Json(*f.counts_charged_to_uid) : Json(nullptr);
     j["oom_kills"] = f.oom_kills;
     j["pids_limit_hits"] = f.pids_limit_hits;
     Json denied = Json::array();

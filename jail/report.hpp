@@ -48,6 +48,14 @@ struct RunFacts : JailEnd, Usage {
     int exit_code = 0;                       // pyjail's own exit status
     std::vector<LimitEntry> limits;
     std::string cgroup;                      // the jail's cgroup path, or ""
+    // The jail's host identity (hostid.hpp): its ids, where they came from, and whose per-uid
+    // kernel budgets it shares ("" when none: ids of its own).
+    std::optional<std::uint32_t> host_uid, host_gid;
+    std::string host_ids;
+    std::string budgets_shared_with, budgets_shared_why;
+    // The counts the kernel keeps per user namespace (processes, pending signals, inotify,
+    // message queues) add up, at the top, to the namespace's creator: pyjail's own uid.
+    std::optional<std::uint32_t> counts_charged_to_uid;
     // Set-up errors, or (record_error) a failure to keep the run's record once it was over:
     // the status stays the program's, the error says what failed.
     bool setup_error = false;

@@ -58,12 +58,12 @@ ChildPlan plan_child(const RunPlan& p) {
     c.exec_path = p.command.exec_path;
     c.userns_limits = p.limits.userns_limits;
     if (p.is_template) {
-        // Each run creates a mount, pid, net, ipc, uts and cgroup namespace in the template's
-        // user namespace; none may create a user or time namespace (and no run keeps the
-        // capability to create any).
+        // Each run creates a user namespace of its own (run_userns.hpp) and a mount, pid, net,
+        // ipc, uts and cgroup namespace in the template's user namespace; none may create a
+        // time namespace (and no run keeps the capability to create any).
         for (auto& l : c.userns_limits) {
             std::string_view name = l.name;
-            if (name != "max_user_namespaces" && name != "max_time_namespaces" &&
+            if (name != "max_time_namespaces" &&
                 name.substr(0, 4) == "max_" && name.find("_namespaces") != std::string_view::npos)
                 l.value = kTemplateNamespaces;
         }
@@ -83,6 +83,7 @@ RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     r.mounts.ops = plan_forked_mounts(p.mounts);
     r.mounts.cwd = p.mounts.cwd;
     r.lockdown = plan_lockdown(p);
+    r.lockdown.own_user_namespace = true;  // as the template sets it (run_request.cpp)
     if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
     r.rootfs = p.rootfs;
     r.has_script = has_script;

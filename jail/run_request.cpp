@@ -281,6 +281,9 @@ RunRequest decode_request(std::string_view bytes) {
     if (!in.done()) throw BadRequest("bytes after the end of the request");
     for (const auto& op : r.mounts.ops)
         if (op.kind == OpKind::Copy && !r.has_script) throw BadRequest("a copy op without a script");
+    // Not the client's to choose: every run from a template gets a user namespace of its own,
+    // so one run's processes and pending signals are not every run's (run_userns.hpp).
+    r.lockdown.own_user_namespace = true;
     return r;
 }
 

@@ -16,9 +16,11 @@
 //      socket, stdio relay, signals), the
 //      cgroup leaf, the child's plan
 //   4. clone3(NEW*)  ------------------------>  writes its own id maps; or, when root runs
-//                                              pyjail, waits on the sync socket while
+//                                              pyjail or the jail has a subordinate id,
+//                                              waits on the sync socket while
 //   5. (root) write setgroups=deny, uid_map,    the parent writes them
-//      gid_map, send "go"  -------------------> become the jail user, mount plan, pivot_root,
+//      gid_map (a user: newuidmap/newgidmap;
+//      hostid_lease.hpp), send "go"  ---------> become the jail user, mount plan, pivot_root,
 //                                              hostname, lo, rlimits, setsid, close fds,
 //                                              drop caps, no_new_privs, (seccomp), "ready",
 //                                              fork: pid 2 execs the program,
@@ -60,6 +62,7 @@
 #include "template_protocol.hpp"
 #include "exitstatus.hpp"
 #include "hints.hpp"
+#include "hostid_lease.hpp"
 #include "hostroot.hpp"
 #include "init.hpp"
 #include "notice_stamp.hpp"
@@ -75,11 +78,6 @@
 namespace pyjail::supervisor {
 
 namespace {
-
-// "1000 65534 1\n" -> "1000 65534 1", for messages.
-std::string trim_map(const std::string& map) {
-    return map.empty() || map.back() != '\n' ? map : map.substr(0, map.size() - 1);
-}
 
 // Kills and reaps the jail if the supervisor leaves before supervising it to the end.
 class JailHandle {
@@ -228,12 +226,37 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
                  p.cgroup.why_not.c_str(), fallback.c_str());
 }
 
-// What the jail's pid 1 gets: the plan (run_plans.hpp), and the descriptors it takes over.
-ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& ch, char** host_argv) {
+// The report's account of whose kernel budgets the jail uses.
+void record_host_ids(const RunPlan& p, const HostIdLease& ids, RunFacts& facts) {
+    facts.host_uid = ids.maps().host_uid;
+    facts.host_gid = ids.maps().host_gid;
+    facts.host_ids = host_id_kind_name(p.host_ids.kind);
+    facts.budgets_shared_with = p.host_ids.shared_with;
+    facts.budgets_shared_why = p.host_ids.why_shared;
+    facts.counts_charged_to_uid = p.invoker.uid;
+    if (p.policy.verbose)
+        std::fprintf(stderr, "pyjail: host uid %u, gid %u (%s)%s%s\n", *facts.host_uid, *facts.host_gid,
+                     facts.host_ids.c_str(), p.host_ids.shared_with.empty() ? "" : ": budgets shared with ",
+                     p.host_ids.shared_with.c_str());
+}
+
+// What the jail's pid 1 gets: the plan (run_plans.hpp), the ids this jail leased
+// (hostid_lease.hpp), and the descriptors it takes over.
+ChildPlan build_child_plan(const RunPlan& p, const RunFds& fds, const Channels& ch,
+                           const HostIdLease& ids, const std::vector<UniqueFd>& idmapped,
+                           char** host_argv) {
     ChildPlan c = plan_child(p);
     c.host_argv = host_argv;
     c.sync_fd = ch.child_end.get();
     c.parent_end_fd = ch.parent_end.get();
+    c.own_uid_map.clear();
+    c.own_gid_map.clear();
+    if (!ids.supervisor_writes_maps()) {  // a user's own ids: the child writes its maps
+        c.own_uid_map = ids.maps().uid_map;
+        c.own_gid_map = ids.maps().gid_map;
+    }
+    for (const auto& fd : idmapped) c.source_mount_fds.push_back(fd.get());
+    c.drop_groups = p.host_ids.kind == HostIdKind::Subordinate;
     c.script_fd = fds.script.get();
     for (int fd = 0; fd < 3; ++fd) c.stdio_fds[fd] = ch.relay ? ch.relay->jail_end(fd) : -1;
     return c;
@@ -274,16 +297,11 @@ JailHandle clone_jail(const RunPlan& p, const ChildPlan& child, const std::optio
     return JailHandle(pidfd, pid);
 }
 
-// The id maps, when root runs pyjail (otherwise the child writes its own), and "go".
-void release_jail(const RunPlan& p, const JailHandle& jail, const Channels& ch) {
-    if (!p.invoker.is_root()) return;
-    const char* failed = "";
-    if (int e = write_id_maps(fmt::format("/proc/{}/", jail.pid()), p.ids.uid_map, p.ids.gid_map, failed);
-        e != 0)
-        throw JailError("id maps",
-                        fmt::format("cannot write {} ({} / {})", failed, trim_map(p.ids.uid_map),
-                                    trim_map(p.ids.gid_map)),
-                        e);
+// The id maps, when the supervisor writes them (root; a user's subordinate ids through the
+// helpers), and "go"; otherwise the child wrote its own.
+void release_jail(const HostIdLease& ids, const JailHandle& jail, const Channels& ch) {
+    if (!ids.supervisor_writes_maps()) return;
+    ids.write_maps(jail.pid());
     char go = 1;
     if (::write(ch.parent_end.get(), &go, 1) != 1)
         throw JailError("sync", "cannot release the jail", errno);
@@ -398,19 +416,23 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     Channels channels(p);
     std::optional<CgroupLeaf> leaf;
     create_cgroup_leaf(p, leaf, facts);
-    const ChildPlan child = build_child_plan(p, prepared.fds, channels, host_argv);
-
-    // Saved before the jail can touch them, restored however it ends.
-    TerminalSettings terminal;
+    // The jail's host ids: held until the jail is gone (declared before its handle).
+    const HostIdLease ids(p.host_ids);
+    record_host_ids(p, ids, facts);
     // root's supplementary groups would follow the jail (setgroups is denied inside it):
     // drop them here, the supervisor does not need them.
     if (p.invoker.is_root() && ::setgroups(0, nullptr) != 0)
         throw JailError("setgroups", "cannot drop supplementary groups", errno);
+    const std::vector<UniqueFd> idmapped = ids.idmapped_sources(p.mounts);
+    const ChildPlan child = build_child_plan(p, prepared.fds, channels, ids, idmapped, host_argv);
+
+    // Saved before the jail can touch them, restored however it ends.
+    TerminalSettings terminal;
 
     const double started_ms = monotonic_ms();
     JailHandle jail = clone_jail(p, child, leaf);
     channels.close_jail_ends();
-    release_jail(p, jail, channels);
+    release_jail(ids, jail, channels);
 
     Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
     jail.mark_reaped();
@@ -497,6 +519,10 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     // no capability to create one (nor may its filter's clone and unshare).
     for (auto& e : facts.limits)
         if (e.name == "namespaces") e.detail = "user.max_user_namespaces (the template's); no capability for others";
+    // The run's host ids are the template's: only its user namespace is its own (run_userns.hpp).
+    facts.host_ids = "template";
+    facts.budgets_shared_with = "the template and its other runs";
+    facts.budgets_shared_why = "a run from a template keeps the template's host ids";
     if (p.command.exec_path.rfind("python") == std::string::npos)
         throw UsageError(fmt::format("--via runs Python programs only, not {}", p.command.exec_path),
                          "run it as `pyjail --via SOCKET -- python ...`, or without --via");

@@ -23,6 +23,7 @@
 #include <cstring>
 
 #include "egress_pid1.hpp"
+#include "run_userns.hpp"
 #include "exitstatus.hpp"
 #include "init.hpp"
 #include "protocol.hpp"
@@ -157,7 +158,7 @@ namespace {
 // caller's own namespace, so the parent's fds cannot serve) and before the new root covers
 // the staging directory. The jail user opens them: when root runs pyjail, the jail sees host
 // files with the rights of --host-user, never root's.
-std::vector<std::string> open_sources(const MountPlan& plan) {
+std::vector<std::string> open_sources(const MountPlan& plan, const std::vector<int>& source_mount_fds) {
     std::vector<std::string> paths;
     for (std::size_t slot = 0; slot < plan.sources.size(); ++slot) {
         const SourceRef& src = plan.sources[slot];
@@ -165,6 +166,12 @@ std::vector<std::string> open_sources(const MountPlan& plan) {
             paths.emplace_back();
             continue;
         }
+        // An idmapped clone (when root runs pyjail with ids of its own): in the source's place
+        // in this private mount namespace, so the bind below is made from it.
+        if (slot < source_mount_fds.size() && source_mount_fds[slot] >= 0 &&
+            sys_move_mount_here(source_mount_fds[slot], src.host_path.c_str()) != 0)
+            fail(ChildStep::Bind, errno, kExitJailError, "cannot place the idmapped mount of %s",
+                 src.host_path.c_str());
         int fd = ::open(src.host_path.c_str(), O_PATH | O_CLOEXEC);
         if (fd < 0)
             fail(slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError, "cannot open %s",
@@ -363,10 +370,11 @@ void install_init_signals() {
     ::sigprocmask(SIG_BLOCK, &set, nullptr);
 }
 
-void apply_mount_plan(const MountPlan& plan, int content_fd, const char* staging_dir) {
+void apply_mount_plan(const MountPlan& plan, const std::vector<int>& source_mount_fds, int content_fd,
+                      const char* staging_dir) {
     // Nothing we mount may propagate back to the mount namespace we came from.
     do_mount(ChildStep::MountPrivate, nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr);
-    std::vector<std::string> source_paths = open_sources(plan);
+    std::vector<std::string> source_paths = open_sources(plan, source_mount_fds);
     bool new_root = false;
     for (const MountOp& op : plan.ops) new_root = new_root || op.target.empty();
     // Without a new root, the targets are relative to the root we have.
@@ -399,6 +407,7 @@ void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int ke
     set_hostname(l.hostname);
     set_up_network(l.loopback_up);
     open_egress_sockets(l.egress_sockets);
+    if (l.own_user_namespace) enter_run_user_namespace(::getuid(), ::getgid());  // run_userns.hpp
     set_rlimits(l.rlimits);
     take_stdio(stdio);
     new_session();

@@ -43,8 +43,10 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
 // The whole mount plan, from a private / to the plan's working directory. A plan with a new
 // root (an op whose target is "", a fresh jail's) assembles it on `staging_dir`, pivots into it
 // and makes it read-only; a plan without one (a run from a template's) mounts below the root
-// it has. `content_fd`: what Copy ops copy (the script), or -1.
-void apply_mount_plan(const MountPlan& plan, int content_fd, const char* staging_dir);
+// it has. `content_fd`: what Copy ops copy (the script), or -1. `source_mount_fds`: per source
+// slot, a detached idmapped clone of the source to put in its place first, or -1 (or none).
+void apply_mount_plan(const MountPlan& plan, const std::vector<int>& source_mount_fds, int content_fd,
+                      const char* staging_dir);
 
 // The lock-down, in its one order (lockdown.hpp), ending in the "ready" message. `stdio`: the
 // fds to take as 0-2 (-1: keep); `keep`: the descriptors pid 1 keeps, moved to 3, 4, ...

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <linux/mount.h>
 #include <linux/seccomp.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -162,6 +163,11 @@ int write_file(const std::string& path, const std::string& data) noexcept {
     int err = n < 0 ? errno : (static_cast<std::size_t>(n) != data.size() ? EIO : 0);
     ::close(fd);
     return err;
+}
+
+int sys_move_mount_here(int mount_fd, const char* target) noexcept {
+    return static_cast<int>(::syscall(SYS_move_mount, mount_fd, "", AT_FDCWD, target,
+                                      MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_SYMLINKS));
 }
 
 int write_id_maps(const std::string& proc_dir, const std::string& uid_map,

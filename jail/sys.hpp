@@ -97,6 +97,10 @@ bool list_dir(const std::string& dir, const std::string& suffix, std::vector<std
 // Writes all of `data` to `path` (no O_CREAT). Returns 0 or an errno.
 int write_file(const std::string& path, const std::string& data) noexcept;
 
+// move_mount of the detached mount `mount_fd` onto `target` (symlinks followed). Returns -1
+// with errno on failure.
+int sys_move_mount_here(int mount_fd, const char* target) noexcept;
+
 // Writes a user namespace's id maps through `proc_dir` ("/proc/self/" or "/proc/PID/"):
 // setgroups "deny" first, or an unprivileged writer may not write a gid_map -- and denying it
 // keeps the jail from dropping groups to escape deny-ACLs. Returns 0, or an errno with

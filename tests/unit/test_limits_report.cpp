@@ -59,7 +59,7 @@ TEST_CASE("without cgroup v2, the rlimit fallback, and what it cannot do") {
     CHECK(has_rlimit(p, RLIMIT_CPU, 3));  // rounded up
     CHECK(has_rlimit(p, RLIMIT_FSIZE, 1 << 20));
     CHECK(entry(p, "memory")->mechanism == Mechanism::Rlimit);
-    CHECK(entry(p, "pids")->detail == "RLIMIT_NPROC (per host user, not per jail)");
+    CHECK(entry(p, "pids")->detail == "RLIMIT_NPROC (counted per user namespace: per jail)");
     CHECK(entry(p, "cpus")->mechanism == Mechanism::NotEnforced);
 }
 
@@ -144,7 +144,9 @@ TEST_CASE("the report is JSON with stable fields") {
                       "pyjail_version", "status", "exit_code", "program_exit_code", "signal",
                       "signal_name", "relayed_signal", "wall_time_s", "cpu_user_s",
                       "cpu_system_s", "memory_peak_bytes", "memory_peak_source",
-                      "usage_partial", "setup_time_ms", "limits", "cgroup", "oom_kills",
+                      "usage_partial", "setup_time_ms", "limits", "cgroup", "host_uid", "host_gid",
+                      "host_ids", "budgets_shared_with", "budgets_shared_why",
+                      "counts_charged_to_uid", "oom_kills",
                       "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "egress", "error",
                       "profile", "command"});
 }

@@ -32,9 +32,18 @@ RunPlan sample_plan() {
     return p;
 }
 
+// A run from a template's lock-down differs from a fresh jail's in one planned way: the run
+// enters a user namespace of its own (a fresh jail's pid 1 is in one from its clone). This is
+// the rest of it.
+Lockdown but_for_the_user_namespace(Lockdown l) {
+    CHECK(l.own_user_namespace);
+    l.own_user_namespace = false;
+    return l;
+}
+
 // The lock-down the template executes: the client's, through the request's encoding.
 Lockdown as_template_gets(const RunPlan& p) {
-    return decode_request(encode_request(plan_run_request(p, false))).lockdown;
+    return but_for_the_user_namespace(decode_request(encode_request(plan_run_request(p, false))).lockdown);
 }
 
 bool has_rlimit(const Lockdown& l, int resource) {
@@ -49,8 +58,9 @@ TEST_CASE("a fresh jail and a run from a template carry the same lock-down") {
     RunPlan p = sample_plan();
     const Lockdown planned = plan_lockdown(p);
     CHECK(plan_child(p).lockdown == planned);
-    CHECK(plan_run_request(p, false).lockdown == planned);
+    CHECK(but_for_the_user_namespace(plan_run_request(p, false).lockdown) == planned);
     CHECK(as_template_gets(p) == planned);
+    CHECK_FALSE(planned.own_user_namespace);
     CHECK(planned.hostname == "box");
     CHECK(planned.loopback_up);
     CHECK(planned.seccomp_filter.size() == 2);
@@ -102,4 +112,10 @@ TEST_CASE("a template keeps its runs' capabilities and only the limits every run
     CHECK(has_rlimit(t, RLIMIT_SIGPENDING));  // the template holds no more than a run
     CHECK_FALSE(has_rlimit(t, RLIMIT_DATA));  // a run's own limit: it could not be raised again
     CHECK_FALSE(has_rlimit(t, RLIMIT_CPU));
+}
+
+TEST_CASE("every run from a template gets a user namespace of its own, whatever its client sent") {
+    RunRequest r = plan_run_request(sample_plan(), false);
+    r.lockdown.own_user_namespace = false;
+    CHECK(decode_request(encode_request(r)).lockdown.own_user_namespace);
 }
