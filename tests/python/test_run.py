@@ -7,6 +7,7 @@ import time
 import pytest
 
 import pyjail
+from pyjail_testing.web import hello_server
 
 
 def test_output_exit_code_and_report():
@@ -235,24 +236,8 @@ def test_nothing_left_behind_when_the_jail_is_killed_or_times_out(monkeypatch, t
 
 
 def test_net_allow_reaches_an_allowed_host_by_name_only():
-    import http.server
-    import threading
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = b"hello " + self.headers["Host"].encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    code = f"""
+    with hello_server() as port:
+        code = f"""
 import socket, urllib.request
 print(urllib.request.urlopen("http://web.test:{port}/", timeout=5).read().decode())
 try:
@@ -260,7 +245,6 @@ try:
 except socket.gaierror:
     print("other.test: no such name")
 """
-    try:
         r = pyjail.run(code, net="allow", allow_hosts=[f"web.test:{port}"],
                        options={"net_resolve": "web.test:127.0.0.1"})
         assert r.ok, r.stderr
@@ -270,6 +254,3 @@ except socket.gaierror:
         r = pyjail.run(code, net="allow", allow_hosts=["elsewhere.test"],
                        options={"net_resolve": "elsewhere.test:127.0.0.1"})
         assert not r.ok and "URLError" in r.stderr
-    finally:
-        server.shutdown()
-        server.server_close()

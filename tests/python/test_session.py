@@ -11,6 +11,7 @@ import pytest
 
 import pyjail
 from pyjail_testing.package import host_processes, pyjail_children, wait_until
+from pyjail_testing.web import hello_server
 
 
 def test_state_value_and_output(session):
@@ -601,31 +602,11 @@ def test_a_host_function_error_without_a_builtin_is_the_cells_host_function_erro
 
 
 def test_a_session_with_net_allow_reaches_its_allowed_host():
-    import http.server
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
-            body = b"hello " + self.headers["Host"].encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = server.server_address[1]
-    try:
-        with pyjail.Session(net="allow", allow_hosts=[f"web.test:{port}"],
-                            options={"net_resolve": "web.test:127.0.0.1"}) as s:
-            r = s.run(f"import urllib.request\nbody = urllib.request.urlopen('http://web.test:{port}/').read()\n"
-                      "print(body.decode())")
-            assert r.stdout == f"hello web.test:{port}\n", r.stderr
-            # The state lives on: a second cell, a second connection.
-            r = s.run(f"print(len(urllib.request.urlopen('http://web.test:{port}/').read()))")
-            assert r.stdout == f"{len('hello web.test:') + len(str(port))}\n", r.stderr
-    finally:
-        server.shutdown()
-        server.server_close()
+    with hello_server() as port, pyjail.Session(net="allow", allow_hosts=[f"web.test:{port}"],
+                                                options={"net_resolve": "web.test:127.0.0.1"}) as s:
+        r = s.run(f"import urllib.request\nbody = urllib.request.urlopen('http://web.test:{port}/').read()\n"
+                  "print(body.decode())")
+        assert r.stdout == f"hello web.test:{port}\n", r.stderr
+        # The state lives on: a second cell, a second connection.
+        r = s.run(f"print(len(urllib.request.urlopen('http://web.test:{port}/').read()))")
+        assert r.stdout == f"{len('hello web.test:') + len(str(port))}\n", r.stderr
