@@ -17,7 +17,6 @@ CONTEXTS = ["user-session", "user-cron", "root-session", "root-service"]
 REPORTED = r'''
 report() {
     rm -f /tmp/report.json
-    touch /tmp/report.json && chmod 666 /tmp/report.json
     in_context "$ctx" "$PYJAIL" --verbose --report /tmp/report.json "$@"
     echo "@@RC@@ $?"
     echo "@@REPORT@@"; cat /tmp/report.json; echo "@@END@@"
