@@ -100,12 +100,15 @@ fi
 pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
 lane_host() {
-    "${pytest[@]}" tests/integration tests/man tests/test_must_work.py "$@" || return
+    local status=0
+    "${pytest[@]}" tests/integration tests/man tests/test_must_work.py "$@" || status=$?
     echo "==> the attack tests again, every run they can make forked from a template (pyjail serve)"
     PYJAIL_THROUGH_TEMPLATE=1 "${pytest[@]}" \
         tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
         tests/integration/test_jail_network.py tests/integration/test_jail_time_signals.py \
-        tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@"
+        tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@" ||
+        status=$?
+    return "$status"
 }
 lane_vm() {
     mkdir "$scratch/vm-tmp"
@@ -114,9 +117,11 @@ lane_vm() {
 lane_python() {
     mkdir -m 1777 "$scratch/python-tmp"
     export TMPDIR="$scratch/python-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail"
-    "${pytest[@]}" tests/rootfs "$@" || return
+    local status=0
+    "${pytest[@]}" tests/rootfs "$@" || status=$?
     echo "==> Python package tests"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@"
+    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
+    return "$status"
 }
 
 # Long done by now: it started before the build.
