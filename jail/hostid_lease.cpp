@@ -196,10 +196,21 @@ std::vector<UniqueFd> HostIdLease::idmapped_sources(const MountPlan& mounts) con
         mount_attr attr{};
         attr.attr_set = MOUNT_ATTR_IDMAP;
         attr.userns_fd = static_cast<std::uint64_t>(ns.get());
-        if (::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0)
-            throw JailError(kStep, fmt::format("cannot make an idmapped mount of {}", src.host_path), errno,
+        if (::syscall(SYS_mount_setattr, fd, "", AT_EMPTY_PATH, &attr, sizeof attr) != 0) {
+            // A filesystem that cannot idmap (tmpfs before Linux 6.3, for one): a read-only
+            // bind is then made by the jail's pid 1 from the path itself, opened with the
+            // jail's own id, whose rights on the host are those of any user (never more than
+            // --host-user's). A writable one cannot be: the jail's files would not be
+            // --host-user's, so the run is refused.
+            int e = errno;
+            if ((e == EINVAL || e == EOPNOTSUPP || e == ENOSYS) && !bound_writable(mounts, static_cast<int>(slot))) {
+                fds[slot].reset();
+                continue;
+            }
+            throw JailError(kStep, fmt::format("cannot make an idmapped mount of {}", src.host_path), e,
                             "its filesystem may not support idmapped mounts; --host-ids shared runs the jail "
                             "as --host-user, without one");
+        }
     }
     return fds;
 }

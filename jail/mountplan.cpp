@@ -372,4 +372,17 @@ std::string describe_op(const MountOp& op, const MountPlan& plan) {
     return {};
 }
 
+bool bound_writable(const MountPlan& plan, int slot) {
+    for (std::size_t i = 0; i < plan.ops.size(); ++i) {
+        const MountOp& bind = plan.ops[i];
+        if (bind.kind != OpKind::Bind || bind.source_slot != slot) continue;
+        bool read_only = false;
+        for (std::size_t j = i + 1; j < plan.ops.size(); ++j)
+            if (plan.ops[j].kind == OpKind::Remount && plan.ops[j].target == bind.target)
+                read_only = (plan.ops[j].flags & MS_RDONLY) != 0;
+        if (!read_only) return true;
+    }
+    return false;
+}
+
 }  // namespace pyjail

@@ -112,4 +112,7 @@ extern const char* const kProcReadOnly[];
 // One line per op, as --explain prints it.
 std::string describe_op(const MountOp& op, const MountPlan& plan);
 
+// Whether source `slot` is bound anywhere without the read-only remount that follows a bind.
+bool bound_writable(const MountPlan& plan, int slot);
+
 }  // namespace pyjail

@@ -271,3 +271,23 @@ TEST_CASE("--net allow: the jail's resolver files cover the rootfs's, read-only,
     MountPlan none = plan_mounts(policy_from(""), "/rootfs", f, std::nullopt);
     for (const auto& line : lines(none)) CHECK(line.find("/tmp/.net") == std::string::npos);
 }
+
+TEST_CASE("bound_writable: a source is writable where no read-only remount follows its bind") {
+    MountPlan plan;
+    plan.sources = {{"/rootfs", false}, {"/data", false}, {"/out", false}, {"/both", false}};
+    const unsigned long ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
+    const unsigned long rw = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV;
+    plan.ops = {
+        {OpKind::Bind, "mnt/data", 1, "", MS_BIND, "", 0},
+        {OpKind::Remount, "mnt/data", -1, "", ro, "", 0},
+        {OpKind::Bind, "mnt/out", 2, "", MS_BIND, "", 0},
+        {OpKind::Remount, "mnt/out", -1, "", rw, "", 0},
+        {OpKind::Bind, "mnt/both-ro", 3, "", MS_BIND, "", 0},
+        {OpKind::Remount, "mnt/both-ro", -1, "", ro, "", 0},
+        {OpKind::Bind, "mnt/both-rw", 3, "", MS_BIND, "", 0},
+    };
+    CHECK_FALSE(bound_writable(plan, 0));  // not bound at all
+    CHECK_FALSE(bound_writable(plan, 1));
+    CHECK(bound_writable(plan, 2));
+    CHECK(bound_writable(plan, 3));  // one of its binds has no read-only remount
+}
