@@ -14,11 +14,12 @@
 # log, printed whole when the lane ends:
 #   host:   tests/integration, tests/man, tests/test_must_work.py, then the attack suites
 #           again through a template -- the tests that look for leftovers on this host
-#   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table)
-#   python: tests/rootfs, then the Python package
-# The vm and python lanes keep their temporary files in a directory of their own named like
-# the integration tests' (which their leftover checks pass over), and the python lane runs
-# its own staged copy of pyjail, so the host lane's checks see none of theirs.
+#   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
+#           the Python package
+#   python: tests/rootfs (the rootfs builder)
+# The vm and python lanes keep their temporary files in directories named like the
+# integration tests' (which their leftover checks pass over), and run pyjail from a staged copy
+# of their own, so the host lane's checks see none of theirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -112,16 +113,18 @@ lane_host() {
 }
 lane_vm() {
     mkdir "$scratch/vm-tmp"
-    TMPDIR="$scratch/vm-tmp" "${pytest[@]}" tests/vm "$@"
+    local status=0
+    TMPDIR="$scratch/vm-tmp" "${pytest[@]}" tests/vm "$@" || status=$?
+    echo "==> Python package tests"
+    mkdir -m 1777 "$scratch/package-tmp"
+    TMPDIR="$scratch/package-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
+    return "$status"
 }
 lane_python() {
     mkdir -m 1777 "$scratch/python-tmp"
-    export TMPDIR="$scratch/python-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail"
-    local status=0
-    "${pytest[@]}" tests/rootfs "$@" || status=$?
-    echo "==> Python package tests"
-    "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
-    return "$status"
+    TMPDIR="$scratch/python-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        "${pytest[@]}" tests/rootfs "$@"
 }
 
 # Long done by now: it started before the build.
@@ -129,7 +132,7 @@ wait "$venv_pid" || { cat "$scratch/venv.log" >&2
                       echo "tests/run.sh: cannot install the test venv $venv" >&2; exit 1; }
 cat "$scratch/venv.log"
 
-say "tests, in three lanes: host (integration), vm, python (rootfs and the package)"
+say "tests, in three lanes: host (integration), vm (and the Python package), python (the rootfs builder)"
 lanes=(host vm python)
 declare -A lane_pid
 for lane in "${lanes[@]}"; do

@@ -34,7 +34,7 @@ from pyjail_testing import skip_or_fail
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET_PYTHON = "/usr/bin/python3"
-WHEEL_CACHE = Path(os.environ.get("PYJAIL_WHEEL_CACHE", "/tmp/pyjail-wheel-cache"))
+WHEEL_CACHE = Path(os.environ.get("PYJAIL_WHEEL_CACHE", "/tmp/pyjail-it-wheel-cache"))
 UNPRIVILEGED = 65534
 NOTICE = "pyjail: no cgroup v2 for the limits"
 
@@ -72,8 +72,10 @@ def binary():
 
 
 def world_dir(prefix="pyjail-rt-") -> Path:
-    """A directory under /tmp that the unprivileged user can read (and own when asked)."""
-    d = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    """A directory under /tmp that the unprivileged user can read (and own when asked). Named
+    like the integration tests' own files, whose checks for leftovers pass over them: tests/run.sh
+    runs both at once."""
+    d = Path(tempfile.mkdtemp(prefix="pyjail-it-" + prefix.removeprefix("pyjail-"), dir="/tmp"))
     os.chmod(d, 0o755)
     return d
 
