@@ -86,7 +86,10 @@ STDLIB_EXCLUDE_TOP_DIRS = (
 # rootfs does not have) costs every interpreter start its own import and a
 # failed one, a scan of the whole sys.path: site.main() takes 0.49 ms with it
 # and 0.40 ms without.
-STDLIB_EXCLUDE_TOP_FILES = ("turtle.py", "sitecustomize.py")
+# EXTERNALLY-MANAGED (PEP 668) is the host distribution's word on its own system Python ("use
+# apt"): in a rootfs whose site-packages is read-only anyway it only refuses `pip install
+# --user` into the jail's writable home, which is how a run installs a package for itself.
+STDLIB_EXCLUDE_TOP_FILES = ("turtle.py", "sitecustomize.py", "EXTERNALLY-MANAGED")
 ANY_DEPTH_EXCLUDE_DIRS = ("__pycache__", "test", "tests")
 # Extension modules in lib-dynload that only the test suite (or Tk) uses.
 DYNLOAD_EXCLUDE = (
