@@ -32,6 +32,7 @@ import time
 from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
+from ._common import egress_of, jail_args
 from ._run import Result, run
 from ._session import _NOT_GIVEN, CellResult, Session, SessionClosedError
 
@@ -137,8 +138,9 @@ class AsyncSession:
     coroutine methods (see the module's notes on concurrency and
     cancellation).
 
-    ``AsyncSession(**options)`` takes Session's options and starts the jail on
-    first use, or at ``await session.start()`` / ``async with``;
+    ``AsyncSession(**options)`` takes Session's options (controlled egress
+    included: ``net="allow"``, ``allow_hosts``, ``net_resolve``) and starts
+    the jail on first use, or at ``await session.start()`` / ``async with``;
     ``AsyncSession.wrap(session)`` drives an existing Session (a LangChain
     tool's, so that ``invoke`` and ``ainvoke`` share its variables)."""
 
@@ -198,6 +200,16 @@ class AsyncSession:
     @property
     def restarts(self) -> int:
         return self._session.restarts if self._session is not None else 0
+
+    @property
+    def egress(self) -> Tuple[Optional[str], List[str]]:
+        """Session.egress: the ``--net`` mode (None: the profile's) and the
+        allowed hosts, known before the jail starts."""
+        if self._session is not None:
+            return self._session.egress
+        known = inspect.signature(jail_args).parameters
+        return egress_of(jail_args(**{k: v for k, v in self._options.items()
+                                      if k in known and k != "defaults"}))
 
     @property
     def pid(self) -> Optional[int]:
@@ -354,3 +366,8 @@ async def arun(code: Optional[str] = None, *, on_stdout: Optional[AsyncOutputCal
 _run_signature = inspect.signature(run)
 arun.__signature__ = _run_signature.replace(  # type: ignore[attr-defined]
     parameters=[p for p in _run_signature.parameters.values() if not p.name.startswith("_")])
+
+# help(AsyncSession) shows Session's options, which it takes.
+_session_signature = inspect.signature(Session.__init__)
+AsyncSession.__init__.__signature__ = _session_signature.replace(  # type: ignore[attr-defined]
+    parameters=[p for p in _session_signature.parameters.values() if not p.name.startswith("_")])

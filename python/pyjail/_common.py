@@ -133,6 +133,7 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
               net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
               ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
               allow_hosts: Sequence[str] = (),
+              net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
               output_limit: Optional[Size] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
@@ -146,7 +147,9 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     session is one run: its line is written when it ends). A relative path is
     made absolute here, against this process's current directory.
     ``defaults``: arguments (option_args's) that the others override: a
-    Pool's options for its runs."""
+    Pool's options for its runs.
+    ``net_resolve``: names pinned to addresses (``--net-resolve``), as
+    ``{"index.internal": "10.0.0.5"}`` or ``["index.internal:10.0.0.5"]``."""
     args: List[str] = []
     if profile is not None:
         args += ["--profile", os.fspath(profile)]
@@ -154,6 +157,10 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     args += list(defaults)
     if isinstance(allow_hosts, str):
         raise TypeError("allow_hosts is a list of host names, not a str")
+    if isinstance(net_resolve, str):
+        raise TypeError("net_resolve is a dict {host: address} or a list of 'HOST:ADDR', not a str")
+    if isinstance(net_resolve, Mapping):
+        net_resolve = ["%s:%s" % (h, a) for h, a in net_resolve.items()]
     for key in env or {}:
         if "=" in key or not key:
             raise ValueError("bad environment variable name %r" % key)
@@ -161,6 +168,7 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
                          "pids": pids, "tmpfs-size": tmpfs_size, "net": net,
                          "output-limit": output_limit,
                          "allow-host": [str(h) for h in allow_hosts],
+                         "net-resolve": [str(r) for r in net_resolve],
                          "rootfs": None if rootfs is None else os.fspath(rootfs),
                          "env": dict(env or {}), "ro-bind": [os.fspath(s) for s in ro_bind]})
     args += option_args(options)
@@ -294,3 +302,27 @@ def render_output(head: bytes, tail: bytes, omitted: int) -> str:
     if omitted:
         text += "\n[... %d bytes of output omitted ...]\n" % omitted
     return text + tail.decode("utf-8", "replace")
+
+
+def egress_of(args: Sequence[str]) -> Tuple[Optional[str], List[str]]:
+    """The network mode (the last ``--net``; None: the profile's) and the
+    allowed hosts (every ``--allow-host``) in pyjail options ``args``.
+
+    >>> egress_of(["--net", "none", "--net=allow", "--allow-host", "pypi.org", "--", "--net"])
+    ('allow', ['pypi.org'])
+    """
+    net: Optional[str] = None
+    hosts: List[str] = []
+    i = 0
+    while i < len(args) and args[i] != "--":
+        name, eq, value = args[i].partition("=")
+        if name in ("--net", "--allow-host"):
+            if not eq:
+                i += 1
+                value = args[i] if i < len(args) else ""
+            if name == "--net":
+                net = value
+            elif value not in hosts:
+                hosts.append(value)
+        i += 1
+    return net, hosts

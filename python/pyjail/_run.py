@@ -184,6 +184,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
         ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
         allow_hosts: Sequence[str] = (),
+        net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
         options: Optional[Mapping[str, Any]] = None, extra_args: Sequence[str] = (),
         binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
         max_output_files: int = 100, max_output_bytes: int = 64 << 20,
@@ -200,8 +201,12 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     other pyjail option by name through ``options``) set the jail.
     ``net="allow"`` with ``allow_hosts=["pypi.org", "api.example.com:8443"]``
     lets the program reach those hosts by name, through pyjail (``--net
-    allow``, ``--allow-host``; ``options={"net_bytes": "100M"}`` and the like
-    for the rest).
+    allow``, ``--allow-host``); ``net_resolve={"index.internal": "10.0.0.5"}``
+    pins a name to an address (``--net-resolve``); ``options={"net_bytes":
+    "100M"}`` and the like for the rest. With the package index allowed
+    (``allow_hosts=["pypi.org", "files.pythonhosted.org"]``), a program on the
+    ``data`` rootfs can ``python -m pip install --target /tmp/site NAME`` (or
+    ``--user``: HOME is /tmp) and import what it installed.
 
     ``files`` puts inputs into the work directory: {relative name: bytes, str
     (text) or a host path}. ``outputs`` collects files from it when the program
@@ -247,7 +252,8 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         raise ValueError("files: %r is the program's own name" % script_name)
     opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
                      pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
-                     rootfs=rootfs, allow_hosts=allow_hosts, options=options,
+                     rootfs=rootfs, allow_hosts=allow_hosts, net_resolve=net_resolve,
+                     options=options,
                      extra_args=extra_args, output_limit=output_limit, defaults=_defaults)
     # pyjail's own backstop is --wall-time; this one only guards against a
     # pyjail that does not end (it never should).

@@ -17,7 +17,7 @@ from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
                        ServerRefused)
 from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
-                      find_binary, jail_args, pyjail_message, render_output)
+                      egress_of, find_binary, jail_args, pyjail_message, render_output)
 from ._launch import Launched, handshake, launch, server_command
 from ._stream import OutputCallback, Streams
 
@@ -202,7 +202,10 @@ class Session:
 
     The jail options (``memory``, ``pids``, ``net``, ...) are pyjail's, on top
     of ``profile``; ``options`` takes any other pyjail option by name, e.g.
-    ``{"cpus": 2}``. ``rootfs`` is the root filesystem, as ``pyjail --rootfs``
+    ``{"cpus": 2}``. ``net="allow"``, ``allow_hosts`` and ``net_resolve`` are
+    controlled egress, as for run(): with the package index allowed, a cell on
+    the ``data`` rootfs can pip install into a directory it then puts on
+    ``sys.path`` (``python -m pip install --target /tmp/site NAME``). ``rootfs`` is the root filesystem, as ``pyjail --rootfs``
     takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
     the profile's); a name that does not exist raises JailError. ``timeout`` is the default time limit of one cell
     (None: no limit); ``wall_time`` limits the whole session's life.
@@ -217,6 +220,7 @@ class Session:
                  env: Optional[Mapping[str, str]] = None, ro_bind: Sequence[str] = (),
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
                  allow_hosts: Sequence[str] = (),
+                 net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
                  options: Optional[Mapping[str, Any]] = None,
                  extra_args: Sequence[str] = (), binary: Optional[str] = None,
                  output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
@@ -237,6 +241,7 @@ class Session:
         self._args = jail_args(profile=profile, wall_time=wall_time, cpu_time=cpu_time,
                                memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
                                env=env, ro_bind=ro_bind, rootfs=rootfs, allow_hosts=allow_hosts,
+                               net_resolve=net_resolve,
                                options=options, extra_args=extra_args, defaults=_defaults)
         self._lock = threading.RLock()       # held by every call, for its whole length
         self._close_lock = threading.Lock()  # held only to set _closed
@@ -392,6 +397,12 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def egress(self) -> Tuple[Optional[str], List[str]]:
+        """The network this session was given: pyjail's ``--net`` mode (None:
+        the profile's) and the hosts it may reach (``--allow-host``)."""
+        return egress_of(self._args)
 
     @property
     def pid(self) -> Optional[int]:
