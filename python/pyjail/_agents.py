@@ -30,6 +30,10 @@ DATA_ROOTFS = "data"
 LOCK_IN_JAIL = "/etc/pyjail-rootfs.lock.json"
 """The rootfs's record of its packages (see ``pyjail rootfs info``)."""
 
+INSTALL_DIR = "/tmp/site-packages"
+"""Where packages installed in a session go (``pip install --target``; the
+rootfs is read-only), appended to its ``sys.path``."""
+
 
 class MissingModuleError(PyjailError, ModuleNotFoundError):
     """A module the agent is allowed to import is not in the jail's rootfs."""
@@ -112,6 +116,8 @@ class JailFacts:
     python: str = ""
     packages: List[str] = field(default_factory=list)
     network: bool = False
+    hosts: List[str] = field(default_factory=list)
+    """With controlled egress (``net="allow"``): the only hosts code can reach."""
 
     def describe(self) -> str:
         """One paragraph for a tool's description or a system prompt."""
@@ -121,9 +127,19 @@ class JailFacts:
                 python, ", ".join(self.packages))
         else:
             have = "%s with its standard library only (no third-party packages)" % python
-        net = ("" if self.network else
-               " There is no network in this sandbox: code cannot download anything, call "
-               "web APIs or pip install packages.")
+        if not self.network:
+            net = (" There is no network in this sandbox: code cannot download anything, call "
+                   "web APIs or pip install packages.")
+        elif self.hosts:
+            net = (" The network reaches only these hosts (a port after the colon; else 80 "
+                   "and 443): %s. Nothing else is reachable: other names do not resolve."
+                   % ", ".join(self.hosts))
+            if "pip" in self.packages:
+                net += (" If the package index is among them, install a missing package with "
+                        "subprocess.run([sys.executable, '-m', 'pip', 'install', '--target', "
+                        "%r, NAME]) and then sys.path.append(%r)." % (INSTALL_DIR, INSTALL_DIR))
+        else:
+            net = ""
         where = " (rootfs %r)" % self.rootfs if self.rootfs else ""
         return ("The code runs in an isolated sandbox%s: %s.%s Files are in /work, "
                 "the working directory; variables persist from one call to the next."
@@ -134,18 +150,33 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 MAX_PACKAGES_SHOWN = 60
 
 
+def egress(session: Session) -> "tuple[bool, List[str]]":
+    """Whether ``session`` has a network (any but ``net="none"``), and the
+    hosts it may reach (controlled egress)."""
+    net, hosts = session.egress
+    return bool(net) and net != "none", hosts if net == "allow" else []
+
+
+def read_lock(session: Session) -> Any:
+    """The rootfs's lock, as JSON from the jail (at most 1 MiB; hostile: only
+    read for names), or None (a rootfs built before locks existed)."""
+    try:
+        return json.loads(session.download(LOCK_IN_JAIL, max_bytes=1 << 20))
+    except (OSError, ValueError, PyjailError):
+        return None
+
+
 def read_facts(session: Session, rootfs: Optional[str], network: bool) -> JailFacts:
     """The facts of ``session``'s jail, from the rootfs's lock file (what its
     build asked for; else every package in it). Only names that look like
     package names are kept: the answer comes from the jail."""
-    facts = JailFacts(rootfs=rootfs, network=network)
+    facts = JailFacts(rootfs=rootfs, network=network, hosts=egress(session)[1] if network else [])
     python = session.server_info.get("python")
     if isinstance(python, str):
         facts.python = python.split()[0][:16]
-    try:
-        lock = json.loads(session.download(LOCK_IN_JAIL, max_bytes=1 << 20))
-    except (OSError, ValueError, PyjailError):
-        return facts      # a rootfs built before locks existed: no list to show
+    lock = read_lock(session)
+    if lock is None:
+        return facts      # no list to show
     names: List[str] = []
     if isinstance(lock, dict):
         requested = lock.get("requested")
@@ -209,6 +240,11 @@ def missing_module_note(error: Optional[CellError], facts: "JailFacts") -> Optio
     name = "%r" % m.group(1) if m else "that module"
     have = ("its packages are: %s" % ", ".join(facts.packages) if facts.packages
             else "it has the standard library only")
+    if facts.network and facts.hosts and "pip" in facts.packages:
+        return ("[pyjail] There is no module %s in this sandbox; %s. pip can install a package "
+                "from the package index if it is one of the reachable hosts (%s), with "
+                "--target %r, then sys.path.append(%r)."
+                % (name, have, ", ".join(facts.hosts), INSTALL_DIR, INSTALL_DIR))
     return ("[pyjail] There is no module %s in this sandbox, and nothing can be installed "
             "here (no network, no pip); %s." % (name, have))
 
@@ -235,9 +271,9 @@ def send_values(session: Session, values: Mapping[str, Any], what: str) -> None:
             % (what, "; ".join("%s: %s" % kv for kv in failed.items())))
 
 
-_FIND_MODULES = """\
+_FIND_PACKAGES = """\
 def missing(names):
-    import importlib.util
+    import importlib.metadata, importlib.util
     out = []
     for name in names:
         try:
@@ -245,46 +281,125 @@ def missing(names):
         except Exception:
             found = False
         if not found:
+            try:
+                importlib.metadata.distribution(name)
+                found = True
+            except Exception:
+                pass
+        if not found:
             out.append(name)
     return out
 """
 
+# Runs pip in the jail as smolagents' Docker and E2B executors do in theirs, into a directory
+# the session then has on sys.path (the rootfs is read-only).
+_PIP_INSTALL = """\
+def install(names, target):
+    import importlib, subprocess, sys
+    p = subprocess.run([sys.executable, '-m', 'pip', 'install', '--no-input',
+                        '--disable-pip-version-check', '--target', target, *names],
+                       stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, text=True, errors='replace')
+    if target not in sys.path:
+        sys.path.append(target)
+    importlib.invalidate_caches()
+    return [p.returncode, p.stdout[-2000:]]
+"""
 
-def missing_modules(session: Session, names: Iterable[str]) -> List[str]:
-    """The modules among ``names`` that the session's rootfs does not have.
-    ``pkg.*`` means ``pkg``; ``*`` (anything) is not checked."""
+_PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
+PIP_TIMEOUT = 600.0
+"""Seconds pip may take to install the missing packages in a session."""
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _wanted(names: Iterable[str]) -> List[str]:
+    """``pkg.*`` means ``pkg``; ``*`` (anything) is not checked."""
     wanted: List[str] = []
     for name in names:
         name = name[:-2] if name.endswith(".*") else name
         if name != "*" and name and name not in wanted:
             wanted.append(name)
-    if not wanted:
+    return wanted
+
+
+def _in_jail(session: Session, source: str, function: str, args: "tuple[Any, ...]",
+             timeout: float) -> Any:
+    """``function(*args)``, defined in ``source``, run in the session as one
+    expression (no name is left in its namespace); its result as plain data."""
+    code = "(lambda ns: (exec(%r, ns), ns[%r](*%r))[1])({})" % (source, function, args)
+    result = session.run(code, timeout=timeout, want_data=True)
+    if not result.ok:
+        raise PyjailError("pyjail: could not check the jail's packages: %s" % result.error)
+    return result.data
+
+
+def missing_modules(session: Session, names: Iterable[str]) -> List[str]:
+    """The names among ``names`` the session has neither as a module nor as
+    an installed distribution (``pillow`` as well as ``PIL``): what the
+    rootfs's lock lists by distribution name, else what the jail finds."""
+    wanted = _wanted(names)
+    lock = read_lock(session) if wanted else None
+    locked = set()
+    if isinstance(lock, dict) and isinstance(lock.get("packages"), list):
+        locked = {_canonical(p["name"]) for p in lock["packages"]
+                  if isinstance(p, dict) and isinstance(p.get("name"), str)}
+    rest = [n for n in wanted if _canonical(n) not in locked]
+    if not rest:
         return []
-    # One expression, so that the check leaves no name in the session's namespace.
-    code = "(lambda ns: (exec(%r, ns), ns['missing'](%r))[1])({})" % (_FIND_MODULES, wanted)
-    result = session.run(code, timeout=60, want_data=True)
-    data = result.data
-    if not result.ok or not isinstance(data, list) or \
-            not all(isinstance(n, str) and n in wanted for n in data):
-        raise PyjailError("pyjail: could not check the jail's modules: %s"
-                          % (result.error or "a malformed answer"))
+    data = _in_jail(session, _FIND_PACKAGES, "missing", (rest,), 60)
+    if not isinstance(data, list) or not all(isinstance(n, str) and n in rest for n in data):
+        raise PyjailError("pyjail: could not check the jail's packages: a malformed answer")
     return list(data)
 
 
+def _missing_error(text: str, missing: List[str]) -> MissingModuleError:
+    err = MissingModuleError(text)
+    err.name = missing[0]
+    return err
+
+
 def check_modules(session: Session, names: Iterable[str], rootfs: Optional[str],
-                  asked_as: str) -> None:
-    """Raise MissingModuleError naming the modules the rootfs lacks."""
+                  asked_as: str, install: bool = False) -> List[str]:
+    """Check that the session has each of ``names``, a distribution
+    (``pillow``) or a module (``PIL``). With ``install`` (the session has
+    controlled egress), pip installs the missing ones into INSTALL_DIR, on
+    the session's ``sys.path``; returns what it installed. Raises
+    MissingModuleError naming what is still missing and the fix."""
     missing = missing_modules(session, names)
-    if missing:
-        err = MissingModuleError(
-            "pyjail: the jail's rootfs %s has no module %s (named in %s): use a rootfs "
-            "that has %s (rootfs='data', or build one: pyjail rootfs build --name NAME "
-            "--pip PACKAGE), or leave %s out"
-            % (repr(rootfs) if rootfs else "(the given session's)",
-               ", ".join(repr(m) for m in missing), asked_as,
-               "it" if len(missing) == 1 else "them", "it" if len(missing) == 1 else "them"))
-        err.name = missing[0]
-        raise err
+    if not missing:
+        return []
+    where = repr(rootfs) if rootfs else "(the given session's)"
+    them = "it" if len(missing) == 1 else "them"
+    listed = ", ".join(repr(m) for m in missing)
+    if not install:
+        raise _missing_error(
+            "pyjail: the jail's rootfs %s has no package %s (named in %s, as a distribution "
+            "or a module), and the session cannot install %s: it has no allowed package index. "
+            "Use a rootfs that has %s (rootfs='data', or build one: pyjail rootfs build --name "
+            "NAME --pip PACKAGE), give the session the index (net='allow', allow_hosts=["
+            "'pypi.org', 'files.pythonhosted.org']) to pip install %s there, or leave %s out"
+            % (where, listed, asked_as, them, them, them, them), missing)
+    bad = [m for m in missing if not _PACKAGE_NAME.match(m)]
+    if bad:
+        raise _missing_error("pyjail: %s in %s: not a package name pip can install"
+                             % (", ".join(repr(m) for m in bad), asked_as), missing)
+    data = _in_jail(session, _PIP_INSTALL, "install", (missing, INSTALL_DIR), PIP_TIMEOUT)
+    status, log = (data if isinstance(data, list) and len(data) == 2 else (None, ""))
+    still = missing_modules(session, missing)
+    if still:
+        last = [l for l in str(log).splitlines() if l.strip()][-3:]
+        raise _missing_error(
+            "pyjail: the jail's rootfs %s has no package %s (named in %s), and pip could not "
+            "install %s in the session (exit status %s: %s). Check that the package index is "
+            "among the allowed hosts (and PIP_INDEX_URL in env= for another index), or use a "
+            "rootfs that has %s (pyjail rootfs build --name NAME --pip PACKAGE)"
+            % (where, ", ".join(repr(m) for m in still), asked_as,
+               "it" if len(still) == 1 else "them", status, " | ".join(last)[-600:] or "no output",
+               "it" if len(still) == 1 else "them"), still)
+    return missing
 
 
 _SNAPSHOT = """\

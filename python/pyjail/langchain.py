@@ -23,7 +23,8 @@ copy, losing what the call did); stderr and output written by ``os.write`` or
 subprocesses are captured; every process the code starts dies with the session.
 
 What the model sees: each tool's description is LangChain's, followed by the
-jail's facts (no network, the rootfs's packages, files in ``/work``); output
+jail's facts (no network, or with ``net="allow"`` the only hosts it can
+reach; the rootfs's packages; files in ``/work``); output
 is cut to ``max_output_chars`` (16000) at line boundaries, with a line saying
 how much was left out; an error that is the jail refusing a connection or a
 name lookup comes with a note that there is no network in this sandbox.
@@ -50,7 +51,7 @@ from langchain_core.runnables.config import run_in_executor
 from langchain_core.tools import BaseTool
 from pydantic import BaseModel, Field, PrivateAttr, model_validator
 
-from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, fit_for_model, is_plain,
+from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, egress, fit_for_model, is_plain,
                       missing_module_note, network_note, open_session, plain_variables,
                       read_facts, send_values)
 from ._session import CellResult, Session
@@ -147,7 +148,9 @@ class PythonREPL:
 
     The session starts on first use and ends with close() (or when the REPL
     is garbage-collected); ``session_options`` go to Session, e.g.
-    ``memory="2G"`` or ``binary="/opt/pyjail/bin/pyjail"``. ``rootfs`` is the
+    ``memory="2G"`` or ``binary="/opt/pyjail/bin/pyjail"``; with controlled
+    egress (``net="allow"``, ``allow_hosts=[...]``, ``net_resolve``) the tools'
+    descriptions name the only hosts the code can reach. ``rootfs`` is the
     root filesystem, as ``pyjail --rootfs`` takes it: the name of one built
     with ``pyjail rootfs build`` or a path; None: ``data`` when it is
     installed, else the installed default one.
@@ -169,8 +172,6 @@ class PythonREPL:
         self._options = session_options
         self._initial: Dict[str, Any] = dict(_globals or {})
         self._initial.update(_locals or {})
-        net = session_options.get("net")
-        self.network = bool(net) and net != "none"
         self._facts: Optional[Tuple[int, JailFacts]] = None
         self._sent_to: Optional[Tuple[int, int]] = None
         self._opened = 0      # sessions opened: an id() may be reused once one is freed
@@ -201,6 +202,11 @@ class PythonREPL:
                 send_values(session, self._initial, "_globals/_locals")
                 self._sent_to = key
             return session
+
+    @property
+    def network(self) -> bool:
+        """Whether the session has a network (``net`` other than ``"none"``)."""
+        return egress(self.session)[0]
 
     @property
     def facts(self) -> JailFacts:

@@ -38,7 +38,8 @@ one fails then, naming it, not when the model first imports it. What the
 model sees: the step's logs cut to ``max_print_outputs_length`` (16000)
 characters at line boundaries, with a line saying how much was left out; a
 failed connection or name lookup explained as the sandbox having no network;
-``describe()`` gives the jail's facts for the agent's ``instructions``.
+``describe()`` gives the jail's facts for the agent's ``instructions`` (with
+controlled egress, ``net="allow"``: the only hosts the code can reach).
 
 Needs ``smolagents`` (from a pyjail checkout: ``pip install './python[smolagents]'``;
 the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
@@ -55,7 +56,7 @@ from smolagents.local_python_executor import CodeOutput, PythonExecutor
 from smolagents.monitoring import AgentLogger, LogLevel
 from smolagents.utils import AgentExecutionError
 
-from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, check_modules, fit_for_model,
+from ._agents import (DEFAULT_OUTPUT_BUDGET, JailFacts, check_modules, egress, fit_for_model,
                       missing_module_note, network_note, open_session, read_facts,
                       send_values)
 from ._common import PyjailError
@@ -185,9 +186,15 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     """A smolagents code executor backed by a pyjail Session.
 
     ``additional_imports`` (also as ``additional_authorized_imports``) names
-    modules the agent may import; each must be in the rootfs (``pkg.*``
-    means ``pkg``; ``*`` is not checked), else MissingModuleError names the
-    missing ones here. Nothing is installed: the jail has no network.
+    packages the agent may use, as distributions (``pillow``, as smolagents'
+    Docker and E2B executors pip-install them) or as modules (``PIL``;
+    ``pkg.*`` means ``pkg``; ``*`` is not checked). Each the rootfs lacks is
+    pip-installed in the session when it has controlled egress
+    (``net="allow"``, ``allow_hosts`` naming the package index, e.g.
+    ``["pypi.org", "files.pythonhosted.org"]``; ``net_resolve`` and
+    ``env={"PIP_INDEX_URL": ...}`` for another index), into a directory on its
+    ``sys.path``; otherwise, or when pip fails, MissingModuleError names it
+    and the fix here. With egress, the model is told which hosts it can reach.
     ``timeout`` is the time limit of one code action in seconds (None: none).
     ``session`` is a Session to use (it stays open when the executor is
     cleaned up); otherwise the executor starts one with ``session_options``
@@ -209,16 +216,16 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
         self.logger = logger if logger is not None else AgentLogger(level=LogLevel.OFF)
         self.timeout = timeout
         self.max_print_outputs_length = max_print_outputs_length
-        net = session_options.get("net")
-        self.network = bool(net) and net != "none"
         self._owns_session = session is None
         if session is not None:
             self.session, self.rootfs = session, None
         else:
             self.session, self.rootfs = open_session(rootfs, session_options)
+        self.network, hosts = egress(self.session)
+        self._install = bool(hosts)
         try:
-            check_modules(self.session, self.additional_imports, self.rootfs,
-                          "additional_imports")
+            self._installed = check_modules(self.session, self.additional_imports, self.rootfs,
+                                            "additional_imports", install=self._install)
         except BaseException:
             if self._owns_session:
                 self.session.close()
@@ -288,6 +295,9 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
             # A fresh interpreter: the tools came back with the session; the
             # wrapper of final_answer and the agent's variables must be sent again.
             self._restarts_seen = self.session.restarts
+            if self._installed:   # gone with the old interpreter's /tmp
+                check_modules(self.session, self._installed, self.rootfs, "additional_imports",
+                              install=True)
             if self._wrapped:
                 self._wrap_final_answer()
             if self._variables:

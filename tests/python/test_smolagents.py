@@ -176,8 +176,8 @@ def _default_rootfs_path(pyjail_bin):
 def test_authorized_imports_are_checked_when_the_executor_is_made(pyjail_bin, data_rootfs):
     from pyjail._agents import MissingModuleError
     minimal = _default_rootfs_path(pyjail_bin)
-    with pytest.raises(MissingModuleError, match=r"rootfs .* has no module 'pandas', "
-                                                 r"'sklearn' \(named in additional_imports\)"):
+    with pytest.raises(MissingModuleError, match=r"rootfs .* has no package 'pandas', "
+                                                 r"'sklearn' \(named in additional_imports"):
         PyjailExecutor(["json", "pandas", "sklearn.*"], rootfs=minimal)
     with pytest.raises(ModuleNotFoundError, match="no_such_module"):
         PyjailExecutor(additional_authorized_imports=["no_such_module"])
