@@ -61,13 +61,13 @@ def _canonical(name: str) -> str:
 
 
 def make_wheel(directory: Path, dist: str, module: str, version: str = "1.0",
-               value: str = "42") -> Path:
-    """A pure-Python wheel of distribution `dist` holding module `module` (`VALUE = value`),
-    written into `directory`; returns its path."""
+               source: str = "VALUE = 42\n") -> Path:
+    """A pure-Python wheel of distribution `dist` holding module `module` (its __init__.py
+    is `source`), written into `directory`; returns its path."""
     stem = f"{re.sub(r'[-.]+', '_', dist)}-{version}"
     info = f"{stem}.dist-info"
     files = {
-        f"{module}/__init__.py": f"VALUE = {value}\n".encode(),
+        f"{module}/__init__.py": source.encode(),
         f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n".encode(),
         f"{info}/WHEEL": b"Wheel-Version: 1.0\nGenerator: pyjail-tests\nRoot-Is-Purelib: true\n"
                          b"Tag: py3-none-any\n",

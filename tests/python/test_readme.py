@@ -84,3 +84,21 @@ def test_images_example(pyjail_bin, data_rootfs):
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("[Image(mime='image/png', ") and r.stdout.endswith(
         " bytes)] b'\\x89PNG'\n"), r.stdout
+
+
+def test_pip_in_a_session_example(pyjail_bin, data_rootfs, tmp_path):
+    # As written, but against the tests' own index (holding a "humanize" the test builds)
+    # in place of PyPI's hosts.
+    from pyjail_testing.web import make_wheel, package_index
+    code = find("'humanize'")
+    pypi = 'pypi = ["pypi.org", "files.pythonhosted.org"]'
+    assert pypi in code and "allow_hosts=pypi)" in code
+    wheel = make_wheel(tmp_path, "humanize", "humanize", source=(
+        "def naturalsize(n):\n    return '%.1f MB' % (n / 1e6)\n"))
+    with package_index([wheel]) as index:
+        code = code.replace(pypi, "pypi = [%r]" % index.host).replace(
+            "allow_hosts=pypi)", "allow_hosts=pypi, net_resolve=%r, env=%r)"
+            % (index.resolve, index.pip_env))
+        r = run_example(code, pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "'3.0 MB'\n"
