@@ -197,6 +197,8 @@ def test_no_dead_weight(root, stdlib):
     # The host's site policy (Debian's loads apport's hook) stays on the host.
     assert not (stdlib / "sitecustomize.py").exists()
     assert not list(stdlib.glob("__pycache__/sitecustomize.*"))
+    # Nor its PEP 668 marker, which would refuse `pip install --user` into the jail's home.
+    assert not (stdlib / "EXTERNALLY-MANAGED").exists()
 
 
 def test_ld_cache(root):
