@@ -96,14 +96,30 @@ def test_smolagents_installs_a_missing_distribution_from_the_allowed_index(data_
                             allow_hosts=[index.host], net_resolve=index.resolve,
                             env=index.pip_env) as ex:
             assert ex(f"import {MODULE}\n{MODULE}.VALUE").output == 42
+            # A new interpreter (its /tmp gone with the old jail) gets it again.
+            with pytest.raises(Exception):
+                ex("import os\nos._exit(3)")
+            assert ex(f"import {MODULE}\n{MODULE}.VALUE").output == 42
             facts = ex.describe()
             assert f"reaches only these hosts (a port after the colon; else 80 and 443): " \
                    f"{index.host}. Nothing else" in facts, facts
             assert "pip', 'install', '--target', '/tmp/site-packages'" in facts, facts
-        assert index.requests.count(f"/simple/{DIST}/") == 1, index.requests
+        assert index.requests.count(f"/simple/{DIST}/") == 2, index.requests
         # A distribution the index does not have: pip's own words, and the fix.
         with pytest.raises(MissingModuleError, match=r"has no package 'pj-no-such' .* pip could "
                                                      r"not install it in the session .*No matching "
                                                      r"distribution"):
             PyjailExecutor(["pj-no-such"], rootfs=data_rootfs, net="allow",
                            allow_hosts=[index.host], net_resolve=index.resolve, env=index.pip_env)
+
+
+def test_a_missing_module_note_points_at_pip_only_with_an_index_in_reach():
+    from pyjail._agents import JailFacts, missing_module_note
+    from pyjail._session import CellError
+    err = CellError(type="ModuleNotFoundError", message="No module named 'torch'", traceback="")
+    closed = JailFacts(rootfs="data", packages=["numpy", "pip"])
+    assert "nothing can be installed here (no network, no pip)" in missing_module_note(err, closed)
+    open_ = JailFacts(rootfs="data", packages=["numpy", "pip"], network=True, hosts=["pypi.org"])
+    note = missing_module_note(err, open_)
+    assert "pip can install a package from the package index if it is one of the reachable " \
+           "hosts (pypi.org), with --target '/tmp/site-packages'" in note, note
