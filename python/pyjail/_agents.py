@@ -306,6 +306,8 @@ def install(names, target):
     return [p.returncode, p.stdout[-2000:]]
 """
 
+# A name only: one that starts with "-" would be a pip option (--index-url, --editable),
+# and a path or URL a package from elsewhere than the allowed index.
 _PACKAGE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}\Z")
 PIP_TIMEOUT = 600.0
 """Seconds pip may take to install the missing packages in a session."""
