@@ -4,7 +4,6 @@
 // gone, so no jailed process can inherit it, however the child's set-up goes.
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -14,8 +13,10 @@
 
 #include "audit_target.hpp"
 #include "error.hpp"
+#include "host_users.hpp"
 #include "hostopen.hpp"
 #include "sha256.hpp"
+#include "sys.hpp"
 
 namespace pyjail {
 
@@ -44,7 +45,9 @@ AuditIdentity audit_identity(const std::optional<std::string>& program_sha256) {
     AuditIdentity who;
     who.time = ::time(nullptr);
     who.uid = ::getuid();
-    if (const passwd* pw = ::getpwuid(who.uid)) who.user = pw->pw_name;
+    std::string passwd;
+    if (try_read_file("/etc/passwd", passwd))
+        if (auto pw = passwd_entry_of(passwd, who.uid)) who.user = pw->name;
     who.program_sha256 = program_sha256;
     return who;
 }

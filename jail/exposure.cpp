@@ -1,14 +1,15 @@
 #include "exposure.hpp"
 
 #include <fcntl.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <climits>
 #include <cstdlib>
 
+#include "host_users.hpp"
 #include "policy.hpp"
+#include "sys.hpp"
 
 namespace pyjail::setup {
 
@@ -27,7 +28,9 @@ std::vector<std::string> home_dirs() {
     std::vector<std::string> homes;
     // $HOME is what cron and shells set; the passwd entry covers a caller that changed it.
     add_home(homes, std::getenv("HOME"));
-    if (const passwd* pw = ::getpwuid(::getuid())) add_home(homes, pw->pw_dir);
+    std::string passwd;
+    if (try_read_file("/etc/passwd", passwd))
+        if (auto pw = passwd_entry_of(passwd, ::getuid())) add_home(homes, pw->home.c_str());
     return homes;
 }
 

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "error.hpp"
+#include "host_users.hpp"
+#include "sys.hpp"
 #include "trust.hpp"
 #include "writable_place.hpp"
 
@@ -66,7 +68,7 @@ enum class Links {
 struct Lookups;
 
 struct WalkRules {
-    TrustedUids trusted;
+    TrustedIds trusted;
     Links links = Links::Refuse;
     bool trusted_dirs = false;  // every directory on the way must be trusted (trust.hpp)
     bool resolve_last = false;  // open the last component too (else only its directory)
@@ -338,7 +340,7 @@ constexpr int kScriptFlags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
 // could have planted -- no symlink anywhere, every directory and the file root's and written
 // by nobody else (a sticky /tmp may be on the way, for a file root owns).
 UniqueFd open_roots_own_script(const std::string& path) {
-    const TrustedUids root_only{0};
+    const TrustedIds root_only{0};
     Walked w = walk(path, {root_only, Links::Refuse, true, false});
     std::string here = join(w.dir_path, w.name);
     UniqueFd fd(::openat(w.dir.get(), w.name.c_str(), kScriptFlags | O_NOFOLLOW));
@@ -630,16 +632,39 @@ std::vector<WritablePlace> writable_places(const std::vector<BindSpec>& binds) {
 
 }  // namespace setup
 
+namespace {
+
+// Root's group, when nobody but the trusted users is in it. Read only when a path fails
+// without it (a tree unpacked by root from a tarball: git archive leaves directories 0775).
+std::vector<std::uint32_t> root_group_if_trusted(const TrustedIds& trusted) {
+    std::string passwd, group;
+    if (!try_read_file("/etc/passwd", passwd) || !try_read_file("/etc/group", group)) return {};
+    if (!group_holds_only(passwd, group, 0, trusted.uids)) return {};
+    return {0};
+}
+
+std::string trusted_data_path_for(const std::string& path, const TrustedIds& trusted) {
+    Walked w = walk(path, {trusted, Links::FollowUnplanted, true, true});
+    std::string here = join(w.dir_path, w.name);
+    if (!w.node) return path;  // missing: nobody else can create it in a trusted directory
+    if (std::string why = untrusted_end(w.dir_path, w.dir_facts, here, w.node_facts, trusted, true);
+        !why.empty())
+        throw Refused{why};
+    return here;
+}
+
+}  // namespace
+
 std::string trusted_data_path(const std::string& path) {
-    const TrustedUids trusted{0, ::geteuid()};
+    TrustedIds trusted{0, ::geteuid()};
     try {
-        Walked w = walk(path, {trusted, Links::FollowUnplanted, true, true});
-        std::string here = join(w.dir_path, w.name);
-        if (!w.node) return path;  // missing: nobody else can create it in a trusted directory
-        if (std::string why = untrusted_end(w.dir_path, w.dir_facts, here, w.node_facts, trusted, true);
-            !why.empty())
-            throw Refused{why};
-        return here;
+        try {
+            return trusted_data_path_for(path, trusted);
+        } catch (const Refused&) {
+            trusted.gids = root_group_if_trusted(trusted);
+            if (trusted.gids.empty()) throw;
+            return trusted_data_path_for(path, trusted);
+        }
     } catch (const Refused& r) {
         throw JailError("data",
                         fmt::format("refusing pyjail's data in {}: {}, so others could choose the "

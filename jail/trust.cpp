@@ -26,18 +26,20 @@ bool others_may_add_entries(const NodeFacts& dir) { return (dir.mode & (S_IWGRP 
 
 }  // namespace
 
-bool is_trusted(std::uint32_t uid, const TrustedUids& trusted) {
-    return std::find(trusted.begin(), trusted.end(), uid) != trusted.end();
+bool is_trusted(std::uint32_t uid, const TrustedIds& trusted) {
+    return std::find(trusted.uids.begin(), trusted.uids.end(), uid) != trusted.uids.end();
 }
 
-std::string who_else_writes(const NodeFacts& node, const TrustedUids& trusted) {
+std::string who_else_writes(const NodeFacts& node, const TrustedIds& trusted) {
     if (!is_trusted(node.uid, trusted)) return fmt::format("owned by uid {}", node.uid);
     if ((node.mode & S_IWOTH) != 0) return "writable by everyone";
-    if ((node.mode & S_IWGRP) != 0) return fmt::format("writable by group {}", node.gid);
+    if ((node.mode & S_IWGRP) != 0 &&
+        std::find(trusted.gids.begin(), trusted.gids.end(), node.gid) == trusted.gids.end())
+        return fmt::format("writable by group {}", node.gid);
     return "";
 }
 
-std::string who_could_plant(const NodeFacts& dir, const NodeFacts& entry, const TrustedUids& trusted) {
+std::string who_could_plant(const NodeFacts& dir, const NodeFacts& entry, const TrustedIds& trusted) {
     std::string why = who_else_writes(dir, trusted);
     if (why.empty()) return "";
     // /tmp: others add entries, but cannot rename or remove one a trusted user owns.
@@ -48,7 +50,7 @@ std::string who_could_plant(const NodeFacts& dir, const NodeFacts& entry, const 
 
 std::string untrusted_directory_on_the_way(const std::string& parent_path, const NodeFacts& parent,
                                            const std::string& dir_path, const NodeFacts& dir,
-                                           const TrustedUids& trusted) {
+                                           const TrustedIds& trusted) {
     // The directory itself first: it names the culprit (/tmp/job, not /tmp).
     std::string why = who_else_writes(dir, trusted);
     // A sticky directory of a trusted owner may hold the path; its next entry must then be a
@@ -61,7 +63,7 @@ std::string untrusted_directory_on_the_way(const std::string& parent_path, const
 }
 
 std::string untrusted_end(const std::string& parent_path, const NodeFacts& parent,
-                          const std::string& path, const NodeFacts& node, const TrustedUids& trusted,
+                          const std::string& path, const NodeFacts& node, const TrustedIds& trusted,
                           bool protected_hardlinks) {
     if (std::string why = who_else_writes(node, trusted); !why.empty())
         return fmt::format("{} is {}", path, why);

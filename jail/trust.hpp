@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -19,36 +20,43 @@ struct NodeFacts {
     std::uint64_t nlink = 1;
 };
 
-// The users whose files pyjail trusts: root and whoever runs pyjail.
-using TrustedUids = std::vector<std::uint32_t>;
+// The users whose files pyjail trusts: root and whoever runs pyjail; and the groups nobody
+// else is in (root's group, when only root is in it: a tree root unpacked from a tarball, or
+// made with a umask of 002, has directories writable by group 0).
+struct TrustedIds {
+    std::vector<std::uint32_t> uids;
+    std::vector<std::uint32_t> gids;
+    TrustedIds(std::initializer_list<std::uint32_t> u, std::vector<std::uint32_t> g = {})
+        : uids(u), gids(std::move(g)) {}
+};
 
-bool is_trusted(std::uint32_t uid, const TrustedUids& trusted);
+bool is_trusted(std::uint32_t uid, const TrustedIds& trusted);
 
 // Why someone not in `trusted` could change `node` itself (a file's bytes, a directory's
 // entries): "owned by uid 1000", "writable by group 27", "writable by everyone"; "" when
-// nobody else can. A sticky directory (/tmp) counts as writable by others: anyone may add
+// nobody else can (a group in `trusted.gids` may write). A sticky directory (/tmp) counts as writable by others: anyone may add
 // entries to it.
-std::string who_else_writes(const NodeFacts& node, const TrustedUids& trusted);
+std::string who_else_writes(const NodeFacts& node, const TrustedIds& trusted);
 
 // Why an entry of `dir` could have been planted, or swapped for another, by someone not in
 // `trusted`; "" when it could not. Nobody else writes the directory; or it is a sticky
 // directory of a trusted owner and a trusted user owns the entry (in a sticky directory only
 // an entry's owner and the directory's owner may rename or remove it).
-std::string who_could_plant(const NodeFacts& dir, const NodeFacts& entry, const TrustedUids& trusted);
+std::string who_could_plant(const NodeFacts& dir, const NodeFacts& entry, const TrustedIds& trusted);
 
 // A directory on the way to a trusted file (`name`, an entry of `parent`): "" or why it is not
 // trusted, naming the culprit ("/tmp/job is owned by uid 1000"). A sticky directory of a trusted owner may be on the way (/tmp holding a trusted
 // install); the next component is then checked by who_could_plant.
 std::string untrusted_directory_on_the_way(const std::string& parent_path, const NodeFacts& parent,
                                            const std::string& dir_path, const NodeFacts& dir,
-                                           const TrustedUids& trusted);
+                                           const TrustedIds& trusted);
 
 // The file (or data directory) at the end of a trusted path: "" or why it is not trusted.
 // `protected_hardlinks`: fs.protected_hardlinks is 1, so nobody could have linked a file they
 // may not write; without it a second link of a trusted file in a directory others write may
 // be anyone's (a hard link keeps the owner and mode of the file it names).
 std::string untrusted_end(const std::string& parent_path, const NodeFacts& parent,
-                          const std::string& path, const NodeFacts& node, const TrustedUids& trusted,
+                          const std::string& path, const NodeFacts& node, const TrustedIds& trusted,
                           bool protected_hardlinks);
 
 // Whether an existing file at the report path may be written (opened without O_TRUNC, not yet

@@ -10,5 +10,8 @@ for d in "$@"; do dpkg-query -W -f='${Status}' "$d" 2>/dev/null | grep -q 'ok in
 ((${#missing[@]})) || exit 0
 sudo=; [[ $(id -u) -eq 0 ]] || sudo=sudo
 echo "==> installing ${missing[*]}"
-$sudo apt-get update -qq
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+# Another apt (unattended-upgrades on a fresh machine) may hold the dpkg lock: wait for it,
+# for a bounded time, instead of failing at once.
+lock=(-o DPkg::Lock::Timeout=300)
+$sudo apt-get "${lock[@]}" update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get "${lock[@]}" install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

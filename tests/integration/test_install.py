@@ -2,6 +2,7 @@
 (tests/run.sh installs into a throw-away DESTDIR): the binary finds its profiles and rootfs
 by itself, and the man pages, bash completion and AppArmor profile are there and work."""
 
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -137,3 +138,64 @@ t {prefix}/bin/pyjail rootfs ''
     assert r.stdout.splitlines() == ["--wall-time", "none loopback", "daily always off",
                                      "standard strict", "mine.toml", "logs", "python python3",
                                      "job.py", "build rebuild info list"]
+
+
+def _elf_section_names(path: Path) -> set[str]:
+    """The section names of a 64-bit little-endian ELF file (enough for the installed binaries)."""
+    import struct
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, path
+    shoff, = struct.unpack_from("<Q", data, 0x28)
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    def header(i):
+        return struct.unpack_from("<IIQQQQ", data, shoff + i * shentsize)
+    strtab_off = header(shstrndx)[4]
+    names = set()
+    for i in range(shnum):
+        name_off = header(i)[0]
+        end = data.index(b"\0", strtab_off + name_off)
+        names.add(data[strtab_off + name_off:end].decode())
+    return names
+
+
+def test_the_installed_binaries_are_stripped_and_their_debug_info_installed_beside(prefix):
+    """`cmake --install` puts stripped binaries in place (pyjail is some 3 MB, not 50), each
+    with a debug link to its NAME.debug under lib/debug/PREFIX/..., where gdb looks."""
+    binaries = [prefix / "bin/pyjail", prefix / "lib/pyjail/template/pyjail-reaper",
+                *(prefix / "lib/pyjail/template").glob("_pyjail_zygote*.so")]
+    assert len(binaries) == 3, binaries
+    for binary in binaries:
+        sections = _elf_section_names(binary)
+        assert not any(s.startswith(".debug_") for s in sections), (binary, sections)
+        assert ".gnu_debuglink" in sections, binary
+        debug = list((prefix / "lib/debug").glob(f"**/{binary.parent.name}/{binary.name}.debug"))
+        assert len(debug) == 1, (binary, debug)
+        assert ".debug_info" in _elf_section_names(debug[0])
+    assert (prefix / "bin/pyjail").stat().st_size < 8 * 1024 * 1024
+
+
+def _copy_installation(prefix: Path, copy: Path) -> str:
+    shutil.copytree(prefix / "bin", copy / "bin")
+    shutil.copytree(prefix / "share/pyjail", copy / "share/pyjail")
+    (copy / "lib/pyjail").mkdir(parents=True)
+    (copy / "lib/pyjail/rootfs").symlink_to(prefix / "lib/pyjail/rootfs")
+    return str(copy / "bin/pyjail")
+
+
+def test_data_writable_only_by_roots_group_is_trusted_and_another_groups_is_not(prefix, world_tmp, as_user):
+    """A tree unpacked by root from a `git archive` tarball has directories 0775 of group 0:
+    nobody but root is in that group, so pyjail takes its profiles from there. A directory that
+    group 1 (daemon's) may write is still refused: its member could plant a profile."""
+    copy = world_tmp.dir() / "install"
+    binary = _copy_installation(prefix, copy)
+    for d in [copy, *(p for p in copy.rglob("*") if p.is_dir() and not p.is_symlink())]:
+        os.chown(d, 0, 0)
+        d.chmod(0o775)
+    run = lambda: subprocess.run([*as_user.prefix, binary, "--", "python3", "-c", "print('ran')"],
+                                 capture_output=True, text=True, timeout=60, cwd="/")
+    r = run()
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    os.chown(copy / "share/pyjail/profiles", 0, 1)
+    r = run()
+    assert r.returncode == 125, r.stderr
+    assert "profiles is writable by group 1, so others could choose the jail's profiles" in r.stderr

@@ -15,8 +15,8 @@ NodeFacts file(std::uint32_t uid, std::uint32_t perms, std::uint64_t nlink = 1) 
 }
 NodeFacts link(std::uint32_t uid) { return {uid, 0, S_IFLNK | 0777, 1}; }
 
-const TrustedUids kRoot{0};
-const TrustedUids kRootAndMe{0, 1000};
+const TrustedIds kRoot{0};
+const TrustedIds kRootAndMe{0, 1000};
 
 }  // namespace
 
@@ -85,4 +85,14 @@ TEST_CASE("an existing report file: only a regular file nobody else planted") {
           "it has 2 hard links and lies in a directory others can write (and fs.protected_hardlinks is off)");
     CHECK(report_file_refusal(dir(0, 0777), file(0, 0644, 2), 0, true) == "");
     CHECK(report_file_refusal(dir(0, 0755), file(0, 0644, 2), 0, false) == "");
+}
+
+TEST_CASE("a group nobody untrusted is in may write: root's group on a tree unpacked by root") {
+    const TrustedIds root_group({0}, {0});
+    CHECK(who_else_writes(dir(0, 0775, 0), root_group) == "");
+    CHECK(who_else_writes(dir(0, 0775, 27), root_group) == "writable by group 27");
+    CHECK(who_else_writes(dir(0, 0777, 0), root_group) == "writable by everyone");
+    CHECK(untrusted_directory_on_the_way("/", dir(0, 0755), "/src", dir(0, 0775, 0), root_group) == "");
+    CHECK(untrusted_directory_on_the_way("/", dir(0, 0755), "/src", dir(0, 0775, 0), kRoot) ==
+          "/src is writable by group 0");
 }
