@@ -7,10 +7,12 @@
 #include <cstdlib>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "audit_target.hpp"
@@ -213,6 +215,17 @@ int run(int argc, char** argv) {
                                      "drop --host-ids, or --allow-binds");
                 settings["host-ids"].push_back({"shared", Source::Default, "pyjail serve --allow-binds"});
             }
+            // A profile's binds (standard's and batch's current directory) are each run's, which
+            // brings its own: the template, started wherever, takes none of them.
+            if (cli.given.count("allow-binds") != 0)
+                for (const char* key : {"bind", "ro-bind", "workdir"}) {
+                    auto& items = settings[key];
+                    items.erase(std::remove_if(items.begin(), items.end(),
+                                               [](const SettingItem& i) { return i.source == Source::Profile; }),
+                                items.end());
+                    if (items.empty() && std::string_view(key) == "workdir")
+                        items.push_back({"", Source::Default, "pyjail serve --allow-binds"});
+                }
             // The settings as given are the runs': the most any of them may have.
             const Policy runs = make_policy(settings, {"python"}, cwd);
             if (auto why = serve_policy_refusal(runs))

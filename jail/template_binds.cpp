@@ -22,6 +22,20 @@ void plan_handed_binds(RunRequest& r, const MountPlan& plan) {
     }
 }
 
+void relocate_run_script(RunRequest& r, const MountPlan& plan, std::optional<std::size_t> script_index) {
+    if (!plan.script_jail_path || plan.script_jail_path->rfind("/script/", 0) != 0) return;
+    for (const auto& op : plan.ops) {
+        if (op.kind != OpKind::Copy || "/" + op.target != *plan.script_jail_path) continue;
+        const std::string moved = "tmp/.script/" + op.target.substr(std::string("script/").size());
+        r.mounts.ops.push_back({OpKind::Mkdir, "tmp/.script", -1, "", 0, "", 0755});
+        MountOp copy = op;
+        copy.target = moved;
+        r.mounts.ops.push_back(copy);
+        if (script_index && *script_index < r.argv.size()) r.argv[*script_index] = "/" + moved;
+        return;
+    }
+}
+
 const BindSpec* bind_of_source(const std::vector<BindSpec>& binds, const std::string& host_path) {
     for (const auto& b : binds)
         if (b.source == host_path) return &b;

@@ -67,9 +67,10 @@ std::string helper_open(const RunRequest& r, const Policy& policy, uid_t files_u
             return fmt::format("cannot write its {}: {}", failed, std::strerror(e));
     }
     const std::vector<std::string> homes = home_dirs();
+    const std::vector<BindSpec> binds = all_binds(policy);
     for (std::size_t slot = kFirstHandedSlot; slot < r.mounts.sources.size(); ++slot) {
         const std::string& path = r.mounts.sources[slot].host_path;
-        const BindSpec* bind = bind_of_source(all_binds(policy), path);
+        const BindSpec* bind = bind_of_source(binds, path);
         if (bind == nullptr) return fmt::format("{} is no bind of this run", path);
         // The lookup with the rights the jail would have: root's as the host user (fsuid),
         // a user's without the capabilities its new namespace gave it.

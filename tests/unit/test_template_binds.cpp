@@ -181,3 +181,24 @@ TEST_CASE("a client hands over no kernel file system, and nothing a fresh jail w
     CHECK_FALSE(opened_source_refusal(allowed, allowed.binds.at(0), "/home/u", 0xEF53, {}, homes).has_value());
     CHECK(opened_source_refusal(allowed, allowed.binds.at(0), "/proc", PROC_SUPER_MAGIC, {}, homes).has_value());
 }
+
+TEST_CASE("a run whose /work is a host directory gets its script in its own /tmp") {
+    Policy p = policy_with({{"workdir", "/srv/job"}});
+    MountFacts facts = facts_for(p);
+    facts.script_real_path = "/srv/code/x.py";
+    MountPlan plan = plan_mounts(p, "/r", facts, std::string("/srv/code/x.py"));
+    REQUIRE(plan.script_jail_path == std::optional<std::string>("/script/x.py"));
+    RunRequest r;
+    r.argv = {"python", "/script/x.py", "/script/x.py"};
+    r.has_script = true;
+    r.mounts.ops = plan_forked_mounts(plan);
+    r.mounts.cwd = plan.cwd;
+    plan_handed_binds(r, plan);
+    relocate_run_script(r, plan, 1);
+    CHECK(r.argv == std::vector<std::string>{"python", "/tmp/.script/x.py", "/script/x.py"});  // only the script's
+    const MountOp* copy = op_at(r, OpKind::Copy, "tmp/.script/x.py");
+    REQUIRE(copy != nullptr);
+    CHECK(copy->mode == 0444);
+    CHECK(op_at(r, OpKind::Mkdir, "tmp/.script") != nullptr);
+    CHECK(refusal(encode_request(r)) == "");
+}
