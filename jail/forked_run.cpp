@@ -101,6 +101,9 @@ int run_forked(void* arg) {
     struct stat script_st {};
     if (script_fd >= 0 && (::fstat(script_fd, &script_st) != 0 || !S_ISREG(script_st.st_mode)))
         fail(ChildStep::CopyScript, EINVAL, kExitJailError, "the script is not a regular file");
+    // The host binds' trees the client opened (template_binds.hpp), by their slots.
+    std::vector<int> bind_trees(r.mounts.sources.size(), -1);
+    for (std::uint32_t k = 0; k < r.binds; ++k) bind_trees[kFirstHandedSlot + k] = fds[at++];
     if (r.into_cgroup) {
         // The leaf the server made for this run, opened by the server: the kernel checks the
         // move with the opener's credentials, so the template needs no rights over the
@@ -112,7 +115,7 @@ int run_forked(void* arg) {
     // mounts, binds, names or sends reaches the template or another run.
     if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
-    apply_mount_plan(r.mounts, {}, script_fd, nullptr);
+    apply_mount_plan(r.mounts, bind_trees, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
     const int keep[4] = {fds[0], g_reaper_fd, a.release_w, a.release_r};  // -> 3, 4, 5, 6
     lock_down(r.lockdown, stdio, keep, 4);

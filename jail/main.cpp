@@ -7,10 +7,12 @@
 #include <cstdlib>
 
 #include <cerrno>
+#include <algorithm>
 #include <climits>
 #include <cstdio>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "audit_target.hpp"
@@ -203,6 +205,27 @@ int run(int argc, char** argv) {
             if (socket.empty())
                 throw UsageError("pyjail serve needs --socket PATH",
                                  "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
+            // Runs' own binds (serve_bounds.hpp, bind_ids_of): as root, the template takes
+            // --host-user's ids, which the runs' clients' files are owned by.
+            if (cli.given.count("allow-binds") != 0 && ::geteuid() == 0) {
+                auto ids = cli.given.find("host-ids");
+                if (ids != cli.given.end() && ids->second.back() != "shared")
+                    throw UsageError("pyjail serve: --allow-binds runs the template as --host-user, not --host-ids " +
+                                         ids->second.back(),
+                                     "drop --host-ids, or --allow-binds");
+                settings["host-ids"].push_back({"shared", Source::Default, "pyjail serve --allow-binds"});
+            }
+            // A profile's binds (standard's and batch's current directory) are each run's, which
+            // brings its own: the template, started wherever, takes none of them.
+            if (cli.given.count("allow-binds") != 0)
+                for (const char* key : {"bind", "ro-bind", "workdir"}) {
+                    auto& items = settings[key];
+                    items.erase(std::remove_if(items.begin(), items.end(),
+                                               [](const SettingItem& i) { return i.source == Source::Profile; }),
+                                items.end());
+                    if (items.empty() && std::string_view(key) == "workdir")
+                        items.push_back({"", Source::Default, "pyjail serve --allow-binds"});
+                }
             // The settings as given are the runs': the most any of them may have.
             const Policy runs = make_policy(settings, {"python"}, cwd);
             if (auto why = serve_policy_refusal(runs))
@@ -221,6 +244,8 @@ int run(int argc, char** argv) {
             return serve::serve(prepared, runs, absolute_path(socket, cwd), preload, argv);
         }
         if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
+        if (cli.given.count("allow-binds") != 0)
+            throw UsageError("--allow-binds is an option of pyjail serve", "start the server with it");
         Policy policy = make_policy(settings, cli.command, cwd);
         if (!policy.explain) audit.use(policy.audit_log);
         if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);

@@ -98,6 +98,10 @@ const std::vector<OptionSpec>& option_table() {
          "pyjail serve: a module the template imports from the rootfs before any run, e.g. numpy",
          true},
         {"socket", OptKind::Text, "", "PATH", "pyjail serve: the socket to listen on for runs", false},
+        {"allow-binds", OptKind::Flag, "false", "",
+         "pyjail serve: runs may bind host paths below /work and /tmp (--bind, --ro-bind, --workdir, "
+         "a profile's), opened by each run's client with its own rights; as root, the template "
+         "then runs as --host-user (--host-ids shared)", false},
         {"explain", OptKind::Flag, "false", "",
          "Print the effective policy, where each setting came from, and run nothing", false},
         {"verbose", OptKind::Flag, "false", "", "Say what the jail is doing on stderr", false},

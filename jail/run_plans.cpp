@@ -4,6 +4,8 @@
 
 #include <string_view>
 
+#include "template_binds.hpp"
+
 namespace pyjail {
 
 namespace {
@@ -93,6 +95,10 @@ RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     r.wall_time = p.policy.wall_time;
     r.cpu_time = p.policy.limits.cpu_time;
     r.output = p.policy.limits.output.value_or(0);
+    plan_handed_binds(r, p.mounts);
+    relocate_run_script(r, p.mounts, p.command.script_index);
+    r.files_uid = p.host_ids.files_uid;
+    r.files_gid = p.host_ids.files_gid;
     return r;
 }
 

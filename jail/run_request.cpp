@@ -138,7 +138,9 @@ const char* rlimit_name(int resource) {
     }
 }
 
-int request_fd_count(const RunRequest& r) { return 4 + (r.has_script ? 1 : 0) + (r.into_cgroup ? 1 : 0); }
+int request_fd_count(const RunRequest& r) {
+    return 4 + (r.has_script ? 1 : 0) + (r.into_cgroup ? 1 : 0) + static_cast<int>(r.binds);
+}
 
 std::string encode_request(const RunRequest& r) {
     Writer w;
@@ -184,6 +186,15 @@ std::string encode_request(const RunRequest& r) {
     w.u64(seconds_bits(r.wall_time));
     w.u64(seconds_bits(r.cpu_time));
     w.u64(r.output);
+    // The host binds: which op mounts each handed-over tree, in the order of their slots.
+    w.u32(r.files_uid);
+    w.u32(r.files_gid);
+    w.u32(r.binds);
+    for (std::uint32_t k = 0; k < r.binds; ++k)
+        for (std::size_t i = 0; i < r.mounts.ops.size(); ++i)
+            if (r.mounts.ops[i].kind == OpKind::Bind &&
+                r.mounts.ops[i].source_slot == kFirstHandedSlot + static_cast<int>(k))
+                w.u32(static_cast<std::uint32_t>(i));
     return w.take();
 }
 
@@ -203,6 +214,7 @@ void wipe_request(RunRequest& r) {
         wipe(file);
         wipe(value);
     }
+    for (auto& src : r.mounts.sources) wipe(src.host_path);
     wipe(r.rootfs);
 }
 
@@ -247,9 +259,9 @@ RunRequest decode_request(std::string_view bytes) {
         if (!run_target_ok(op.target) || !is_run_private(op.target))
             throw BadRequest("a mount outside the run's own directories: /" + op.target);
         // Bind sources are the template's own paths (its root is all a run can name): one
-        // of the run's directories, or a device the template has (the /proc masks).
-        if (op.kind == OpKind::Bind &&
-            (op.source_path.empty() || op.source_path.find("..") != std::string::npos))
+        // of the run's directories, or a device the template has (the /proc masks); or none,
+        // a tree the client hands over (checked with the list of them, below).
+        if (op.kind == OpKind::Bind && op.source_path.find("..") != std::string::npos)
             throw BadRequest("a bind from an unusable source: " + op.source_path);
         if (op.kind == OpKind::Symlink) throw BadRequest("a symlink op in a run");
         op.source_slot = op.kind == OpKind::Copy ? 1 : -1;
@@ -278,7 +290,24 @@ RunRequest decode_request(std::string_view bytes) {
     r.wall_time = seconds_from_bits(in.u64(), "the wall time");
     r.cpu_time = seconds_from_bits(in.u64(), "the CPU time");
     r.output = in.u64();
+    r.files_uid = in.u32();
+    r.files_gid = in.u32();
+    r.binds = in.count("host binds", kMaxRunBinds);
+    // Slot 0 (the rootfs) and 1 (the script) are never opened by a run (kFirstHandedSlot).
+    r.mounts.sources.assign(kFirstHandedSlot, SourceRef{"", true});
+    for (std::uint32_t k = 0; k < r.binds; ++k) {
+        std::uint32_t i = in.u32();
+        if (i >= r.mounts.ops.size()) throw BadRequest("a host bind of no mount op");
+        MountOp& op = r.mounts.ops[i];
+        if (op.kind != OpKind::Bind || !op.source_path.empty() || op.source_slot >= 0)
+            throw BadRequest("a host bind of an op that is not a bind from nothing, or of one twice");
+        op.source_slot = kFirstHandedSlot + static_cast<int>(k);
+        r.mounts.sources.push_back(SourceRef{"", false});
+    }
     if (!in.done()) throw BadRequest("bytes after the end of the request");
+    for (const auto& op : r.mounts.ops)
+        if (op.kind == OpKind::Bind && op.source_path.empty() && op.source_slot < 0)
+            throw BadRequest("a bind from nothing: /" + op.target);
     for (const auto& op : r.mounts.ops)
         if (op.kind == OpKind::Copy && !r.has_script) throw BadRequest("a copy op without a script");
     // Not the client's to choose: every run from a template gets a user namespace of its own,
@@ -290,13 +319,13 @@ RunRequest decode_request(std::string_view bytes) {
 std::vector<MountOp> plan_forked_mounts(const MountPlan& plan) {
     std::vector<MountOp> ops;
     for (const auto& op : plan.ops) {
-        const bool host_bind = op.kind == OpKind::Bind && op.source_slot >= 0;
-        if (host_bind && !op.target.empty() && is_run_private(op.target))
-            throw UsageError("--via: a run from a template cannot bind a host path at /" + op.target,
-                             "drop --workdir; send files with the Python package's files= instead");
-        if (host_bind && op.source_slot != 0)
-            throw UsageError("--via: a run from a template cannot bind host paths (/" + op.target + ")",
-                             "drop --bind/--ro-bind, or run without --via");
+        const bool host_bind = op.kind == OpKind::Bind && op.source_slot > 0;
+        // The run's mount namespace is its own, but its root is the template's read-only
+        // rootfs: a bind lands in a directory the run makes its own, nowhere else.
+        if (host_bind && (op.target.empty() || !is_run_private(op.target)))
+            throw UsageError("--via: a run from a template binds host paths only below /work and /tmp, not at /" +
+                                 op.target,
+                             "bind it at /work or below /tmp, or run without --via");
         if (op.target.empty() || !is_run_private(op.target)) continue;
         MountOp kept = op;
         if (kept.kind == OpKind::Copy) kept.source_slot = 1;

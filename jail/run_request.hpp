@@ -45,9 +45,25 @@ struct RunRequest {
     double wall_time = 0;           // seconds
     double cpu_time = 0;            // seconds
     std::uint64_t output = 0;       // bytes of stdout+stderr
+    // Host binds (template_binds.hpp): the client hands each source over as a detached mount
+    // tree, after the script's descriptor and before the leaf's cgroup.procs, one per entry
+    // of `mounts.sources` from kFirstHandedSlot on (the client's holds their host paths; a
+    // decoded one, none: no host path ever reaches the server or the template). The ids the
+    // client's jail owns its files with (--host-user for root, else the user): the server
+    // takes binds only when its template's host ids are these (serve_bounds.hpp).
+    std::uint32_t binds = 0;
+    std::uint32_t files_uid = 0;
+    std::uint32_t files_gid = 0;
 };
 
-// Descriptors that come with a request: 4 always, and one for each flag set.
+// A run's mount plan: slot 0 stands for the rootfs (the template's) and 1 for the script
+// (Copy ops), neither opened; the handed-over binds' sources come from this slot on.
+inline constexpr int kFirstHandedSlot = 2;
+// Host binds one run may hand over, at most: with the report socket, fds 0-2, the script and
+// the cgroup.procs, a request's descriptors stay within kMaxPassedFds (sys.hpp).
+inline constexpr std::uint32_t kMaxRunBinds = 8;
+
+// Descriptors that come with a request: 4 always, one for each flag set, one per bind.
 int request_fd_count(const RunRequest& r);
 
 // The largest encoded request: one datagram on a SOCK_SEQPACKET socket.
@@ -69,9 +85,11 @@ void wipe_request(RunRequest& r);
 RunRequest decode_request(std::string_view bytes);
 
 // The mount ops of a run from a template, out of the plan a fresh jail would get: the run's
-// own /tmp, /work, /dev/shm, /dev/pts and /proc (with its masks), and the script copied in.
-// The rest of the tree is the template's root, the same rootfs. Throws UsageError for what a
-// run from a template cannot have (a bind of a host path).
+// own /tmp, /work, /dev/shm, /dev/pts and /proc (with its masks), the script copied in, and
+// the host binds whose targets are in those directories (their ops keep the plan's source
+// slots: plan_run_request renumbers them). The rest of the tree is the template's root, the
+// same rootfs. Throws UsageError for what a run from a template cannot have (a host bind
+// elsewhere).
 std::vector<MountOp> plan_forked_mounts(const MountPlan& plan);
 
 // A name for setrlimit's resource, for messages ("RLIMIT_NOFILE").

@@ -143,6 +143,7 @@ public:
                                prepared.plan.seccomp ? std::optional(prepared.plan.seccomp->allow) : std::nullopt)) {
         // The runs' leaves go where the template's does: the cgroup pyjail serve found.
         site_ = prepared.plan.cgroup;
+        bind_ids_of(bounds_, prepared.plan.host_ids);  // runs' host binds (serve_bounds.hpp)
         char real[PATH_MAX];
         rootfs_ = ::realpath(prepared.plan.rootfs.c_str(), real) != nullptr ? real : prepared.plan.rootfs;
     }

@@ -182,7 +182,14 @@ ServeBounds serve_bounds(const Policy& policy, const LimitPlan& limits,
     b.wall_time = policy.wall_time;
     b.cpu_time = policy.limits.cpu_time;
     b.output = policy.limits.output;
+    b.allow_binds = setting(policy.settings, "allow-binds").value == "true";
     return b;
+}
+
+void bind_ids_of(ServeBounds& b, const HostIdPlan& template_ids) {
+    b.bind_ids_known = template_ids.kind == HostIdKind::HostUser || template_ids.kind == HostIdKind::Invoker;
+    b.bind_uid = template_ids.uids.first;
+    b.bind_gid = template_ids.gids.first;
 }
 
 std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds& b) {
@@ -202,6 +209,13 @@ std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds&
     if (auto why = beyond_tmpfs(r, b)) return why;
     if (auto why = beyond_supervised("wall-time", r.wall_time, b.wall_time)) return why;
     if (auto why = beyond_supervised("cpu-time", r.cpu_time, b.cpu_time)) return why;
+    if (r.binds > 0 && !b.allow_binds)
+        return "the run binds host paths, and this server's runs bind none: start pyjail serve with --allow-binds, "
+               "or run without --via";
+    if (r.binds > 0 && (!b.bind_ids_known || r.files_uid != b.bind_uid || r.files_gid != b.bind_gid))
+        return fmt::format("the run's host binds hold files of uid {}, and this server's runs write as uid {}: "
+                           "start pyjail serve with the same --host-user as the run, or run without --via",
+                           r.files_uid, b.bind_ids_known ? std::to_string(b.bind_uid) : std::string("of a range"));
     if (b.output && (r.output == 0 || r.output > *b.output))
         return fmt::format("the run asks for --output-limit {}; this server's runs have at most {}: {}",
                            r.output == 0 ? std::string("none") : std::to_string(r.output), *b.output, kFix);

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "hostid.hpp"
 #include "limits.hpp"
 #include "policy.hpp"
 #include "run_request.hpp"
@@ -33,7 +34,25 @@ struct ServeBounds {
     double wall_time = 0;  // seconds; 0: none
     double cpu_time = 0;
     std::optional<std::uint64_t> output;
+    // Host binds of runs (template_binds.hpp): only with `pyjail serve --allow-binds`, and only
+    // when the template's host ids are fixed ones (bind_ids_of), which the client's files must
+    // be owned by.
+    bool allow_binds = false;
+    bool bind_ids_known = false;
+    std::uint32_t bind_uid = 0, bind_gid = 0;
 };
+
+// Attack: a run's writable bind. The template's own writable bind is refused
+// (serve_policy_refusal): it is in every run's tree. A run's is not: it is mounted in the run's
+// own mount namespace, from a tree its client opened with its own rights, and no other run
+// (each in mount and pid namespaces of its own) can name it. What the run writes there lands
+// as the template's host ids, so a run may bind only when those are the ids the client's own
+// fresh jail would write with (root: --host-user, the template then runs as that user, as
+// with --host-ids shared; a user: the user's own): no file of the client's becomes another
+// id's, and no id another jail may take later owns what the run left.
+// Records the template's host ids for that check: known only when they are fixed (a host
+// user, or the invoking user's own).
+void bind_ids_of(ServeBounds& b, const HostIdPlan& template_ids);
 
 // The bounds of a server whose template was planned with `policy` and `limits` (as a run of
 // the same server's cgroup site would plan them) and `seccomp_allow` (none: no filter).

@@ -69,6 +69,7 @@
 #include "egress_relay.hpp"
 #include "relay.hpp"
 #include "supervise.hpp"
+#include "template_binds.hpp"
 #include "terminal.hpp"
 
 #ifndef P_PIDFD
@@ -546,6 +547,10 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
         fds.push_back(relayed >= 0 ? relayed : fd);
     }
     if (prepared.fds.script) fds.push_back(prepared.fds.script.get());
+    // The host binds' sources, opened with this client's rights (template_binds.hpp).
+    const std::vector<UniqueFd> bind_trees =
+        setup::open_handed_binds(request, p.policy, p.host_ids.files_uid, p.host_ids.files_gid);
+    for (const auto& tree : bind_trees) fds.push_back(tree.get());
 
     TerminalSettings terminal;
     const double started_ms = monotonic_ms();

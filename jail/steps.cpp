@@ -127,6 +127,14 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
             break;
         case OpKind::Bind: {
             std::string src = op.source_path;
+            if (op.source_slot >= 0 && plan.sources[static_cast<std::size_t>(op.source_slot)].host_path.empty()) {
+                // A tree from the client (open_sources): moved here, never bound again, so the
+                // run holds that one clone and nothing else of the host.
+                src = sources[static_cast<std::size_t>(op.source_slot)];
+                if (::syscall(SYS_move_mount, AT_FDCWD, src.c_str(), AT_FDCWD, where, MOVE_MOUNT_F_SYMLINKS) != 0)
+                    fail(ChildStep::Bind, errno, kExitJailError, "cannot put the client's bind on /%s", t);
+                break;
+            }
             if (op.source_slot >= 0) {
                 src = sources[static_cast<std::size_t>(op.source_slot)];
                 if (!op.source_path.empty()) src += "/" + op.source_path;
@@ -164,6 +172,14 @@ std::vector<std::string> open_sources(const MountPlan& plan, const std::vector<i
         const SourceRef& src = plan.sources[slot];
         if (src.content) {
             paths.emplace_back();
+            continue;
+        }
+        // A run from a template's host bind: a tree its client opened (template_binds.hpp),
+        // with no path in this namespace; apply_mount_op moves it to its target.
+        if (src.host_path.empty()) {
+            if (slot >= source_mount_fds.size() || source_mount_fds[slot] < 0)
+                fail(ChildStep::Bind, EBADF, kExitJailError, "a host bind came without its tree");
+            paths.push_back("/proc/self/fd/" + std::to_string(source_mount_fds[slot]));
             continue;
         }
         // An idmapped clone (when root runs pyjail with ids of its own): in the source's place

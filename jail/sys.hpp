@@ -68,7 +68,7 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
 int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept;
 // The same with up to kMaxPassedFds descriptors; recv closes any beyond `max_fds` and returns
 // how many it kept in `got`.
-inline constexpr int kMaxPassedFds = 8;
+inline constexpr int kMaxPassedFds = 16;
 int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds) noexcept;
 ssize_t recv_with_fds(int sock, void* data, std::size_t len, int* fds, int max_fds, int& got,
                       int flags) noexcept;

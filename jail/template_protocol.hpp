@@ -33,7 +33,8 @@ struct ServeHello {
 };
 
 // 2: the request carries what the server bounds (serve_bounds.hpp); the hello may refuse.
-inline constexpr std::uint32_t kServeProtocolVersion = 2;
+// 3: the request carries its host binds (template_binds.hpp).
+inline constexpr std::uint32_t kServeProtocolVersion = 3;
 
 // Who may be at the other end of a connection to `pyjail serve`, seen from either end: the
 // same user, or root. The server runs nobody else's runs; the client gives its descriptors

@@ -129,11 +129,18 @@ def _parse(args):
     return "file", args[i], args[i + 1:], unbuffered
 
 
-def _print_exception(exc):
-    """The traceback as python prints it, without this module's frames."""
+def _print_exception(exc, ran_path=False):
+    """The traceback as python prints it, without this module's frames, nor (a
+    file run with runpy.run_path: `ran_path`) runpy's, which `python FILE` does
+    not have: the same text as a fresh jail's (a SyntaxError of the file, then
+    without a "Traceback" line at all)."""
+    import runpy
     import traceback
+    ours = {__file__}
+    if ran_path:
+        ours.add(runpy.run_path.__code__.co_filename)
     tb = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
     exc.__traceback__ = tb
     try:
@@ -201,7 +208,7 @@ def run_program(argv, env):
     except SystemExit as e:
         return _exit_code(e)
     except KeyboardInterrupt as e:
-        _print_exception(e)
+        _print_exception(e, kind == "file")
         # As python does: end by the signal, so the caller sees it.
         import signal
         sys.stdout.flush()
@@ -209,6 +216,6 @@ def run_program(argv, env):
         os.kill(os.getpid(), signal.SIGINT)
         return 130
     except BaseException as e:
-        _print_exception(e)
+        _print_exception(e, kind == "file")
         return 1
     return 0

@@ -77,7 +77,7 @@ def check_name(name: Any) -> str:
 
 #: pyjail's options that take no value (the flags of its option table): given for
 #: True, left out for False.
-FLAG_OPTIONS = frozenset({"allow-sensitive-bind", "explain", "verbose", "quiet"})
+FLAG_OPTIONS = frozenset({"allow-sensitive-bind", "allow-binds", "explain", "verbose", "quiet"})
 
 
 def _number(v: Union[int, float]) -> str:

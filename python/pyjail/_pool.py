@@ -119,6 +119,12 @@ class Pool:
         for name in preload:
             args += ["--preload", name]
         args += option_args(options)
+        # Runs that bind host paths (the standard and batch profiles' current directory, or
+        # binds among the options) need a server that takes them; each run's client opens
+        # its binds itself, with its own rights.
+        if profile in ("standard", "batch") or any(
+                k.replace("_", "-") in ("bind", "ro-bind", "workdir") for k in (options or {})):
+            args.append("--allow-binds")
         # The runs' defaults: the same options, but those of the server alone.
         self._defaults = option_args({k: v for k, v in (options or {}).items()
                                       if k.replace("_", "-") not in _SERVER_ONLY})

@@ -11,9 +11,10 @@ Environment:
   PYJAIL_MUST_WORK=1    a test that would be skipped for lack of a host feature (root,
                         setpriv, user namespaces, a rootfs, a pty) fails instead
   PYJAIL_THROUGH_TEMPLATE=1
-                        every run a template run can be (a Python program, no host binds)
-                        goes through `pyjail serve` (one server per user, for the session)
-                        with --via: the same tests, the same expectations, against runs
+                        every run a template run can be (a Python program, binds only below
+                        /work and /tmp) goes through `pyjail serve` (one server per user, for
+                        the session, and one started with --allow-binds for runs with host
+                        binds) with --via: the same tests, the same expectations, against runs
                         forked from a template. The summary says how many ran that way.
 """
 
@@ -129,17 +130,20 @@ def _make_user(name: str) -> JailUser:
 
 
 THROUGH_TEMPLATE = os.environ.get("PYJAIL_THROUGH_TEMPLATE") == "1"
-# Options a run from a template cannot have (host binds, another user or rootfs), or that do
-# not run a program.
-_NOT_FOR_TEMPLATES = ("--bind", "--ro-bind", "--workdir", "--rootfs", "--host-user", "--explain",
-                      "--via", "--version", "--help", "-h", "-V")
+# Options a run from a template cannot have (another user or rootfs), or that do not run a
+# program.
+_NOT_FOR_TEMPLATES = ("--rootfs", "--host-user", "--explain", "--via", "--version", "--help", "-h", "-V")
+# Options and profiles that bind host paths: such runs go to a server started with --allow-binds.
+_BINDING = ("--bind", "--ro-bind", "--workdir")
+_BINDING_PROFILES = ("batch", "standard")
 _template_servers: dict[str, tuple[subprocess.Popen, str]] = {}
 TEMPLATE_RUNS = {"through a template": 0, "fresh (options a template run cannot have)": 0}
 
 
-def _template_socket(binary: Path, user: JailUser) -> str:
-    """The socket of this user's `pyjail serve`, started on first use."""
-    if user.name not in _template_servers:
+def _template_socket(binary: Path, user: JailUser, binds: bool = False) -> str:
+    """The socket of this user's `pyjail serve` (with --allow-binds: `binds`), started on first use."""
+    key = user.name + (" binds" if binds else "")
+    if key not in _template_servers:
         d = tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/tmp")
         os.chmod(d, 0o777)
         sock = os.path.join(d, "template.sock")
@@ -152,12 +156,13 @@ def _template_socket(binary: Path, user: JailUser) -> str:
                  "--fsize=", "--output-limit=", "--tmpfs-size", "16G",
                  "--nofile", str(nofile if nofile != resource.RLIM_INFINITY else 1 << 20)]
         p = subprocess.Popen([*user.prefix, str(binary), *_extra_args(), "serve", "--quiet",
-                              "--socket", sock, "--preload", "json", *loose],
+                              "--socket", sock, "--preload", "json", *loose,
+                              *(["--allow-binds"] if binds else [])],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, cwd="/")
         line = p.stdout.readline().decode()
         assert line.startswith("pyjail serve: ready"), f"pyjail serve did not start: {line!r}"
-        _template_servers[user.name] = (p, sock)
-    return _template_servers[user.name][1]
+        _template_servers[key] = (p, sock)
+    return _template_servers[key][1]
 
 
 def _through_template(binary: Path, args: list[str], user: JailUser) -> list[str]:
@@ -171,7 +176,11 @@ def _through_template(binary: Path, args: list[str], user: JailUser) -> list[str
         TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
         return args
     TEMPLATE_RUNS["through a template"] += 1
-    return [*opts, "--via", _template_socket(binary, user), "--", *command]
+    names = [o.split("=", 1)[0] for o in opts]
+    binds = any(n in _BINDING for n in names) or any(
+        o == "--profile" and i + 1 < len(opts) and opts[i + 1] in _BINDING_PROFILES for i, o in enumerate(opts)) or any(
+        o.startswith("--profile=") and o.split("=", 1)[1] in _BINDING_PROFILES for o in opts)
+    return [*opts, "--via", _template_socket(binary, user, binds), "--", *command]
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -204,8 +213,10 @@ def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None
                               pass_fds=pass_fds, env=full_env, text=True, capture_output=True)
 
     r = run(args)
-    if args is not fresh and r.returncode == 125 and "this server's runs" in r.stderr:
-        # Beyond what the shared server's runs may have (another --net, another filter).
+    if args is not fresh and r.returncode == 125 and ("this server's runs" in r.stderr or
+                                                      "binds host paths only below" in r.stderr):
+        # Beyond what the shared server's runs may have (another --net, another filter), or
+        # what no run from a template has (a bind outside /work and /tmp).
         TEMPLATE_RUNS["through a template"] -= 1
         TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
         r = run(fresh)

@@ -280,7 +280,7 @@ def result_text(r):
 # ServeHello (template_protocol.hpp): version, cgroup_ok, rootfs, why_not, refused.
 HELLO = "<II1024s512s256s"
 HELLO_SIZE = struct.calcsize(HELLO)
-SERVE_VERSION = 2
+SERVE_VERSION = 3
 
 
 def raw_connect(sock: str) -> socket.socket:

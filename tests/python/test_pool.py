@@ -2,6 +2,8 @@
 
 import asyncio
 import os
+import shutil
+import tempfile
 import threading
 
 import pytest
@@ -114,3 +116,26 @@ def test_a_session_from_a_template_serves_the_agent_adapters(pool):
         assert tool.run("print(6 * 7)").strip() == "42"
     finally:
         tool.python_repl.close()
+
+
+def test_a_batch_pool_reads_and_writes_the_current_directory(pyjail_bin, monkeypatch):
+    # The cron case: a job's directory is /work, writable, through a template.
+    os.environ.setdefault("PYJAIL_BIN", pyjail_bin)
+    top = tempfile.mkdtemp(prefix="pyjail-pool-batch-", dir="/tmp")
+    try:
+        os.chmod(top, 0o755)      # root's runs reach it as --host-user (nobody)
+        job = os.path.join(top, "job")
+        os.mkdir(job)
+        os.chmod(job, 0o777)
+        with open(os.path.join(job, "data.txt"), "w") as f:
+            f.write("42\n")
+        os.chmod(os.path.join(job, "data.txt"), 0o644)
+        monkeypatch.chdir(job)
+        with pyjail.Pool(profile="batch") as p:
+            r = p.run("import os; n = open('data.txt').read(); open('out.txt', 'w').write(n); "
+                      "print(os.getcwd(), n.strip())")
+        assert (r.exit_code, r.stdout) == (0, "/work 42\n"), r.stderr
+        with open(os.path.join(job, "out.txt")) as f:
+            assert f.read() == "42\n"
+    finally:
+        shutil.rmtree(top)
