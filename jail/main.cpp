@@ -166,6 +166,14 @@ int run(int argc, char** argv) {
     const bool serving = !args.empty() && args[0] == "serve";
     if (serving) args.erase(args.begin());
     CliArgs cli = parse_cli(args);
+    if (cli.help) {
+        // Each option's default as the chosen profile (or the default one) sets it.
+        DataDirs dirs = find_data_dirs();
+        std::string name = help_profile(args).value_or(setting(default_settings(), "profile").value);
+        Settings values = settings_from_chain(profile_chain(name, profile_loader(dirs)));
+        values["profile"] = {{name, Source::CommandLine, "--profile"}};
+        cli.output = usage_text(values, name);
+    }
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);
         return *cli.exit_now;
@@ -191,8 +199,7 @@ int run(int argc, char** argv) {
         if (auto it = cli.given.find("profile"); it != cli.given.end())
             profile_name = it->second.back();
         facts.profile = profile_name;
-        FoundFile profile = read_profile(profile_name, dirs);
-        apply_profile(settings, parse_profile(profile.text, profile.path));
+        settings = settings_from_chain(profile_chain(profile_name, profile_loader(dirs)));
         apply_cli(settings, cli);
         std::string socket;
         if (auto it = cli.given.find("socket"); it != cli.given.end()) socket = it->second.back();
