@@ -16,11 +16,13 @@
 #include "audit_target.hpp"
 #include "cli.hpp"
 #include "doctor.hpp"
+#include "environment.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "explain.hpp"
 #include "hostopen.hpp"
 #include "mountplan.hpp"
+#include "notice_stamp.hpp"
 #include "paths.hpp"
 #include "policy.hpp"
 #include "prepare.hpp"
@@ -236,6 +238,10 @@ int run(int argc, char** argv) {
             auto places = setup::writable_places(all_binds(policy));
             audit.keep_out_of(places);
             report.keep_out_of(places);
+        }
+        if (!policy.explain) {
+            std::string notice = env_notice(policy, setup::host_environment());
+            if (!notice.empty() && supervisor::env_notice_wanted()) std::fprintf(stderr, "%s\n", notice.c_str());
         }
         if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
             const bool hash = !audit.path.empty();
