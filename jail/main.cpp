@@ -169,12 +169,18 @@ int run(int argc, char** argv) {
     if (serving) args.erase(args.begin());
     CliArgs cli = parse_cli(args);
     if (cli.help) {
-        // Each option's default as the chosen profile (or the default one) sets it.
-        DataDirs dirs = find_data_dirs();
+        // Each option's default as the chosen profile (or the default one) sets it. Help is
+        // still given when the profile cannot be read (a broken installation, a typo), with
+        // the built-in defaults and the reason on stderr.
         std::string name = help_profile(args).value_or(setting(default_settings(), "profile").value);
-        Settings values = settings_from_chain(profile_chain(name, profile_loader(dirs)));
-        values["profile"] = {{name, Source::CommandLine, "--profile"}};
-        cli.output = usage_text(values, name);
+        try {
+            DataDirs dirs = find_data_dirs();
+            Settings values = settings_from_chain(profile_chain(name, profile_loader(dirs)));
+            values["profile"] = {{name, Source::CommandLine, "--profile"}};
+            cli.output = usage_text(values, name);
+        } catch (const JailError& e) {
+            std::fprintf(stderr, "pyjail: --help shows the built-in defaults: %s\n", e.one_line().c_str());
+        }
     }
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);

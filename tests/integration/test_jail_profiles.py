@@ -217,3 +217,9 @@ def test_help_shows_the_values_of_the_chosen_profile(run_jail, current_user):
     assert "[default: 3600]" in line(r.stdout, "--wall-time")
     assert "[default: 16M]" in line(r.stdout, "--output-limit")
     assert "[default: batch]" in line(r.stdout, "--profile")
+    # A profile that cannot be read: the built-in defaults, and why.
+    r = run_jail(["--profile", "nosuch", "--help"], user=current_user)
+    assert r.returncode == 0
+    assert "[default: 0]" in line(r.stdout, "--wall-time")
+    assert r.stderr.startswith("pyjail: --help shows the built-in defaults: --profile: no profile "
+                               "named 'nosuch' (available: ")
