@@ -46,7 +46,8 @@ struct Model {
     std::vector<std::pair<const OptionSpec*, CLI::Option*>> options;
     CLI::Option* version = nullptr;
 
-    Model(const std::vector<const OptionSpec*>& specs, bool for_help)
+    // For --help, `values` (the settings of a profile) give each option's default.
+    Model(const std::vector<const OptionSpec*>& specs, bool for_help, const Settings* values = nullptr)
         : app(for_help ? kSummary : "", "pyjail") {
         auto text = [for_help](std::string_view s) { return for_help ? std::string(s) : std::string(); };
         // CLI11's App comes with -h,--help; --help gives it pyjail's words.
@@ -68,8 +69,14 @@ struct Model {
             }
             if (for_help) {
                 std::string help(o->help);
-                if (!o->default_value.empty() && o->kind == OptKind::Text)
-                    help += fmt::format(" [default: {}]", o->default_value);
+                std::string shown = o->kind == OptKind::Text ? std::string(o->default_value) : "";
+                if (values != nullptr && o->kind != OptKind::Flag) {
+                    shown.clear();
+                    if (auto it = values->find(o->name); it != values->end())
+                        for (const auto& item : it->second)
+                            shown += (shown.empty() ? "" : ", ") + item.value;
+                }
+                if (!shown.empty()) help += fmt::format(" [default: {}]", shown);
                 opt->description(help);
                 if (o->kind != OptKind::Flag) opt->option_text(std::string(o->value_name));
             }
@@ -133,6 +140,24 @@ std::string usage_text() {
     return m.app.help();
 }
 
+std::string usage_text(const Settings& values, const std::string& profile) {
+    Model m(all_options(), true, &values);
+    m.app.footer(fmt::format("Defaults shown are profile {}'s (--profile NAME --help shows "
+                             "another's).\n{}",
+                             profile, kFooter));
+    return m.app.help();
+}
+
+std::optional<std::string> help_profile(const std::vector<std::string>& args) {
+    std::optional<std::string> profile;
+    for (std::size_t i = 0; i < args.size(); ++i) {
+        if (args[i] == "--") break;
+        if (args[i] == "--profile" && i + 1 < args.size()) profile = args[++i];
+        else if (args[i].rfind("--profile=", 0) == 0) profile = args[i].substr(10);
+    }
+    return profile;
+}
+
 CliArgs parse_cli(const std::vector<std::string>& args) {
     CliArgs out;
     Model m(options_named(args), false);
@@ -151,6 +176,7 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
         m.app.parse(reversed);
     } catch (const CLI::CallForHelp&) {
         out.exit_now = 0;
+        out.help = true;
         out.output = usage_text();
         return out;
     } catch (const CLI::ArgumentMismatch& e) {

@@ -18,6 +18,7 @@ struct CliArgs {
     std::vector<std::string> command;
     std::optional<int> exit_now;  // --help / --version were answered: exit with this
     std::string output;           // what to print for --help / --version
+    bool help = false;            // --help: `output` shows the built-in defaults
 };
 
 // `args` excludes argv[0]. Throws UsageError for unknown options and missing values.
@@ -26,6 +27,11 @@ CliArgs parse_cli(const std::vector<std::string>& args);
 // Lays the command line over settings: it replaces profile values and appends to lists.
 void apply_cli(Settings& settings, const CliArgs& cli);
 
+// --help, with the built-in defaults, or with each option's value under a profile.
 std::string usage_text();
+std::string usage_text(const Settings& values, const std::string& profile);
+
+// The profile `--help` is asked about (the last --profile before `--`), if one is named.
+std::optional<std::string> help_profile(const std::vector<std::string>& args);
 
 }  // namespace pyjail

@@ -89,6 +89,9 @@ std::string status_message(RunStatus s, const Outcome& o, const EndLimits& l) {
                                l.output.value_or(0));
         case RunStatus::Oom:
             return "out of memory: the jail reached its memory limit and was killed";
+        case RunStatus::SeccompDenied:
+            return "the program was killed by the syscall filter (SIGSYS): it made a system call "
+                   "through another architecture's entry point (int 0x80 or x32)";
         default: return describe(o, l.wall_time, l.kill_grace);
     }
 }

@@ -39,7 +39,7 @@ enum class RunStatus {
     Oom,            // the cgroup's memory limit killed a process
     PidsLimit,      // the program failed after the cgroup refused a fork
     OutputLimit,    // --output-limit reached
-    SeccompDenied,  // the program failed after the filter refused a syscall
+    SeccompDenied,  // the program was killed by the filter (SIGSYS: a foreign ABI's syscall)
     SetupError,     // the jail could not be set up; the program never ran
 };
 

@@ -18,11 +18,13 @@
 #include "audit_target.hpp"
 #include "cli.hpp"
 #include "doctor.hpp"
+#include "environment.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "explain.hpp"
 #include "hostopen.hpp"
 #include "mountplan.hpp"
+#include "notice_stamp.hpp"
 #include "paths.hpp"
 #include "policy.hpp"
 #include "prepare.hpp"
@@ -168,6 +170,20 @@ int run(int argc, char** argv) {
     const bool serving = !args.empty() && args[0] == "serve";
     if (serving) args.erase(args.begin());
     CliArgs cli = parse_cli(args);
+    if (cli.help) {
+        // Each option's default as the chosen profile (or the default one) sets it. Help is
+        // still given when the profile cannot be read (a broken installation, a typo), with
+        // the built-in defaults and the reason on stderr.
+        std::string name = help_profile(args).value_or(setting(default_settings(), "profile").value);
+        try {
+            DataDirs dirs = find_data_dirs();
+            Settings values = settings_from_chain(profile_chain(name, profile_loader(dirs)));
+            values["profile"] = {{name, Source::CommandLine, "--profile"}};
+            cli.output = usage_text(values, name);
+        } catch (const JailError& e) {
+            std::fprintf(stderr, "pyjail: --help shows the built-in defaults: %s\n", e.one_line().c_str());
+        }
+    }
     if (cli.exit_now) {
         std::fputs(cli.output.c_str(), stdout);
         return *cli.exit_now;
@@ -193,8 +209,7 @@ int run(int argc, char** argv) {
         if (auto it = cli.given.find("profile"); it != cli.given.end())
             profile_name = it->second.back();
         facts.profile = profile_name;
-        FoundFile profile = read_profile(profile_name, dirs);
-        apply_profile(settings, parse_profile(profile.text, profile.path));
+        settings = settings_from_chain(profile_chain(profile_name, profile_loader(dirs)));
         apply_cli(settings, cli);
         std::string socket;
         if (auto it = cli.given.find("socket"); it != cli.given.end()) socket = it->second.back();
@@ -254,6 +269,10 @@ int run(int argc, char** argv) {
             auto places = setup::writable_places(all_binds(policy));
             audit.keep_out_of(places);
             report.keep_out_of(places);
+        }
+        if (!policy.explain) {
+            std::string notice = env_notice(policy, setup::host_environment());
+            if (!notice.empty() && supervisor::env_notice_wanted()) std::fprintf(stderr, "%s\n", notice.c_str());
         }
         if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
             const bool hash = !audit.path.empty();

@@ -30,6 +30,22 @@ struct StateDirPlan {
 std::optional<StateDirPlan> state_dir_plan(const char* xdg_state_home, const char* home);
 
 constexpr const char* kNoticeStampName = "cgroup-notice";
+constexpr const char* kEnvNoticeStampName = "env-notice";
+
+// From /proc/PID/stat: the process's parent and its command name (comm), or nothing when the
+// text does not parse.
+struct ProcStat {
+    long ppid = 0;
+    std::string comm;
+};
+std::optional<ProcStat> parse_proc_stat(const std::string& text);
+
+// Whether `comm` is a cron daemon's (cron, crond, anacron, fcron).
+bool is_cron_daemon(const std::string& comm);
+
+// How many ancestors are looked at for a cron daemon (a crontab runs a shell that runs a
+// script that runs pyjail, perhaps through sudo or setpriv).
+inline constexpr int kMaxAncestors = 16;
 
 // "2026-12-01" (UTC).
 std::string utc_day(std::time_t t);

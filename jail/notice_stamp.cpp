@@ -7,6 +7,7 @@
 // make pyjail -- perhaps root -- create or overwrite a file elsewhere. Whatever fails, the
 // notice is said and the run goes on: a stamp is a convenience, never a reason to fail.
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -53,13 +54,13 @@ UniqueFd open_state_dir() {
 
 }  // namespace
 
-bool notice_wanted(NoticeMode mode, const std::string& reason) {
+bool notice_wanted(NoticeMode mode, const std::string& reason, const char* stamp_name) {
     if (mode == NoticeMode::Off) return false;
     if (mode == NoticeMode::Always) return true;
     UniqueFd dir = open_state_dir();
     if (!dir) return true;
     // O_NOFOLLOW: not through a link; O_NONBLOCK: a FIFO in its place cannot hang us.
-    UniqueFd fd(::openat(dir.get(), kNoticeStampName,
+    UniqueFd fd(::openat(dir.get(), stamp_name,
                          O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY, 0600));
     if (!fd || !ours(fd.get(), false)) return true;
     const std::string day = utc_day(::time(nullptr));
@@ -71,6 +72,29 @@ bool notice_wanted(NoticeMode mode, const std::string& reason) {
     std::string text = notice_stamp_text(day, reason);
     if (::ftruncate(fd.get(), 0) == 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
     return true;
+}
+
+namespace {
+
+bool under_cron() {
+    long pid = static_cast<long>(::getppid());
+    for (int i = 0; i < kMaxAncestors && pid > 1; ++i) {
+        std::string text;
+        if (!try_read_file(fmt::format("/proc/{}/stat", pid), text)) return false;
+        auto st = parse_proc_stat(text);
+        if (!st) return false;
+        if (is_cron_daemon(st->comm)) return true;
+        pid = st->ppid;
+    }
+    return false;
+}
+
+}  // namespace
+
+bool env_notice_wanted() {
+    if (under_cron()) return true;
+    if (::isatty(STDERR_FILENO) == 1) return notice_wanted(NoticeMode::Daily, "environment", kEnvNoticeStampName);
+    return false;
 }
 
 }  // namespace pyjail::supervisor

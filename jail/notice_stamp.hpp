@@ -3,12 +3,21 @@
 
 #include <string>
 
+#include "notice.hpp"
 #include "policy.hpp"
 
 namespace pyjail::supervisor {
 
 // Off: never; Always: yes; Daily: yes unless the stamp says `reason` was said today (then the
 // stamp is left alone). Never fails.
-bool notice_wanted(NoticeMode mode, const std::string& reason);
+bool notice_wanted(NoticeMode mode, const std::string& reason, const char* stamp_name = kNoticeStampName);
+
+// Whether the environment notice (environment.hpp, env_notice) is said on this run: under
+// cron (an ancestor process is a cron daemon) on every run, as cron mails each run's output
+// and a crontab's variables are what the notice is about; when stderr is a terminal, once a
+// day per user (kEnvNoticeStampName), as a shell always holds variables no program needs;
+// otherwise never: a program reads stderr (the Python package, a pipeline), and it chose
+// the environment. Never fails.
+bool env_notice_wanted();
 
 }  // namespace pyjail::supervisor

@@ -44,7 +44,11 @@ const std::vector<OptionSpec>& option_table() {
          "With --net allow: most bytes relayed each way in a run, all connections together",
          true},
         {"env", OptKind::List, "", "KEY=VALUE",
-         "Set an environment variable in the jail (the host's are never passed)", true},
+         "Set an environment variable in the jail (the host's are passed only by --env-pass)",
+         true},
+        {"env-pass", OptKind::List, "", "NAME",
+         "Pass the host's variable NAME into the jail as pyjail got it (unset on the host: "
+         "unset in the jail); --env wins for the same NAME", true},
         {"wall-time", OptKind::Text, "0", "SECONDS",
          "Kill the whole jail after this many seconds of real time (0: no limit)", true},
         {"kill-grace", OptKind::Text, "5", "SECONDS",

@@ -191,8 +191,29 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
                                            fmt::join(names, ", ")));
     }
     if (!by_path) require_trusted_data_file(fd.get(), f.path);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) == 0) f.identity = fmt::format("{}:{}", st.st_dev, st.st_ino);
     f.text = read_fd(fd.get(), f.path, "profile");
     return f;
+}
+
+ProfileLoader profile_loader(const DataDirs& dirs) {
+    return [&dirs](const std::string& name_or_path, const std::string& from) {
+        std::string path = name_or_path;
+        // A base file is found beside the profile that names it, wherever pyjail runs.
+        if (names_a_file(path) && path[0] != '/' && !from.empty() && from.find('/') != std::string::npos)
+            path = from.substr(0, from.rfind('/') + 1) + path;
+        try {
+            FoundFile f = read_profile(path, dirs);
+            return LoadedProfile{f.path, f.text, f.identity.empty() ? f.path : f.identity};
+        } catch (const UsageError& e) {
+            if (from.empty()) throw;
+            // Named by an `extends`, not by --profile: profile_chain says where.
+            std::string m = e.message();
+            if (m.rfind("--profile: ", 0) == 0) m.erase(0, 11);
+            throw UsageError(m, e.hint());
+        }
+    };
 }
 
 }  // namespace pyjail

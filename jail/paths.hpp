@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "compiled_filter.hpp"
+#include "profile.hpp"
 
 namespace pyjail {
 
@@ -51,6 +52,7 @@ std::optional<CompiledFilter> load_compiled_filter(const DataDirs& dirs, const F
 struct FoundFile {
     std::string path;
     std::string text;
+    std::string identity;  // read_profile: "device:inode", what tells two names of one file apart
 };
 
 // A profile name ("strict") or a path to a profile file ("./mine.toml"), read. Throws
@@ -58,6 +60,10 @@ struct FoundFile {
 FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs);
 
 std::vector<std::string> list_profiles(const DataDirs& dirs);
+
+// read_profile for profile_chain (profile.hpp): a relative base file is found beside the
+// profile whose `extends` names it. `dirs` must outlive the loader.
+ProfileLoader profile_loader(const DataDirs& dirs);
 
 // A seccomp set name ("python") or file path, read. Throws UsageError.
 FoundFile read_seccomp_set(const std::string& name_or_path, const DataDirs& dirs);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -305,6 +306,16 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
             throw UsageError(fmt::format("{}: '{}' is not KEY=VALUE", where(it, "env"), it.value),
                              "the host's environment is never passed; give the value");
         p.env.emplace_back(key, it.value.substr(eq + 1));
+    }
+    for (const auto& it : settings.at("env-pass")) {
+        bool ok = !it.value.empty();
+        for (char c : it.value)
+            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) ok = false;
+        if (!ok)
+            throw UsageError(fmt::format("{}: '{}' is not a variable name", where(it, "env-pass"), it.value),
+                             "--env-pass NAME passes the host's NAME; --env NAME=VALUE sets one");
+        if (std::find(p.env_pass.begin(), p.env_pass.end(), it.value) == p.env_pass.end())
+            p.env_pass.push_back(it.value);
     }
     {
         const auto& w = item("wall-time");

@@ -51,6 +51,7 @@ struct Policy {
     NetMode net = NetMode::None;
     EgressPolicy egress;  // --net allow: what may be reached
     std::vector<std::pair<std::string, std::string>> env;  // added by profile and --env
+    std::vector<std::string> env_pass;  // host variables passed by name (--env-pass)
     double wall_time = 0;                                   // seconds; 0 means no limit
     double kill_grace = 5;  // seconds from a relayed SIGTERM/HUP/INT/QUIT to the kill; 0: at once
     std::string hostname;

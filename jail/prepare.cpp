@@ -245,12 +245,18 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     p.host_ids = plan_host_ids(host_id_facts(p, policy, root_uid, root_gid));
     p.ids.host_uid = p.host_ids.files_uid;  // until the run takes its own id (HostIdLease)
     p.ids.host_gid = p.host_ids.files_gid;
-    p.env = jail_environment(policy);
+    p.env = jail_environment(policy, host_environment());
     p.policy = std::move(policy);
     plan_seccomp(p, dirs);
     plan_cgroup_and_limits(p, cgroup_site);
     if (p.policy.net == NetMode::Allow) p.egress = plan_egress(p.policy.egress);
     return prepared;
+}
+
+std::vector<std::string> host_environment() {
+    std::vector<std::string> env;
+    for (char** e = environ; e != nullptr && *e != nullptr; ++e) env.emplace_back(*e);
+    return env;
 }
 
 }  // namespace pyjail::setup

@@ -87,6 +87,9 @@ HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid);
 // template: `pyjail serve`'s); otherwise found here.
 PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* cgroup_site = nullptr);
 
+// pyjail's own environment (environ), for --env-pass and the notice of what is not passed.
+std::vector<std::string> host_environment();
+
 }  // namespace setup
 
 }  // namespace pyjail

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
+#include <cstring>
+#include <optional>
 #include <set>
 
 #include "error.hpp"
@@ -191,6 +194,7 @@ Profile parse_profile(std::string_view text, const std::string& path) {
 
 void apply_profile(Settings& settings, const Profile& profile) {
     for (const auto& e : profile.entries) {
+        if (e.key == "extends") continue;  // profile_chain's
         std::string where = fmt::format("{}:{}", profile.path, e.line);
         const OptionSpec* spec = find_option(e.key);
         if (spec == nullptr || !spec->profile_key) {
@@ -213,6 +217,77 @@ void apply_profile(Settings& settings, const Profile& profile) {
         items.clear();
         for (const auto& v : e.values) items.push_back({v, Source::Profile, where});
     }
+}
+
+namespace {
+
+// The profile's `extends` entry, or null; it holds one non-empty name (the parser refuses a
+// key set twice).
+const ProfileEntry* extends_entry(const Profile& p) {
+    const ProfileEntry* found = nullptr;
+    for (const auto& e : p.entries) {
+        if (e.key != "extends") continue;
+        std::string where = fmt::format("{}:{}", p.path, e.line);
+        if (e.is_list || e.values.size() != 1 || e.values[0].empty())
+            throw UsageError(fmt::format("{}: key 'extends' takes one profile name or file", where),
+                             "e.g. extends = \"standard\" or extends = \"base.toml\"");
+        found = &e;
+    }
+    return found;
+}
+
+}  // namespace
+
+std::vector<Profile> profile_chain(const std::string& name, const ProfileLoader& load) {
+    std::vector<Profile> chain;  // leaf first, reversed at the end
+    std::vector<std::string> seen;
+    std::optional<std::string> root_identity;
+    std::string next = name, from, where;  // where: "FILE:LINE" of the `extends` naming next
+    while (true) {
+        LoadedProfile loaded;
+        try {
+            loaded = load(next, from);
+        } catch (const JailError& e) {
+            if (where.empty()) throw;
+            std::string why = e.message();
+            if (e.err() != 0) why += std::string(": ") + std::strerror(e.err());
+            throw UsageError(fmt::format("{}: extends '{}': {}", where, next, why), e.hint());
+        }
+        for (std::size_t i = 0; i < seen.size(); ++i)
+            if (seen[i] == loaded.identity) {
+                std::string path;
+                for (std::size_t j = i; j < chain.size(); ++j) path += chain[j].path + " -> ";
+                throw UsageError(fmt::format("{}: profiles extend each other in a cycle: {}{}", where,
+                                             path, loaded.path),
+                                 "remove one of their `extends` lines");
+            }
+        if (chain.size() >= static_cast<std::size_t>(kMaxProfileDepth))
+            throw UsageError(fmt::format("{}: profiles extend each other more than {} deep", where,
+                                         kMaxProfileDepth),
+                             "extend a shipped profile directly");
+        seen.push_back(loaded.identity);
+        chain.push_back(parse_profile(loaded.text, loaded.path));
+        const ProfileEntry* base = extends_entry(chain.back());
+        if (base != nullptr) {
+            next = base->values[0];
+            where = fmt::format("{}:{}", loaded.path, base->line);
+        } else {
+            // No `extends`: strict, unless this is strict itself.
+            if (!root_identity) root_identity = next == kRootProfile ? loaded.identity : load(kRootProfile, "").identity;
+            if (loaded.identity == *root_identity) break;
+            next = kRootProfile;
+            where = fmt::format("{} (no `extends`: based on {})", loaded.path, kRootProfile);
+        }
+        from = loaded.path;
+    }
+    std::reverse(chain.begin(), chain.end());
+    return chain;
+}
+
+Settings settings_from_chain(const std::vector<Profile>& chain) {
+    Settings s = default_settings();
+    for (const auto& p : chain) apply_profile(s, p);
+    return s;
 }
 
 }  // namespace pyjail

@@ -23,9 +23,12 @@ RunStatus classify_run(const RunFacts& f) {
     if (f.output_limit) return RunStatus::OutputLimit;
     if (f.oom_kills > 0) return RunStatus::Oom;
     if (f.pids_limit_hits > 0 && failed) return RunStatus::PidsLimit;
-    // A refused syscall ended the program: it was killed for a foreign ABI (SIGSYS), or it
-    // failed after something was refused.
-    if (!f.denied.empty() && failed) return RunStatus::SeccompDenied;
+    // The status says how the program ended. A refusal is named as the cause only when the
+    // program died of it: the filter's kill action (a foreign ABI's syscall) ends it with
+    // SIGSYS, which nothing else in a jail sends. A program that exits after a refusal, even
+    // at once, exits: numpy's refused NUMA calls once made every failing numpy program read as
+    // "seccomp-denied", whatever it died of. The refusals stay in denied_syscalls.
+    if (o.kind == Outcome::Kind::Signaled && o.signal == SIGSYS) return RunStatus::SeccompDenied;
     if (o.kind == Outcome::Kind::Exited) return o.code == 0 ? RunStatus::Ok : RunStatus::Exit;
     return RunStatus::Signal;
 }

@@ -6,6 +6,7 @@
 #include <seccomp.h>
 #include <sys/mman.h>
 #include <fcntl.h>
+#include <linux/mempolicy.h>
 #include <sys/personality.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -36,7 +37,8 @@ constexpr std::uint64_t kCloneNewFlags = CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_N
 bool is_checked_by_arguments(const std::string& name) {
     static const std::set<std::string> checked = {
         "clone", "socket", "socketpair", "ioctl", "personality", "chmod", "fchmod", "fchmodat",
-        "fchmodat2", "open", "openat", "creat", "mknod", "mknodat", "openat2"};
+        "fchmodat2", "open", "openat", "creat", "mknod", "mknodat", "openat2", "mbind",
+        "set_mempolicy_home_node"};
     return checked.count(name) != 0;
 }
 
@@ -142,6 +144,23 @@ Ctx build(const SeccompSet& set, NetMode net) {
                                    SCMP_A1_64(SCMP_CMP_MASKED_EQ, mask, value)),
                   "ioctl");
     }
+    // A process's own NUMA policy (numpy and OpenBLAS set one for their buffers) decides only
+    // where its own future pages come from, inside the jail's memory limit. Moving pages that
+    // exist is another matter: MPOL_MF_MOVE_ALL moves pages shared with other processes (the
+    // host's page cache of the rootfs, other jails' pages), and MPOL_MF_MOVE runs the page
+    // migration code, kernel surface nothing a jail runs needs; both are refused. The kernel
+    // reads mbind's flags as an unsigned int, and callers leave junk above it (OpenBLAS passes
+    // them through syscall(2)'s varargs): the rule compares the low 32 bits, all the kernel
+    // sees.
+    if (allowed("mbind"))
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(mbind), 1,
+                               SCMP_A5_32(SCMP_CMP_MASKED_EQ, ~static_cast<std::uint32_t>(MPOL_MF_STRICT), 0)),
+              "mbind");
+    // Its flags must be 0 today; a flag added later is refused until this rule names it.
+    if (allowed("set_mempolicy_home_node"))
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(set_mempolicy_home_node), 1,
+                               SCMP_A3_64(SCMP_CMP_EQ, 0)),
+              "set_mempolicy_home_node");
     if (allowed("personality")) {
         // Querying is fine; switching (e.g. to READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE) is not.
         for (std::uint64_t v : {0xffffffffULL, 0ULL})
@@ -362,6 +381,13 @@ std::string describe_syscall(int syscall_nr, const std::uint64_t args[6]) {
             {CLONE_NEWCGROUP, "CLONE_NEWCGROUP"}};
         std::string names = flag_names(args[0] & kCloneNewFlags, flags);
         return names.empty() ? "clone" : fmt::format("clone({})", names);
+    }
+    if (name == "mbind") {
+        static const std::pair<std::uint64_t, const char*> flags[] = {
+            {MPOL_MF_STRICT, "MPOL_MF_STRICT"}, {MPOL_MF_MOVE, "MPOL_MF_MOVE"},
+            {MPOL_MF_MOVE_ALL, "MPOL_MF_MOVE_ALL"}};
+        std::string names = flag_names(args[5] & 0xffffffffULL, flags);  // as the kernel reads them
+        return fmt::format("mbind({})", names.empty() ? "other flags" : names);
     }
     if (name == "personality") {
         // A persona is PER_LINUX or PER_LINUX32 plus flags (<sys/personality.h>).

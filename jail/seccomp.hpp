@@ -22,7 +22,8 @@ namespace pyjail {
 // Raised whenever build() turns a set into other rules (a new argument check), so a filter
 // compiled by an older build of the same version is never loaded (compiled_filter.hpp).
 // 2: socketpair, chmod, open and mknod argument checks; openat2 fails with ENOSYS.
-constexpr int kSeccompRulesRevision = 2;
+// 3: mbind and set_mempolicy_home_node argument checks (a process's own NUMA policy).
+constexpr int kSeccompRulesRevision = 3;
 
 struct SeccompSet {
     std::string name;                // as chosen: "python", a file path, or "off"

@@ -120,7 +120,8 @@ def test_cgroup_notice_off_keeps_errors_and_time_limit_lines(run_jail, world_tmp
 
 
 def test_explain_gives_a_reason_for_no_cgroup(run_jail, world_tmp, as_user):
-    bare = world_tmp.file("bare.toml", 'net = "none"\n')
+    # A profile starts from strict: these four must be unset to need no cgroup.
+    bare = world_tmp.file("bare.toml", 'net = "none"\nmemory = ""\npids = ""\ncpus = ""\ncpu-time = 0\n')
     r = run_jail(["--profile", bare, "--cgroup", "off", "--explain"], user=as_user)
     assert r.returncode == 0
     assert "# cgroup:    none: no limit needs one (memory, pids, cpus, cpu-time unset)\n" in r.stdout

@@ -94,6 +94,25 @@ def test_matplotlib_draws_a_png_and_its_import_writes_nothing(data_rootfs, run_p
     assert result == [True, "Agg", True, True, ["/work/plot.png"]]
 
 
+def test_a_numpy_program_that_exits_3_reports_exit_3(data_rootfs, run_jail, world_tmp, as_user):
+    """numpy sets NUMA policies for its buffers (mbind): allowed, and a failing numpy program's
+    status says how it ended, not that a call was refused on the way."""
+    d = world_tmp.dir(0o777)
+    report = d / "report.json"
+    code = ("import os, sys, numpy as np\n"
+            "a = np.ones((400, 400)); b = a @ a\n"
+            "sys.stdout.flush()\n"
+            "print(int(b[0, 0]))\n"
+            "sys.exit(3)\n")
+    r = run_jail(["--rootfs", "data", "--report", report, "--", "python", "-c", code],
+                 user=as_user, timeout=TIMEOUT)
+    assert r.returncode == 3, describe(r)
+    assert r.stdout == "400\n"
+    rep = json.loads(report.read_text())
+    assert (rep["status"], rep["program_exit_code"]) == ("exit", 3)
+    assert rep["denied_syscalls"] == []
+
+
 def test_batch_keeps_the_png(data_rootfs, run_jail, world_tmp, as_user):
     work = world_tmp.dir(mode=0o777)  # batch: the jail's host user writes here
     code = ("import pandas as pd, matplotlib.pyplot as plt\n"

@@ -199,3 +199,40 @@ def test_data_writable_only_by_roots_group_is_trusted_and_another_groups_is_not(
     r = run()
     assert r.returncode == 125, r.stderr
     assert "profiles is writable by group 1, so others could choose the jail's profiles" in r.stderr
+
+
+def test_bash_completion_of_rootfs_names_and_doctor_options(pyjail_bin, world_tmp):
+    """After --rootfs: the installed rootfses' names (as `pyjail rootfs list` gives them) and
+    directories; `pyjail doctor` offers its own options, not a run's."""
+    if shutil.which("bash") is None:
+        skip_or_fail("bash is not installed")
+    from pyjail_testing import REPO
+
+    d = world_tmp.dir()
+    (d / "defaults-dir").mkdir()
+    names = subprocess.run([str(pyjail_bin), "rootfs", "list"], capture_output=True, text=True,
+                           cwd=d).stdout
+    installed = sorted(l.split()[0] for l in names.splitlines()[1:] if l and not l[0].isspace())
+    assert "default" in installed
+    script = f'''
+source {REPO}/dist/pyjail.bash-completion
+t() {{ COMP_WORDS=("$@"); COMP_CWORD=$(( ${{#COMP_WORDS[@]}} - 1 ))
+      COMP_LINE="${{COMP_WORDS[*]}}"; COMP_POINT=${{#COMP_LINE}}; COMPREPLY=(); _pyjail
+      printf '%s\\n' "$(printf '%s\\n' "${{COMPREPLY[@]}}" | sort | tr '\\n' ' ')"; }}
+t {pyjail_bin} --rootfs ''
+t {pyjail_bin} --rootfs def
+t {pyjail_bin} doctor ''
+t {pyjail_bin} doctor --
+t {pyjail_bin} doctor --rootfs def
+t {pyjail_bin} --env-pass PYJAIL_COMPLETION_T
+'''
+    r = subprocess.run(["bash", "--norc", "--noprofile", "-c", script], capture_output=True,
+                       text=True, cwd=d, env={**os.environ, "PYJAIL_COMPLETION_TEST": "1"})
+    assert r.stderr == ""
+    out = [line.split() for line in r.stdout.splitlines()]
+    assert out[0] == sorted(installed + ["defaults-dir"])
+    assert out[1] == ["default", "defaults-dir"]
+    assert out[2] == ["--json", "--rootfs"]
+    assert out[3] == ["--json", "--rootfs"]
+    assert out[4] == ["default", "defaults-dir"]
+    assert out[5] == ["PYJAIL_COMPLETION_TEST"]

@@ -157,3 +157,69 @@ def test_explain_only_plans_it_warns_of_nothing(run_jail, root_user, world_tmp, 
     r = run_jail(["--explain", *args], user=root_user)
     assert r.returncode == 0, helpers.describe(r)
     assert r.stderr == "", helpers.describe(r)
+
+
+def test_a_profile_starts_from_strict_unless_it_extends_another(run_jail, as_user, world_tmp):
+    d = world_tmp.dir()
+    world_tmp.file("mine.toml", 'hostname = "mine"\n', dir=d)
+    world_tmp.file("wide.toml", 'extends = "batch"\nhostname = "wide"\n', dir=d)
+    world_tmp.file("deeper.toml", 'extends = "wide.toml"   # beside this file\npids = 7\n', dir=d)
+    work = world_tmp.dir(0o777)  # batch's workdir: not / (a sensitive bind)
+
+    def explained(profile):
+        r = run_jail(["--profile", profile, "--explain"], user=as_user, cwd=work)
+        assert r.returncode == 0, r.stderr
+        return {m[0]: m[1] for m in re.findall(r'^([a-z-]+) = (".*?"|\[.*?\])', r.stdout, re.M)}
+
+    mine = explained(d / "mine.toml")
+    # The keys it leaves out are strict's, not the built-in "no limit".
+    assert (mine["hostname"], mine["wall-time"], mine["cpu-time"], mine["pids"], mine["fsize"]) == \
+        ('"mine"', '"300"', '"120"', '"128"', '"64M"')
+    deeper = explained(d / "deeper.toml")
+    assert (deeper["hostname"], deeper["pids"], deeper["wall-time"], deeper["cpu-time"]) == \
+        ('"wide"', '"7"', '"3600"', '"0"')
+    # The shipped profiles are what they were.
+    standard = explained("standard")
+    assert (standard["wall-time"], standard["fsize"], standard["ro-bind"]) == ('"900"', '""', '[".:/work"]')
+
+
+def test_a_missing_base_or_a_cycle_is_one_line(run_jail, as_user, world_tmp):
+    d = world_tmp.dir()
+    world_tmp.file("a.toml", '# a\nextends = "b.toml"\n', dir=d)
+    world_tmp.file("b.toml", 'extends = "a.toml"\n', dir=d)
+    world_tmp.file("lost.toml", 'extends = "nosuch"\n', dir=d)
+    world_tmp.file("gone.toml", 'extends = "gone-base.toml"\n', dir=d)
+    r = run_jail(["--profile", d / "a.toml", "--", "python3", "-c", "1"], user=as_user)
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr == (f"pyjail: {d}/b.toml:1: profiles extend each other in a cycle: {d}/a.toml -> "
+                        f"{d}/b.toml -> {d}/a.toml (remove one of their `extends` lines)\n")
+    r = run_jail(["--profile", d / "lost.toml", "--", "python3", "-c", "1"], user=as_user)
+    assert r.returncode == 125
+    assert r.stderr.startswith(f"pyjail: {d}/lost.toml:1: extends 'nosuch': no profile named 'nosuch' "
+                               "(available: "), r.stderr
+    assert r.stderr.count("\n") == 1
+    r = run_jail(["--profile", d / "gone.toml", "--", "python3", "-c", "1"], user=as_user)
+    assert r.returncode == 125
+    assert r.stderr == (f"pyjail: {d}/gone.toml:1: extends 'gone-base.toml': cannot read profile "
+                        f"file {d}/gone-base.toml: No such file or directory\n")
+    assert r.stderr.count("\n") == 1
+
+
+def test_help_shows_the_values_of_the_chosen_profile(run_jail, current_user):
+    def line(text, option):
+        return " ".join(next(l for l in text.splitlines() if l.strip().startswith(option)).split())
+
+    r = run_jail(["--help"], user=current_user)
+    assert r.returncode == 0
+    assert "[default: 300]" in line(r.stdout, "--wall-time")  # strict's, the default profile
+    assert "Defaults shown are profile strict's" in r.stdout
+    r = run_jail(["--profile", "batch", "--help"], user=current_user)
+    assert "[default: 3600]" in line(r.stdout, "--wall-time")
+    assert "[default: 16M]" in line(r.stdout, "--output-limit")
+    assert "[default: batch]" in line(r.stdout, "--profile")
+    # A profile that cannot be read: the built-in defaults, and why.
+    r = run_jail(["--profile", "nosuch", "--help"], user=current_user)
+    assert r.returncode == 0
+    assert "[default: 0]" in line(r.stdout, "--wall-time")
+    assert r.stderr.startswith("pyjail: --help shows the built-in defaults: --profile: no profile "
+                               "named 'nosuch' (available: ")

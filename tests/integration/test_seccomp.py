@@ -2,10 +2,13 @@
 through ctypes (raw syscalls, not just what the standard library offers), through the x32 and
 int 0x80 entry points, and the report of what was refused."""
 
+import json
 import signal
 import subprocess
 
 import pytest
+
+from pyjail_testing.runs import without_notices
 
 # Raw syscalls from inside the jail, with errno.
 SYSCALL = '''
@@ -175,6 +178,68 @@ def test_other_architectures_entry_points_kill_the_process(run_py, as_user, mode
         emit({{"rc": p.returncode, "out": p.stdout}})
         """, user=as_user)
     assert r.result == {"rc": -signal.SIGSYS, "out": ""}
+
+
+def test_a_program_killed_by_the_filter_says_so(run_jail, world_tmp, as_user):
+    """The one refusal that is a cause of death: the filter's kill action (SIGSYS)."""
+    d = world_tmp.dir(0o777)
+    report = d / "report.json"
+    r = run_jail(["--report", report, "--", "python3", "-c", FOREIGN_ABI, "x32"], user=as_user)
+    assert r.returncode == 128 + signal.SIGSYS
+    assert r.stdout == ""
+    assert "pyjail: the program was killed by the syscall filter (SIGSYS)" in r.stderr, r.stderr
+    rep = json.loads(report.read_text())
+    assert (rep["status"], rep["signal_name"]) == ("seccomp-denied", "SIGSYS")
+
+
+def test_a_program_that_exits_after_a_refusal_reports_its_exit(run_jail, world_tmp, as_user):
+    d = world_tmp.dir(0o777)
+    report = d / "report.json"
+    program = "import os, socket\ntry: socket.socket(socket.AF_INET)\nexcept OSError: os._exit(3)\n"
+    r = run_jail(["--report", report, "--", "python3", "-c", program], user=as_user)
+    assert r.returncode == 3 and without_notices(r.stderr) == "", r.stderr
+    rep = json.loads(report.read_text())
+    assert (rep["status"], rep["program_exit_code"]) == ("exit", 3)
+    assert rep["denied_syscalls"] == [{"syscall": "socket(AF_INET)", "count": 1}]
+
+
+# x86-64 numbers of the NUMA calls, and their flags (<linux/mempolicy.h>).
+MBIND, SET_MEMPOLICY, GET_MEMPOLICY, MIGRATE_PAGES, MOVE_PAGES, HOME_NODE = 237, 238, 239, 256, 279, 450
+MPOL_BIND, MPOL_MF_STRICT, MPOL_MF_MOVE, MPOL_MF_MOVE_ALL = 2, 1, 2, 4
+
+
+def test_a_process_may_set_its_own_numa_policy_not_move_pages(run_py, as_user):
+    r = run_py(f"""
+        import mmap
+        buf = mmap.mmap(-1, 1 << 16)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+        node0 = ctypes.c_ulong(1)
+        mode = ctypes.c_int(0)
+        emit({{
+            "get": sc({GET_MEMPOLICY}, ctypes.addressof(mode), 0, 0, 0, 0),
+            "set": sc({SET_MEMPOLICY}, 0, 0, 0),                       # MPOL_DEFAULT
+            "mbind": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0), 64, 0),
+            "mbind strict": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0), 64,
+                               {MPOL_MF_STRICT}),
+            "mbind move": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0), 64,
+                             {MPOL_MF_MOVE}),
+            "mbind move all": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0), 64,
+                                 {MPOL_MF_MOVE_ALL}),
+            # The kernel reads the flags as 32 bits: what is above them is ignored, there too.
+            "mbind high junk": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0), 64,
+                                  0xdead << 32),
+            "mbind high junk move": sc({MBIND}, addr, 1 << 16, {MPOL_BIND}, ctypes.addressof(node0),
+                                       64, (0xdead << 32) | {MPOL_MF_MOVE}),
+            "home node flags": sc({HOME_NODE}, addr, 1 << 16, 0, 1),
+            "migrate_pages": sc({MIGRATE_PAGES}, 1, 64, ctypes.addressof(node0), ctypes.addressof(node0)),
+            "move_pages": sc({MOVE_PAGES}, 1, 0, 0, 0, 0, 0),
+        }})
+        """, setup=SYSCALL, user=as_user)
+    assert r.result == {"get": "ok", "set": "ok", "mbind": "ok", "mbind strict": "ok",
+                        "mbind move": "EPERM", "mbind move all": "EPERM",
+                        "mbind high junk": "ok", "mbind high junk move": "EPERM",
+                        "home node flags": "EPERM",
+                        "migrate_pages": "EPERM", "move_pages": "EPERM"}
 
 
 def test_refused_calls_are_reported_with_the_deciding_argument(run_jail, as_user):

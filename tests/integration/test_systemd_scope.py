@@ -61,8 +61,9 @@ def bus():
     # The strict profile without its memory, pids and cpus limits (see the docstring).
     strict = (REPO / "profiles" / "strict.toml").read_text()
     profile = d / "no-controllers.toml"
-    profile.write_text("".join(line for line in strict.splitlines(keepends=True)
-                               if not re.match(r"(memory|pids|cpus) *=", line)))
+    # (Unset: a profile starts from strict, so leaving them out would keep them.)
+    profile.write_text("".join(re.sub(r"^(memory|pids|cpus) *=.*", r'\1 = ""', line)
+                               for line in strict.splitlines(keepends=True)))
     os.chmod(profile, 0o644)
     config = d / "bus.conf"
     config.write_text(f"""<!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"

@@ -82,3 +82,16 @@ def test_the_missing_module_note():
     assert missing_module_note(CellError("ImportError", "cannot import name 'x'"),
                                JailFacts(None)) is None
     assert missing_module_note(None, JailFacts(None)) is None
+
+
+def test_refused_calls_are_blamed_only_when_they_killed_the_program():
+    from pyjail._common import Report
+    denied = [{"syscall": "mbind", "count": 3}]
+    # A plain os._exit(3) after numpy's refused mbind calls (as older builds reported it).
+    old = Report.from_json({"status": "seccomp-denied", "program_exit_code": 3,
+                            "denied_syscalls": denied})
+    assert old.describe() == "exited with status 3"
+    now = Report.from_json({"status": "exit", "program_exit_code": 3, "denied_syscalls": denied})
+    assert now.describe() == "exited with status 3"
+    killed = Report.from_json({"status": "seccomp-denied", "signal": 31, "signal_name": "SIGSYS"})
+    assert killed.describe() == "was killed by the system-call filter (SIGSYS)"

@@ -2,6 +2,7 @@
 // initramfs root recognised.
 #include <doctest/doctest.h>
 
+#include "environment.hpp"
 #include "error.hpp"
 #include "hostroot.hpp"
 #include "limits.hpp"
@@ -70,4 +71,67 @@ TEST_CASE("host root: an initramfs root (rootfs) is recognised") {
                         "31 30 0:5 / /proc rw,nosuid - proc proc rw\n";
     CHECK_FALSE(root_is_initramfs(bound));
     CHECK_FALSE(root_is_initramfs(""));
+}
+
+TEST_CASE("--env-pass: a host variable by name; --env wins; an unset one stays unset") {
+    Settings s = default_settings();
+    apply_profile(s, parse_profile("env-pass = [\"THRESHOLD\", \"MISSING\", \"HOME\"]\nenv = [\"MODE=x\"]\n", "p.toml"));
+    Policy p = make_policy(s, {"python3"}, "/");
+    CHECK(p.env_pass == std::vector<std::string>{"THRESHOLD", "MISSING", "HOME"});
+    const std::vector<std::string> host = {"THRESHOLD=3", "THRESHOLD_X=9", "HOME=/root", "MODE=host",
+                                           "SECRET=s"};
+    auto env = jail_environment(p, host);
+    CHECK(env == std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/root",
+                                          "USER=jail", "LOGNAME=jail", "LANG=C.UTF-8", "PWD=/work",
+                                          "THRESHOLD=3", "MODE=x"});
+    // Without it, nothing of the host's.
+    CHECK(jail_environment(make_policy(default_settings(), {"python3"}, "/"), host).size() == 6);
+    Settings bad = default_settings();
+    apply_profile(bad, parse_profile("env-pass = [\"A=B\"]\n", "p.toml"));
+    CHECK_THROWS_WITH_AS(make_policy(bad, {"python3"}, "/"),
+                         "p.toml:1: key 'env-pass': 'A=B' is not a variable name", UsageError);
+}
+
+TEST_CASE("the environment notice: what the jail does not get, names only") {
+    const std::vector<std::string> cron = {"HOME=/root", "LOGNAME=root", "PATH=/usr/bin:/bin",
+                                           "SHELL=/bin/sh", "PWD=/srv", "SHLVL=1", "_=/usr/bin/pyjail",
+                                           "LANG=C", "MAILTO=ops", "LC_ALL=C", "XDG_RUNTIME_DIR=/run"};
+    Policy plain = make_policy(default_settings(), {"python3"}, "/");
+    CHECK(env_notice(plain, cron) == "");  // only what every cron job has
+    auto with = cron;
+    with.push_back("THRESHOLD=3");
+    with.push_back("DB_URL=postgres://secret@db");
+    with.push_back("BAD\x1b[2J=x");  // never printed: a terminal would act on it
+    CHECK(unpassed_variables(with) == std::vector<std::string>{"DB_URL", "THRESHOLD"});
+    std::string line = env_notice(plain, with);
+    CHECK(line == "pyjail: the jail does not get your environment (DB_URL, THRESHOLD); pass a "
+                  "variable with --env-pass NAME or set one with --env NAME=VALUE (--quiet: not said)");
+    CHECK(line.find("secret") == std::string::npos);
+    for (int i = 0; i < 7; ++i) with.push_back("V" + std::to_string(i) + "=1");
+    CHECK(env_notice(plain, with).find("(DB_URL, THRESHOLD, V0, V1, V2 and 4 more)") != std::string::npos);
+    // --env, --env-pass or --quiet: not said.
+    for (const char* profile : {"env = [\"A=1\"]\n", "env-pass = [\"THRESHOLD\"]\n", "quiet = true\n"}) {
+        Settings s = default_settings();
+        if (std::string(profile) == "quiet = true\n") s["quiet"] = {{"true", Source::CommandLine, "--quiet"}};
+        else apply_profile(s, parse_profile(profile, "p.toml"));
+        CHECK_MESSAGE(env_notice(make_policy(s, {"python3"}, "/"), with) == "", profile);
+    }
+}
+
+TEST_CASE("the environment notice: a cron daemon among the ancestors") {
+    auto st = parse_proc_stat("4242 (cron) S 1 4242 4242 0 -1 4194560 ...");
+    REQUIRE(st);
+    CHECK(st->ppid == 1);
+    CHECK(st->comm == "cron");
+    CHECK(is_cron_daemon(st->comm));
+    // A name with spaces and parentheses ends at the last ')'.
+    st = parse_proc_stat("77 (a) (b) c) R 76 77 ...");
+    REQUIRE(st);
+    CHECK(st->comm == "a) (b) c");
+    CHECK(st->ppid == 76);
+    CHECK_FALSE(is_cron_daemon("sh"));
+    CHECK(is_cron_daemon("crond"));
+    CHECK(is_cron_daemon("anacron"));
+    CHECK_FALSE(parse_proc_stat("garbage"));
+    CHECK_FALSE(parse_proc_stat("1 (x)"));
 }

@@ -90,9 +90,12 @@ TEST_CASE("a run's status decides its report name, exit code and message") {
         {RunStatus::PidsLimit, exited3, "pids-limit", 3, "", true},
         {RunStatus::OutputLimit, killed, "output-limit", 137,
          "output limit of 4096 bytes reached; the jail was killed", true},
-        {RunStatus::SeccompDenied, exited3, "seccomp-denied", 3, "", true},
+        // Only a death by the filter's kill action is seccomp-denied (classify_run).
         {RunStatus::SeccompDenied, outcome_from_wait_status(SIGSYS), "seccomp-denied",
-         128 + SIGSYS, "the program was killed by signal 31 (SIGSYS)", true},
+         128 + SIGSYS,
+         "the program was killed by the syscall filter (SIGSYS): it made a system call through "
+         "another architecture's entry point (int 0x80 or x32)",
+         true},
         {RunStatus::SetupError, Outcome{}, "setup-error", 125, "", true},
     };
     for (const Row& r : rows) {

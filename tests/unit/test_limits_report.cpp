@@ -89,8 +89,15 @@ TEST_CASE("status of a run") {
     f.pids_limit_hits = 0;
     f.denied.add("socket(AF_INET)");
     CHECK(run_status(f) == "ok");  // refused, and coped
-    f.outcome.code = 1;
-    CHECK(run_status(f) == "seccomp-denied");
+    f.outcome.code = 3;
+    CHECK(run_status(f) == "exit");  // refused, then exited: the status says how it ended
+    f.outcome = outcome_from_wait_status(SIGSEGV);
+    CHECK(run_status(f) == "signal");
+    f.outcome = outcome_from_wait_status(SIGSYS);
+    CHECK(run_status(f) == "seccomp-denied");  // killed by the filter itself
+    f.denied = {};
+    CHECK(run_status(f) == "seccomp-denied");  // the kill action reports no refusal
+    f.outcome = outcome_from_wait_status(1 << 8);
     f.output_limit = true;
     CHECK(run_status(f) == "output-limit");
     f.cpu_timeout = true;
@@ -120,7 +127,7 @@ TEST_CASE("the report is JSON with stable fields") {
     f.command = {"python3", "-c", "print(\"x\")\n"};
     f.profile = "strict";
     auto j = nlohmann::ordered_json::parse(report_json(f));
-    CHECK(j["status"] == "seccomp-denied");  // failed after a refusal
+    CHECK(j["status"] == "signal");  // killed, refusals or not
     CHECK(j["exit_code"] == 137);
     CHECK(j["program_exit_code"].is_null());
     CHECK(j["signal"] == 9);

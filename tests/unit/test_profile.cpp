@@ -176,3 +176,110 @@ TEST_CASE("cli: values, repeats and mistakes") {
         CHECK(e.hint() == "did you mean --wall-time?");
     }
 }
+
+namespace {
+// Profiles by name, as profile_loader would find them: a missing one throws as read_profile
+// does.
+ProfileLoader fake_loader(const std::map<std::string, std::string>& files) {
+    return [files](const std::string& name, const std::string&) {
+        auto it = files.find(name);
+        if (it == files.end()) throw UsageError(fmt::format("no profile named '{}'", name));
+        return LoadedProfile{name + ".toml", it->second, name};
+    };
+}
+
+std::string chain_error(const std::map<std::string, std::string>& files, const std::string& name) {
+    try {
+        profile_chain(name, fake_loader(files));
+    } catch (const JailError& e) {
+        return e.one_line();
+    }
+    return "no error";
+}
+
+const std::map<std::string, std::string> kShipped = {
+    {"strict", "wall-time = 300\ncpu-time = 120\npids = 128\nfsize = \"64M\"\nro-bind = []\n"},
+    {"standard", "extends = \"strict\"\nro-bind = [\".:/work\"]\nwall-time = 900\nfsize = \"\"\n"},
+    {"batch", "extends = \"strict\"\nwall-time = 3600\ncpu-time = 0\n"},
+};
+}  // namespace
+
+TEST_CASE("profiles: a profile without extends starts from strict, strict from the defaults") {
+    auto files = kShipped;
+    files["mine"] = "net = \"loopback\"\n";  // a hand-written profile naming one key
+    Settings s = settings_from_chain(profile_chain("mine", fake_loader(files)));
+    CHECK(setting(s, "net").value == "loopback");
+    CHECK(setting(s, "wall-time").value == "300");  // strict's, not the built-in 0
+    CHECK(setting(s, "pids").value == "128");
+    CHECK(setting(s, "wall-time").origin == "strict.toml:1");
+    CHECK(setting(s, "kill-grace").value == "5");  // strict leaves it out: the built-in default
+
+    auto chain = profile_chain("strict", fake_loader(files));
+    REQUIRE(chain.size() == 1);
+    CHECK(setting(settings_from_chain(chain), "memory").value == "");  // built-in
+}
+
+TEST_CASE("profiles: extends chains, each key replacing its base's, a list as a whole") {
+    auto files = kShipped;
+    files["mine"] = "extends = \"standard\"\ncpus = 1\nro-bind = [\"/data\"]\n";
+    auto chain = profile_chain("mine", fake_loader(files));
+    REQUIRE(chain.size() == 3);
+    CHECK(chain[0].path == "strict.toml");
+    CHECK(chain[2].path == "mine.toml");
+    Settings s = settings_from_chain(chain);
+    CHECK(setting(s, "wall-time").value == "900");  // standard's
+    CHECK(setting(s, "cpu-time").value == "120");   // strict's, through standard
+    CHECK(setting(s, "fsize").value == "");         // standard unset it
+    CHECK(setting(s, "cpus").value == "1");
+    REQUIRE(s.at("ro-bind").size() == 1);
+    CHECK(s.at("ro-bind")[0].value == "/data");
+    Settings b = settings_from_chain(profile_chain("batch", fake_loader(files)));
+    CHECK(setting(b, "cpu-time").value == "0");
+    CHECK(setting(b, "pids").value == "128");
+}
+
+TEST_CASE("profiles: a missing base, a cycle and a bad extends are one-line errors") {
+    auto files = kShipped;
+    files["a"] = "net = \"none\"\nextends = \"nosuch\"\n";
+    CHECK(chain_error(files, "a") == "a.toml:2: extends 'nosuch': no profile named 'nosuch'");
+    files["a"] = "extends = \"b\"\n";
+    files["b"] = "# b\nextends = \"a\"\n";
+    CHECK(chain_error(files, "a") ==
+          "b.toml:2: profiles extend each other in a cycle: a.toml -> b.toml -> a.toml (remove "
+          "one of their `extends` lines)");
+    files["a"] = "extends = \"a\"\n";
+    CHECK(chain_error(files, "a") ==
+          "a.toml:1: profiles extend each other in a cycle: a.toml -> a.toml (remove one of "
+          "their `extends` lines)");
+    files["a"] = "extends = [\"strict\"]\n";
+    CHECK(chain_error(files, "a") ==
+          "a.toml:1: key 'extends' takes one profile name or file (e.g. extends = \"standard\" or "
+          "extends = \"base.toml\")");
+    files["a"] = "extends = \"strict\"\nextends = \"batch\"\n";
+    CHECK(chain_error(files, "a") == "a.toml:2: key 'extends' is set twice");  // the parser's
+    // strict edited to extend a profile that has no `extends` of its own: back to strict.
+    files["strict"] = "extends = \"c\"\n";
+    files["c"] = "pids = 1\n";
+    CHECK(chain_error(files, "strict").find("in a cycle: strict.toml -> c.toml -> strict.toml") !=
+          std::string::npos);
+    CHECK(chain_error(files, "nosuch") == "no profile named 'nosuch'");
+}
+
+TEST_CASE("profiles: a chain deeper than kMaxProfileDepth is refused") {
+    auto files = kShipped;
+    for (int i = 0; i < 12; ++i) files[fmt::format("p{}", i)] = fmt::format("extends = \"p{}\"\n", i + 1);
+    CHECK(chain_error(files, "p0").find("more than 8 deep") != std::string::npos);
+}
+
+TEST_CASE("--help shows each option's value under a profile") {
+    auto files = kShipped;
+    Settings s = settings_from_chain(profile_chain("strict", fake_loader(files)));
+    std::string help = usage_text(s, "strict");
+    CHECK(help.find("[default: 300]") != std::string::npos);
+    CHECK(help.find("Defaults shown are profile strict's") != std::string::npos);
+    Settings st = settings_from_chain(profile_chain("standard", fake_loader(files)));
+    CHECK(usage_text(st, "standard").find("[default: .:/work]") != std::string::npos);
+    CHECK(help_profile({"--profile", "batch", "--help"}) == "batch");
+    CHECK(help_profile({"--help", "--profile=./x.toml"}) == "./x.toml");
+    CHECK(help_profile({"--help", "--", "--profile", "x"}) == std::nullopt);
+}

@@ -1,4 +1,5 @@
 #include <doctest/doctest.h>
+#include <linux/mempolicy.h>
 #include <linux/seccomp.h>
 #include <sys/syscall.h>
 
@@ -348,4 +349,32 @@ TEST_CASE("a template's own filter answers in the kernel, and ranks below a run'
     }
     CHECK(traces);
     CHECK(static_cast<std::int32_t>(SECCOMP_RET_USER_NOTIF) < static_cast<std::int32_t>(SECCOMP_RET_TRACE));
+}
+
+TEST_CASE("a process's own NUMA policy: allowed; moving pages: refused") {
+    SeccompSet s = python_set();
+    auto bpf = compile_seccomp(s, NetMode::None);
+    auto mbind = [&](std::uint64_t flags) { return run_filter(bpf, SYS_mbind, {0x1000, 4096, 2, 0, 64, flags}); };
+    CHECK(mbind(0) == kAllow);
+    CHECK(mbind(MPOL_MF_STRICT) == kAllow);
+    CHECK(mbind(MPOL_MF_MOVE) == kNotify);
+    CHECK(mbind(MPOL_MF_MOVE_ALL) == kNotify);
+    CHECK(mbind(MPOL_MF_STRICT | MPOL_MF_MOVE) == kNotify);
+    CHECK(mbind(1 << 3) == kNotify);  // MPOL_MF_LAZY, and any flag to come
+    // The kernel reads the flags as an unsigned int; OpenBLAS leaves junk above it.
+    CHECK(mbind(0x7f0000000000ULL) == kAllow);
+    CHECK(mbind(0x7f0000000000ULL | MPOL_MF_MOVE_ALL) == kNotify);
+    CHECK(seccomp_errno_for(s, SYS_mbind) == EPERM);
+    CHECK(run_filter(bpf, SYS_set_mempolicy, {2, 0, 64, 0, 0, 0}) == kAllow);
+    CHECK(run_filter(bpf, SYS_get_mempolicy, {0, 0, 0, 0, 0, 0}) == kAllow);
+    CHECK(run_filter(bpf, 450 /* set_mempolicy_home_node */, {0x1000, 4096, 0, 0, 0, 0}) == kAllow);
+    CHECK(run_filter(bpf, 450, {0x1000, 4096, 0, 1, 0, 0}) == kNotify);
+    for (int nr : {SYS_migrate_pages, SYS_move_pages}) {
+        CHECK_MESSAGE(run_filter(bpf, nr, {0, 64, 0, 0, 0, 0}) == kNotify, nr);
+        CHECK_MESSAGE(seccomp_errno_for(s, nr) == EPERM, nr);
+    }
+    const std::uint64_t move_all[6] = {0, 0, 0, 0, 0, MPOL_MF_MOVE_ALL | (1ULL << 40)};
+    CHECK(describe_syscall(SYS_mbind, move_all) == "mbind(MPOL_MF_MOVE_ALL)");
+    const std::uint64_t lazy[6] = {0, 0, 0, 0, 0, 1 << 3};
+    CHECK(describe_syscall(SYS_mbind, lazy) == "mbind(other flags)");
 }
