@@ -195,7 +195,10 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     ``rootfs`` is the root filesystem that session runs in, as ``pyjail
     --rootfs`` takes it: a name (see ``pyjail rootfs list``) or a path;
     None: ``data`` when it is installed, else the installed default one.
-    ``max_print_outputs_length`` caps a step's logs (None: no cap).
+    ``max_print_outputs_length`` caps a step's logs (None: no cap). A failed
+    step shows the model the frames of its own code and the exception, each
+    run of library frames as one line (``traceback=True``: the whole
+    traceback).
     """
 
     def __init__(self, additional_imports: Optional[List[str]] = None, logger: Any = None, *,
@@ -203,11 +206,13 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
                  max_print_outputs_length: Optional[int] = DEFAULT_OUTPUT_BUDGET,
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
                  additional_authorized_imports: Optional[List[str]] = None,
+                 traceback: bool = False,
                  **session_options: Any) -> None:
         self.additional_imports = list(additional_imports or []) + [
             m for m in additional_authorized_imports or [] if m not in (additional_imports or [])]
         self.logger = logger if logger is not None else AgentLogger(level=LogLevel.OFF)
         self.timeout = timeout
+        self.traceback = traceback
         self.max_print_outputs_length = max_print_outputs_length
         net = session_options.get("net")
         self.network = bool(net) and net != "none"
@@ -315,7 +320,13 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
             return "Code execution failed: %s\n" % (err.message if err else "")
         else:
             head = "Code execution failed:\n"
-        text = head + (str(err) if err is not None else "")
+        if err is None:
+            shown = ""
+        elif self.traceback or not err.short_traceback:
+            shown = str(err)
+        else:
+            shown = err.short_traceback.rstrip("\n")
+        text = head + shown
         note = network_note(err, self.network)
         if note is None and err is not None and err.type == "ModuleNotFoundError":
             note = missing_module_note(err, self._jail_facts())
