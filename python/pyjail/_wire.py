@@ -526,10 +526,15 @@ NDIM_LIMIT = 32
 _NUMPY_DTYPE = r"[<>|=]?(?:b1|[iu][1248]|f[248]|c(?:8|16)|[Mm]8(?:\[(?:Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?|[US][1-9][0-9]{0,6})"
 # pandas dtypes other than numpy's that a column is rebuilt as (its values
 # cross as a list); any other (object, a time zone's datetimes) stays object.
-_PANDAS_DTYPES = frozenset(["category", "string", "str", "boolean", "Int8", "Int16", "Int32",
+_PANDAS_DTYPES = frozenset(["string", "str", "boolean", "Int8", "Int16", "Int32",
                             "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32",
                             "Float64"])
 _PANDAS_UTC = r"datetime64\[(?:s|ms|us|ns), UTC\]"    # (a zone's name would be a file name)
+# A categorical's categories: pandas checks they are unique in a hash table
+# whose hashes are not salted (pandas' own, for numbers), so a jail could make
+# n of them collide and cost the host n**2/2 probes. Nothing else decoded here
+# is hashed: a MultiIndex is rebuilt from its levels and codes as they are.
+CATEGORIES_FROM_JAIL = 4096
 # Libraries this interpreter pretends not to have (the tests' switch).
 _WITHOUT: "set" = set()
 
@@ -658,6 +663,12 @@ def _encode_column(values: "Any", enc: "Any", depth: int, charge: "Any") -> "Any
     if isinstance(dtype, np.dtype) and not dtype.hasobject and dtype.kind != "V":
         return enc(values.to_numpy(), depth)
     pd = sys.modules["pandas"]
+    if isinstance(dtype, pd.CategoricalDtype):
+        # (categories' dtype, categories, codes, ordered), as a tuple: not a list of values
+        cats = dtype.categories
+        return {"$t": [str(cats.dtype), _encode_column(cats, enc, depth + 1, charge),
+                       enc(np.asarray(pd.Categorical(values).codes), depth + 1),
+                       bool(dtype.ordered)]}
     missing = (pd.NA, pd.NaT)
     out = [None if any(x is m for m in missing) else x for x in values.to_numpy(dtype=object)]
     charge(8)
@@ -669,10 +680,10 @@ def _encode_index(index: "Any", enc: "Any", depth: int, charge: "Any", pd: "Any"
         charge(40)
         return ["range", index.start, index.stop, index.step, enc(index.name, depth + 1)]
     if isinstance(index, pd.MultiIndex):
-        levels = [[str(index.levels[i].dtype),
-                   _encode_column(index.get_level_values(i), enc, depth + 2, charge)]
-                  for i in range(index.nlevels)]
-        return ["multi", [enc(n, depth + 2) for n in index.names], levels]
+        levels = [[str(level.dtype), _encode_column(level, enc, depth + 2, charge)]
+                  for level in index.levels]
+        codes = [enc(index.codes[i], depth + 2) for i in range(index.nlevels)]
+        return ["multi", [enc(n, depth + 2) for n in index.names], levels, codes]
     return ["index", enc(index.name, depth + 1), str(index.dtype),
             _encode_column(index, enc, depth + 1, charge)]
 
@@ -702,22 +713,29 @@ def _numpy_dtype(np: "Any", text: "Any") -> "Any":
     return np.dtype(text)
 
 
+def _npy_header(fmt: "Any", f: "Any") -> "Any":
+    version = fmt.read_magic(f)
+    if version == (1, 0):
+        return (version,) + fmt.read_array_header_1_0(f, max_header_size=4096)
+    if version == (2, 0):
+        return (version,) + fmt.read_array_header_2_0(f, max_header_size=4096)
+    raise ValueError("an .npy version %r" % (version,))
+
+
 def _load_npy(np: "Any", raw: bytes) -> "Any":
     """An .npy array from the jail, its header checked before numpy reads
     the data: an accepted dtype, at most NDIM_LIMIT dimensions, and exactly
     as many bytes as its shape and dtype say (a header that claims more must
     not make the host allocate it). Never unpickled (allow_pickle=False)."""
     import io
+    import warnings
     fmt = np.lib.format
     f = io.BytesIO(raw)
     try:
-        version = fmt.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = fmt.read_array_header_1_0(f, max_header_size=4096)
-        elif version == (2, 0):
-            shape, fortran, dtype = fmt.read_array_header_2_0(f, max_header_size=4096)
-        else:
-            raise ValueError("an .npy version %r" % (version,))
+        with warnings.catch_warnings():
+            # (numpy parses the header with ast: the jail's escapes would warn on our stderr)
+            warnings.simplefilter("ignore")
+            version, shape, fortran, dtype = _npy_header(fmt, f)
     except Exception as e:
         raise ValueError("a malformed .npy header: %s: %s" % (type(e).__name__, str(e)[:200]))
     _numpy_dtype(np, dtype.str)
@@ -845,7 +863,16 @@ def _decode_column(dtype: "Any", tree: "Any", dec: "Any", np: "Any", pd: "Any",
     if not isinstance(dtype, str):
         raise ValueError("malformed column")
     values = dec(tree)
-    if isinstance(values, list):
+    if dtype == "category" and isinstance(values, tuple):
+        if len(values) != 4 or not isinstance(values[0], str) or type(values[3]) is not bool:
+            raise ValueError("malformed categorical")
+        cats = _decode_column(values[0], values[1], lambda v: v, np, pd, None)
+        if len(cats) > CATEGORIES_FROM_JAIL:
+            raise ValueError("a categorical of more than %d categories" % CATEGORIES_FROM_JAIL)
+        codes = _codes(np, values[2], len(cats), length)
+        series = pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(cats),
+                                                     ordered=values[3]))
+    elif isinstance(values, list):
         import re
         known = dtype in _PANDAS_DTYPES or re.fullmatch(_PANDAS_UTC, dtype)
         series = pd.Series(values, dtype=dtype if known else object)
@@ -856,6 +883,17 @@ def _decode_column(dtype: "Any", tree: "Any", dec: "Any", np: "Any", pd: "Any",
     if length is not None and len(series) != length:
         raise ValueError("a column of %d values for an index of %d" % (len(series), length))
     return series
+
+
+def _codes(np: "Any", codes: "Any", choices: int, length: "Optional[int]") -> "Any":
+    """Codes of a categorical or a MultiIndex level, checked: a 1-d integer
+    array of ``length`` values from -1 (missing) to ``choices`` - 1."""
+    if not isinstance(codes, np.ndarray) or codes.ndim != 1 or codes.dtype.kind not in "iu" or \
+            (length is not None and len(codes) != length):
+        raise ValueError("malformed codes")
+    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= choices):
+        raise ValueError("codes out of range")
+    return codes.astype(np.int64, copy=False)
 
 
 def _decode_index(tree: "Any", dec: "Any", np: "Any", pd: "Any") -> "Any":
@@ -870,15 +908,19 @@ def _decode_index(tree: "Any", dec: "Any", np: "Any", pd: "Any") -> "Any":
     if kind == "index" and len(tree) == 4:
         values = _decode_column(tree[2], tree[3], dec, np, pd, None)
         return pd.Index(values, name=dec(tree[1]), tupleize_cols=False)
-    if kind == "multi" and len(tree) == 3 and isinstance(tree[1], list) and \
-            isinstance(tree[2], list) and 0 < len(tree[1]) == len(tree[2]) <= NDIM_LIMIT:
-        levels = []
-        for level in tree[2]:
+    if kind == "multi" and len(tree) == 4 and all(isinstance(t, list) for t in tree[1:]) and \
+            0 < len(tree[1]) == len(tree[2]) == len(tree[3]) <= NDIM_LIMIT:
+        levels, codes = [], []
+        for level, level_codes in zip(tree[2], tree[3]):
             if not isinstance(level, list) or len(level) != 2:
                 raise ValueError("malformed index level")
-            levels.append(_decode_column(level[0], level[1], dec, np, pd,
-                                         len(levels[0]) if levels else None))
-        return pd.MultiIndex.from_arrays(levels, names=[dec(n) for n in tree[1]])
+            values = _decode_column(level[0], level[1], dec, np, pd, None)
+            levels.append(pd.Index(values, tupleize_cols=False))
+            codes.append(_codes(np, dec(level_codes), len(values),
+                                len(codes[0]) if codes else None))
+        # Not from_arrays, which would hash the jail's values (see CATEGORIES_FROM_JAIL).
+        return pd.MultiIndex(levels=levels, codes=codes, names=[dec(n) for n in tree[1]],
+                             verify_integrity=False)
     raise ValueError("malformed index")
 
 

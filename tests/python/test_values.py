@@ -195,9 +195,19 @@ def test_an_object_array_from_the_jail_is_never_unpickled(tmp_path):
     ({"$df": [[["a", "int64", {"$nd": ["eA==", "x"]}]], ["range", 0, 1, 1, None], "t", RANGE1]}, "npy|magic|header"),
     ({"$df": [[["a", "int64", [1]]], ["range", 0, 1, 1, None], "t", RANGE0]}, "1 columns with 0 labels"),
     ({"$ser": [[1], "int64", [1], ["range", 0, 1, 1, None], "t"]}, "Series|hashable|malformed"),
-    ({"$ser": ["s", "category", [[1], [2]], ["range", 0, 2, 1, None], "t"]}, "malformed"),
     ({"$df": [[], ["multi", [None] * 40, [["int64", [1]]] * 40], "t", RANGE0]}, "index"),
     ({"$df": [[], ["range", 0, 1, 0, None], "t", RANGE0]}, "RangeIndex|too many"),
+    # categories are hashed by pandas (unsalted): few of them, and codes within them
+    ({"$ser": ["s", "category", {"$t": ["int64", list(range(5000)), [], False]}, RANGE0, "t"]},
+     "more than 4096 categories"),
+    ({"$ser": ["s", "category", {"$t": ["int64", [1, 2], npy(np.array([0, 2]))["$nd"] and
+                                        npy(np.array([0, 2])), False]},
+      ["range", 0, 2, 1, None], "t"]}, "out of range"),
+    ({"$ser": ["s", "category", {"$t": ["int64", [1], [0], False]}, RANGE1, "t"]}, "codes"),
+    ({"$df": [[], ["multi", ["a"], [["int64", [7]]], [npy(np.array([1]))]], "t", RANGE0]},
+     "out of range"),
+    ({"$df": [[], ["multi", ["a", "b"], [["int64", [7]], ["int64", [8]]],
+                   [npy(np.array([0])), npy(np.array([0, 0]))]], "t", RANGE0]}, "codes"),
 ])
 def test_malformed_rich_values_from_the_jail_are_refused(tree, why):
     with pytest.raises(ValueError, match=why):
@@ -320,7 +330,7 @@ trees = st.recursive(
 @given(trees)
 @example({"$df": [[["a", "int64", [1]]], ["range", 0, 1, 1, None], "t", ["range", 0, 1, 1, None]]})
 @example({"$ser": [None, "category", [{"$d": []}], ["index", None, "str", ["a"]], "t"]})
-@example({"$df": [[], ["multi", ["a"], [["str", [1, 2]]]], "t", ["index", None, "str", []]]})
+@example({"$df": [[], ["multi", ["a"], [["str", [1, 2]]], [[0]]], "t", ["index", None, "str", []]]})
 @example({"$ns": ["<U3", "AAAA", None]})
 def test_any_rich_tree_decodes_or_raises_value_error(tree):
     try:
