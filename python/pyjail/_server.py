@@ -617,7 +617,10 @@ class Server:
                                "(save it to a file and download it)" % (DATA_FROM_JAIL >> 10))
                     result["data_error"] = _cut(why, 1024)
             if header.get("formats"):
-                formats = _formats(value)
+                try:
+                    formats = _formats(value)
+                except BaseException:
+                    formats = None      # (an object whose attributes raise SystemExit)
                 if formats:
                     result["formats"] = formats
 
