@@ -808,7 +808,8 @@ class Server:
             payload = {"args": encode_value(list(args)), "kwargs": encode_value(dict(kwargs))}
         except PlainDataError as e:
             raise TypeError("arguments of %s() must be plain data (str, numbers, bytes, "
-                            "lists, tuples, dicts, sets): %s" % (name, e)) from None
+                            "lists, tuples, dicts, sets), dates and times, Decimal, UUID, "
+                            "or numpy and pandas values: %s" % (name, e)) from None
         if len(_encode_json(payload)) > HEADER_FROM_JAIL - 4096:
             raise TypeError("arguments of %s() are too large to send to the host (more than "
                             "%d KiB encoded): pass a file name instead" % (name, HEADER_FROM_JAIL >> 10))

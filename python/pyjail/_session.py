@@ -730,7 +730,8 @@ class Session:
 
         A call runs the function here, on the host, with the host's rights: expose
         only what the jailed code may use. Arguments and results cross as plain
-        data (str, numbers, bytes, lists, tuples, dicts, sets); a result that is not
+        data (str, numbers, bytes, lists, tuples, dicts, sets; arguments also as
+        ``CellResult.data`` takes them: dates, numpy and pandas values, ...); a result that is not
         is pickled for the jail, or, if the jail cannot rebuild it, sent as its str().
         An exception becomes the builtin of the same name in the jail (else a
         HostFunctionError, a class of the jail's: the host sees it only as a

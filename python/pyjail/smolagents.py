@@ -22,7 +22,9 @@ a function of the tool's name; calling it runs the tool here, on the host, and
 returns its result to the code (arguments and results cross as plain data). So
 tools that need the network or credentials keep working while the code itself
 has neither. ``final_answer(...)`` ends the step, and the agent receives the
-final answer tool's own return value; a PIL image given to it crosses as PNG
+final answer tool's own return value (a DataFrame, an array, a date or a dict
+of numpy numbers given to it come back as themselves, as the local executor
+gives them: see ``CellResult.data``; nothing is unpickled); a PIL image given to it crosses as PNG
 bytes (never a pickle) and reaches the tool as a PIL image (smolagents then
 makes it an ``AgentImage``), decoded only when its pixels are first used. The
 final answers of one code action carry at most ``MAX_IMAGES_PER_CELL`` images
