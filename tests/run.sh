@@ -127,7 +127,8 @@ lane_vm() {
     echo "==> Python package tests"
     mkdir -m 1777 "$scratch/package-tmp"
     TMPDIR="$scratch/package-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
-        PYJAIL_TEST_WHEELHOUSE="$venv/wheelhouse" "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
+        PYJAIL_TEST_WHEELHOUSE="$venv/wheelhouse" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
     return "$status"
 }
 lane_python() {

@@ -127,7 +127,8 @@ _ops = [
     Op("pong", JAIL, id=STR),
     Op("result", JAIL, id=STR, error="dict|null", value="str|null", stdout=LIST, stderr=LIST,
        value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT,
-       images_=LIST, data_error_=STR, formats_=DICT),  # body: the output, then the images ([mime, size] each, in order)
+       images_=LIST, data_error_=STR,
+       formats_=DICT),  # body: the output, then the images ([mime, size] each, in order)
     Op("error", JAIL, id="str|null", error=STR, errno_=INT, strerror_=STR, too_large_=NAT),
     Op("ok", JAIL, id=STR, size_=NAT, mtime_ns_=INT, entries_=LIST, truncated_=BOOL,
        failed_=DICT, killed_=NAT),
@@ -523,7 +524,8 @@ NDIM_LIMIT = 32
 # numpy dtypes that cross, as dtype.str gives them: booleans, integers,
 # floats, complex numbers, datetime64 and timedelta64, fixed-size strings and
 # bytes. Never objects (they need pickle), structured or void types.
-_NUMPY_DTYPE = r"[<>|=]?(?:b1|[iu][1248]|f[248]|c(?:8|16)|[Mm]8(?:\[(?:Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?|[US][1-9][0-9]{0,6})"
+_NUMPY_DTYPE = (r"[<>|=]?(?:b1|[iu][1248]|f[248]|c(?:8|16)|"
+                r"[Mm]8(?:\[(?:Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?|[US][1-9][0-9]{0,6})")
 # pandas dtypes other than numpy's that a column is rebuilt as (its values
 # cross as a list); any other (object, a time zone's datetimes) stays object.
 _PANDAS_DTYPES = frozenset(["string", "str", "boolean", "Int8", "Int16", "Int32",

@@ -132,6 +132,8 @@ def test_what_cannot_cross_safely_is_refused_by_the_jail():
 
 RANGE0 = ["range", 0, 0, 1, None]
 RANGE1 = ["range", 0, 1, 1, None]
+RANGE3 = ["range", 0, 3, 1, None]
+HEAD = "{'descr': %s, 'fortran_order': False, 'shape': %s, }"     # an .npy header
 
 
 def npy(array, header=None):
@@ -172,11 +174,11 @@ def test_an_object_array_from_the_jail_is_never_unpickled(tmp_path):
 @pytest.mark.no_binary
 @pytest.mark.parametrize("tree,why", [
     # a header that claims far more than it carries: never allocated
-    (npy(np.zeros(2), "{'descr': '<f8', 'fortran_order': False, 'shape': (1099511627775, 1099511627775), }"), "shape|size"),
-    (npy(np.zeros(2), "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }"), "size"),
-    (npy(np.zeros(2), "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (1,), }"), "dtype"),
-    (npy(np.zeros(2), "{'descr': '<U0', 'fortran_order': False, 'shape': (2,), }"), "dtype"),
-    (npy(np.zeros(2), "{'descr': '<f8', 'fortran_order': False, 'shape': (%s), }" % ("1," * 40)), "shape"),
+    (npy(np.zeros(2), HEAD % ("'<f8'", "(1099511627775, 1099511627775)")), "shape|size"),
+    (npy(np.zeros(2), HEAD % ("'<f8'", "(3,)")), "size"),
+    (npy(np.zeros(2), HEAD % ("[('a', '<f8')]", "(1,)")), "dtype"),
+    (npy(np.zeros(2), HEAD % ("'<U0'", "(2,)")), "dtype"),
+    (npy(np.zeros(2), HEAD % ("'<f8'", "(%s)" % ("1," * 40))), "shape"),
     (npy(np.zeros(2), "__import__('os').system('false')"), "header"),
     ({"$nd": ["eA==", "x"]}, "npy|header|magic"),
     ({"$ns": ["|O", "AAAAAAAAAAA=", 1]}, "dtype"),
@@ -191,9 +193,9 @@ def test_an_object_array_from_the_jail_is_never_unpickled(tmp_path):
     ({"$td": [10 ** 12, 0, 0]}, "date or time|days|value"),
     ({"$c": [1, "2"]}, "complex"),
     ({"$df": [[], ["range", 0, 10 ** 12, 1, None], "t", RANGE0]}, "too many"),
-    ({"$df": [[[{"$s": []}, "int64", [1, 2]]], ["range", 0, 3, 1, None], "t", RANGE1]}, "column of 2"),
-    ({"$df": [[["a", "int64", {"$nd": ["eA==", "x"]}]], ["range", 0, 1, 1, None], "t", RANGE1]}, "npy|magic|header"),
-    ({"$df": [[["a", "int64", [1]]], ["range", 0, 1, 1, None], "t", RANGE0]}, "1 columns with 0 labels"),
+    ({"$df": [[[{"$s": []}, "int64", [1, 2]]], RANGE3, "t", RANGE1]}, "column of 2"),
+    ({"$df": [[["a", "int64", {"$nd": ["eA==", "x"]}]], RANGE1, "t", RANGE1]}, "npy|magic|header"),
+    ({"$df": [[["a", "int64", [1]]], RANGE1, "t", RANGE0]}, "1 columns with 0 labels"),
     ({"$ser": [[1], "int64", [1], ["range", 0, 1, 1, None], "t"]}, "Series|hashable|malformed"),
     ({"$df": [[], ["multi", [None] * 40, [["int64", [1]]] * 40], "t", RANGE0]}, "index"),
     ({"$df": [[], ["range", 0, 1, 0, None], "t", RANGE0]}, "RangeIndex|too many"),
