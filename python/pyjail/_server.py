@@ -34,14 +34,14 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
                         parse_frame)
-    from ._wire import IMAGES_LIMIT, FORMAT_MIMES, FORMAT_LIMIT, DATA_FROM_JAIL
+    from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
                              encode_value, list_files, parse_frame)
-    from pyjail_wire import IMAGES_LIMIT, FORMAT_MIMES, FORMAT_LIMIT, DATA_FROM_JAIL
+    from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL
     import pyjail_spawn as spawn
 
 # The server's own source files, whose frames a cell's traceback leaves out.

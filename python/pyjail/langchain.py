@@ -39,8 +39,9 @@ name lookup comes with a note that there is no network in this sandbox.
 ``PythonREPL(traceback="short")`` answers errors with the frames of the
 code itself (with line numbers; each run of library frames as one line) and
 the exception, instead of LangChain's one line, which serves models better;
-``traceback=True`` gives the whole traceback. The tools run on the ``data`` rootfs (numpy, pandas,
-...) when it is installed, else on the installed default one.
+``traceback=True`` gives the whole traceback. The tools run on the ``data``
+rootfs (numpy, pandas, ...) when it is installed, else on the installed
+default one.
 
 Needs ``langchain-core`` (from a pyjail checkout: ``pip install './python[langchain]'``;
 the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
@@ -146,8 +147,8 @@ class PythonREPL:
     not defined")``), or, with ``traceback="short"``, as the frames of the code
     itself and the exception (library frames summed up in one line): better
     for a model, which sees the line that failed; ``traceback=True``: the
-    whole traceback. The answer is
-    cut to ``max_output_chars`` (None: no cut) at line boundaries.
+    whole traceback. The answer is cut to ``max_output_chars`` (None: no
+    cut) at line boundaries.
     ``timeout`` is in seconds; None means this REPL's ``timeout`` (60 s
     unless given; pass ``timeout=None`` to the constructor for no limit).
 
