@@ -34,14 +34,14 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
                         parse_frame)
-    from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL
+    from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
                              encode_value, list_files, parse_frame)
-    from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL
+    from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     import pyjail_spawn as spawn
 
 # The server's own source files, whose frames a cell's traceback leaves out.
@@ -266,6 +266,7 @@ class Server:
         # What cells show (display(), plt.show(), a trailing figure): images
         # for the cell's result (see _show).
         self.images, self.shown_figures, self.image_room = [], [], 0
+        self.displays = []      # display() of objects with rich formats (a DataFrame)
         self.namespace["display"] = self.display
         hook = _PyplotHook(self._show_figures)
         sys.meta_path.insert(0, hook)
@@ -479,7 +480,7 @@ class Server:
         name = header.get("name") or "<cell-%d>" % self.cell_count
         result = {"op": "result", "id": rid, "error": None, "value": None}
         started = self._processes_before_cell()
-        self.images, self.shown_figures = [], []
+        self.images, self.shown_figures, self.displays = [], [], []
         room = header.get("image_limit")
         self.image_room = room if isinstance(room, int) and room >= 0 else 8 << 20
         if header.get("stream"):
@@ -511,6 +512,9 @@ class Server:
         images, self.images, self.shown_figures = self.images, [], []
         if images:
             result["images"] = [[mime, len(data)] for mime, data in images]
+        displays, self.displays = self.displays, []
+        if displays:
+            result["displays"] = displays
         self.send(_fit_result(result),
                   b"".join([bytes(out.head), bytes(out.tail), bytes(err.head), bytes(err.tail)] +
                            [data for _mime, data in images]))
@@ -653,6 +657,20 @@ class Server:
         for obj in objects:
             if not self._show(obj):
                 print(repr(obj))
+                self._keep_display(obj)
+
+    def _keep_display(self, obj):
+        """A displayed object's rich formats (a DataFrame's HTML table, JSON),
+        for the cell's result (CellResult.displays), as E2B gives them."""
+        if len(self.displays) >= DISPLAYS_LIMIT:
+            return
+        try:
+            formats = _formats(obj)
+        except BaseException:
+            return
+        if formats:
+            formats["text/plain"] = self._safe(repr, obj, REPR_LIMIT)
+            self.displays.append(formats)
 
     def _show(self, obj, trailing=False):
         """Adds ``obj``'s image to the cell's result, if it has one: True if it
@@ -1196,12 +1214,12 @@ def _fit_result(result):
     err = result.get("error") or {}
     texts = (result.get("value"), result.get("value_str"), err.get("type"), err.get("message"),
              err.get("repr"), err.get("traceback"), err.get("short"))
-    if "data" not in result and "formats" not in result and \
+    if "data" not in result and "formats" not in result and "displays" not in result and \
             12 * sum(len(t) for t in texts if isinstance(t, str)) < HEADER_FROM_JAIL - 4096:
         return result       # the usual cell: no need to encode it twice
     if len(_encode_json(result)) <= HEADER_FROM_JAIL:
         return result
-    for key in ("formats", "data"):
+    for key in ("displays", "formats", "data"):
         if result.pop(key, None) is not None and key == "data":
             result["data_error"] = ("the value and the rest of the result are more than the "
                                     "%d KiB a result may take" % (HEADER_FROM_JAIL >> 10))

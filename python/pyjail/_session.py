@@ -135,6 +135,10 @@ class CellResult:
     ``text/markdown``, ``text/latex`` (from the object's ``_repr_*_``), and
     ``application/json`` for a dict or list of JSON values; images are in
     ``images``. Empty when the cell had no trailing value."""
+    displays: List[Dict[str, Any]] = field(default_factory=list)
+    """What the cell's ``display(obj)`` calls showed of objects with rich formats
+    (a DataFrame, a dict), each as ``formats`` holds a trailing value (at most 8;
+    the repr is also in ``stdout``)."""
     final: Optional[FinalCall] = None
     """Set when the cell ended by calling a host function exposed with ``ends_cell``."""
     processes_killed: int = 0
@@ -709,6 +713,7 @@ class Session:
             if isinstance(why, str) and res.data_error is None:
                 res.data_error = why[:1024]
             res.formats = _formats(reply, res.value)
+        res.displays = _displays(reply)
         killed = reply.get("killed")
         if type(killed) is int and killed >= 0:
             res.processes_killed = killed
@@ -937,6 +942,21 @@ def _images(reply: Dict[str, Any], room: int, max_bytes: int) -> List[Tuple[str,
         raise ProtocolError("result body length mismatch")
     if total > max_bytes:
         raise ProtocolError("a result's images over max_image_bytes=%d" % max_bytes)
+    return out
+
+
+def _displays(reply: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A result's displays, checked: at most DISPLAYS_LIMIT, each with its
+    repr (else ProtocolError), their formats as _formats checks them."""
+    entries = reply.get("displays", [])
+    if not isinstance(entries, list) or len(entries) > _wire.DISPLAYS_LIMIT:
+        raise ProtocolError("a result with a bad list of displays")
+    out = []
+    for entry in entries:
+        text = entry.get("text/plain") if isinstance(entry, dict) else None
+        if not isinstance(text, str) or len(text) > 2 * _wire.REPR_LIMIT:
+            raise ProtocolError("a result with a bad display")
+        out.append(_formats({"formats": entry}, text))
     return out
 
 

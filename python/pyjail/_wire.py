@@ -73,6 +73,7 @@ DATA_FROM_JAIL = 768 << 10  # bytes of a cell's value sent back as data (within 
 # (CellResult.formats), each at most FORMAT_LIMIT characters.
 FORMAT_MIMES = ("text/html", "text/markdown", "text/latex", "application/json")
 FORMAT_LIMIT = 256 << 10
+DISPLAYS_LIMIT = 8          # display() calls of one cell whose formats come back
 ID_LIMIT = 64               # characters of a request's id
 
 
@@ -127,8 +128,8 @@ _ops = [
     Op("pong", JAIL, id=STR),
     Op("result", JAIL, id=STR, error="dict|null", value="str|null", stdout=LIST, stderr=LIST,
        value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT,
-       images_=LIST, data_error_=STR,
-       formats_=DICT),  # body: the output, then the images ([mime, size] each, in order)
+       images_=LIST, data_error_=STR, formats_=DICT,
+       displays_=LIST),  # body: the output, then the images ([mime, size] each, in order)
     Op("error", JAIL, id="str|null", error=STR, errno_=INT, strerror_=STR, too_large_=NAT),
     Op("ok", JAIL, id=STR, size_=NAT, mtime_ns_=INT, entries_=LIST, truncated_=BOOL,
        failed_=DICT, killed_=NAT),

@@ -18,6 +18,7 @@ import pytest
 from pyjail_testing.package import import_or_skip
 
 from pyjail import _wire
+from test_hostile_jail import drive, hostile  # noqa: F401  (a fixture)
 
 np = import_or_skip("numpy")
 pd = import_or_skip("pandas")
@@ -240,6 +241,8 @@ def test_a_cell_gives_back_numpy_and_pandas_values_and_their_formats(data_rootfs
         pd.testing.assert_frame_equal(r.data, expected)
         assert r.formats["text/plain"] == r.value
         assert r.formats["text/html"].startswith("<div>") and "<table" in r.formats["text/html"]
+        r = s.run("display(df)")
+        assert "<table" in r.displays[0]["text/html"] and "Oslo" in r.stdout
         r = s.run("{'mean': df.rain.mean(), 'n': np.int64(2), 'a': np.arange(3),"
                   " 'd': datetime.date(2024, 1, 2), 'x': decimal.Decimal('1.5')}", want_data=True)
         assert type(r.data["mean"]) is np.float64 and r.data["mean"] == 7.75
@@ -252,6 +255,43 @@ def test_a_cell_gives_back_numpy_and_pandas_values_and_their_formats(data_rootfs
         r = s.run("np.zeros(1 << 20)", want_data=True)
         assert isinstance(r.data, pyjail.JailObject) and r.value.startswith("array(")
         assert "larger than the 768 KiB" in r.data_error
+
+
+def test_displayed_objects_come_with_their_formats(session):
+    r = session.run("class Table:\n    def _repr_html_(self):\n        return '<table/>'\n"
+                    "    def __repr__(self):\n        return 'Table()'\n"
+                    "display(Table(), {'a': [1, None]}, 42)")
+    assert r.stdout == "Table()\n{'a': [1, None]}\n42\n"
+    assert r.displays == [{"text/html": "<table/>", "text/plain": "Table()"},
+                          {"application/json": {"a": [1, None]}, "text/plain": "{'a': [1, None]}"}]
+    r = session.run("for i in range(20):\n    display({'i': i})")
+    assert len(r.displays) == 8 and r.stdout.count("\n") == 20
+
+
+@pytest.mark.no_binary
+def test_forged_formats_are_checked(hostile):
+    out = drive("""
+        s = pyjail.Session()
+        try:
+            r = s.run("x")
+            out["formats"], out["displays"] = r.formats, r.displays
+        finally:
+            s.close()
+    """, env=hostile("formats-forged"))
+    assert out["formats"] == {"text/plain": "v", "text/latex": "$x$",
+                              "application/json": {"a": [1]}}, out
+    assert out["displays"] == [{"text/plain": "d"}], out
+    for attack, why in (("displays-count", "bad list of displays"),
+                        ("displays-entry", "bad display")):
+        out = drive("""
+            s = pyjail.Session()
+            try:
+                r = s.run("x")
+                out["error"] = [r.error.type, r.error.message]
+            finally:
+                s.close()
+        """, env=hostile(attack))
+        assert out["error"][0] == "ProtocolError" and why in out["error"][1], out
 
 
 def test_the_pandas_agent_tool_answers_with_the_value_langchain_does(data_rootfs):
