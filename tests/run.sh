@@ -58,6 +58,15 @@ make_venv() {
         "$venv/bin/pip" install -q --disable-pip-version-check -r tests/python/requirements.txt
         cp tests/python/requirements.txt "$venv/requirements.txt"
     fi
+    # The same requirements' wheels, from which tests/python/test_readme_adapters.py installs
+    # the package offline into a fresh venv made as the README says (pip takes them from its
+    # cache: no second download).
+    if [[ ! -f $venv/wheelhouse/complete ]]; then
+        rm -rf "$venv/wheelhouse"
+        "$venv/bin/pip" download -q --disable-pip-version-check -d "$venv/wheelhouse" \
+            -r tests/python/requirements.txt
+        touch "$venv/wheelhouse/complete"
+    fi
 }
 make_venv >"$scratch/venv.log" 2>&1 &
 venv_pid=$!
@@ -118,6 +127,7 @@ lane_vm() {
     echo "==> Python package tests"
     mkdir -m 1777 "$scratch/package-tmp"
     TMPDIR="$scratch/package-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        PYJAIL_TEST_WHEELHOUSE="$venv/wheelhouse" \
         "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
     return "$status"
 }

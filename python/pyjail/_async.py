@@ -231,7 +231,8 @@ class AsyncSession:
     async def run(self, code: str, timeout: Optional[float] = _NOT_GIVEN, *,
                   want_data: bool = False, want_str: bool = False,
                   name: Optional[str] = None, on_stdout: Optional[AsyncOutputCallback] = None,
-                  on_stderr: Optional[AsyncOutputCallback] = None) -> CellResult:
+                  on_stderr: Optional[AsyncOutputCallback] = None,
+                  want_formats: bool = True) -> CellResult:
         """Session.run, awaited. ``on_stdout``/``on_stderr`` are called on the
         event loop with the text as the cell writes it (a coroutine function's
         result is awaited before the next chunk); an exception of theirs is
@@ -253,7 +254,8 @@ class AsyncSession:
                     return session.run(
                         code, timeout, want_data=want_data, want_str=want_str, name=name,
                         on_stdout=relay.on_stdout if relay else None,
-                        on_stderr=relay.on_stderr if relay else None)
+                        on_stderr=relay.on_stderr if relay else None,
+                        want_formats=want_formats)
                 finally:
                     state["running"] = False
 

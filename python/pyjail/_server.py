@@ -34,14 +34,14 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
                         parse_frame)
-    from ._wire import IMAGES_LIMIT
+    from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
                              encode_value, list_files, parse_frame)
-    from pyjail_wire import IMAGES_LIMIT
+    from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     import pyjail_spawn as spawn
 
 # The server's own source files, whose frames a cell's traceback leaves out.
@@ -266,6 +266,7 @@ class Server:
         # What cells show (display(), plt.show(), a trailing figure): images
         # for the cell's result (see _show).
         self.images, self.shown_figures, self.image_room = [], [], 0
+        self.displays = []      # display() of objects with rich formats (a DataFrame)
         self.namespace["display"] = self.display
         hook = _PyplotHook(self._show_figures)
         sys.meta_path.insert(0, hook)
@@ -479,7 +480,7 @@ class Server:
         name = header.get("name") or "<cell-%d>" % self.cell_count
         result = {"op": "result", "id": rid, "error": None, "value": None}
         started = self._processes_before_cell()
-        self.images, self.shown_figures = [], []
+        self.images, self.shown_figures, self.displays = [], [], []
         room = header.get("image_limit")
         self.image_room = room if isinstance(room, int) and room >= 0 else 8 << 20
         if header.get("stream"):
@@ -511,6 +512,9 @@ class Server:
         images, self.images, self.shown_figures = self.images, [], []
         if images:
             result["images"] = [[mime, len(data)] for mime, data in images]
+        displays, self.displays = self.displays, []
+        if displays:
+            result["displays"] = displays
         self.send(_fit_result(result),
                   b"".join([bytes(out.head), bytes(out.tail), bytes(err.head), bytes(err.tail)] +
                            [data for _mime, data in images]))
@@ -555,6 +559,7 @@ class Server:
                     sys.stderr = new
         _set_handler(self.signal.SIGINT, self.sigint_handler)
         linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        _note_cell_file(name)
         # `await` at the top level of a cell, as in IPython: such a cell
         # compiles to a coroutine, run to its end on the session's loop.
         flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
@@ -570,6 +575,7 @@ class Server:
             result["error"] = {"type": type(e).__name__, "message": self._safe(str, e, REPR_LIMIT),
                                "repr": self._safe(repr, e, REPR_LIMIT),
                                "traceback": "".join(traceback.format_exception_only(type(e), e))}
+            result["error"]["short"] = result["error"]["traceback"]
             return
         value = None
         try:
@@ -605,9 +611,22 @@ class Server:
                 result["value_str"] = self._safe(str, value, REPR_LIMIT)
             if header.get("data"):
                 try:
-                    result["data"] = encode_value(value)
-                except Exception:
-                    pass
+                    result["data"] = encode_value(value, limit=DATA_FROM_JAIL)
+                except Exception as e:
+                    # The host gets the repr, and why the value itself did not come.
+                    why = str(e) if isinstance(e, PlainDataError) else \
+                        "%s: %s" % (type(e).__name__, e)
+                    if why.startswith("value larger than"):
+                        why = ("the value is larger than the %d KiB a cell's data may take "
+                               "(save it to a file and download it)" % (DATA_FROM_JAIL >> 10))
+                    result["data_error"] = _cut(why, 1024)
+            if header.get("formats"):
+                try:
+                    formats = _formats(value)
+                except BaseException:
+                    formats = None      # (an object whose attributes raise SystemExit)
+                if formats:
+                    result["formats"] = formats
 
     def _await(self, coroutine):
         """Runs a cell's coroutine on the session's own event loop (tasks a
@@ -638,6 +657,20 @@ class Server:
         for obj in objects:
             if not self._show(obj):
                 print(repr(obj))
+                self._keep_display(obj)
+
+    def _keep_display(self, obj):
+        """A displayed object's rich formats (a DataFrame's HTML table, JSON),
+        for the cell's result (CellResult.displays), as E2B gives them."""
+        if len(self.displays) >= DISPLAYS_LIMIT:
+            return
+        try:
+            formats = _formats(obj)
+        except BaseException:
+            return
+        if formats:
+            formats["text/plain"] = self._safe(repr, obj, REPR_LIMIT)
+            self.displays.append(formats)
 
     def _show(self, obj, trailing=False):
         """Adds ``obj``'s image to the cell's result, if it has one: True if it
@@ -737,7 +770,7 @@ class Server:
         server's own frames (the cell, and what the cell called)."""
         import traceback
         here = _OWN_FILES
-        text = None
+        text = te = None
         try:
             te = traceback.TracebackException(type(e), e, e.__traceback__, limit=200)
             seen = set()
@@ -758,10 +791,14 @@ class Server:
         if len(text) > TRACEBACK_LIMIT:
             cut = len(text) - TRACEBACK_LIMIT
             text = "[%d characters omitted]\n%s" % (cut, text[cut:])
+        try:
+            short = _short_traceback(e, te)
+        except BaseException:
+            short = text
         # repr: LangChain's PythonREPL reports an error as repr(exc), which the
         # host cannot rebuild from the type and str() (KeyError('k'), OSError(2, ...)).
         return {"type": type(e).__name__, "message": Server._safe(str, e, REPR_LIMIT),
-                "repr": Server._safe(repr, e, REPR_LIMIT), "traceback": text}
+                "repr": Server._safe(repr, e, REPR_LIMIT), "traceback": text, "short": short}
 
     # ------------------------------------------------------------ host functions
 
@@ -789,7 +826,8 @@ class Server:
             payload = {"args": encode_value(list(args)), "kwargs": encode_value(dict(kwargs))}
         except PlainDataError as e:
             raise TypeError("arguments of %s() must be plain data (str, numbers, bytes, "
-                            "lists, tuples, dicts, sets): %s" % (name, e)) from None
+                            "lists, tuples, dicts, sets), dates and times, Decimal, UUID, "
+                            "or numpy and pandas values: %s" % (name, e)) from None
         if len(_encode_json(payload)) > HEADER_FROM_JAIL - 4096:
             raise TypeError("arguments of %s() are too large to send to the host (more than "
                             "%d KiB encoded): pass a file name instead" % (name, HEADER_FROM_JAIL >> 10))
@@ -997,6 +1035,162 @@ class _PyplotHook:
         return spec
 
 
+# The file names of cells (linecache's), whose frames are the code's own in a
+# short traceback: "<cell-N>", and the names the driver gave (at most
+# _NAMED_CELLS of them are remembered).
+_NAMED_CELLS = 1000
+_cell_files = set()
+
+
+def _note_cell_file(name):
+    if not name.startswith("<cell-") and len(_cell_files) < _NAMED_CELLS:
+        _cell_files.add(name)
+
+
+def _is_cell_file(name):
+    return name in _cell_files or (name.startswith("<cell-") and name.endswith(">") and
+                                   name[6:-1].isdigit())
+
+
+SHORT_TRACEBACK_LIMIT = 8192
+
+
+def _short_traceback(e, te):
+    """The traceback a model needs: the frames of the cells' own code, each
+    run of library frames between them as one line naming the libraries,
+    and the exception (as IPython's short tracebacks do). The chained
+    exceptions of the full traceback are left out."""
+    import traceback
+    if te is None:
+        return "".join(traceback.format_exception_only(type(e), e))
+    lines = []
+    run = []        # the current run of the code's own frames
+    hidden = []     # the current run of library frames
+
+    def flush_own():
+        if run:
+            lines.extend(traceback.StackSummary.from_list(run).format())
+            del run[:]
+
+    def flush_hidden():
+        if hidden:
+            libraries = []
+            for f in hidden:
+                lib = _library_of(f.filename)
+                if lib not in libraries:
+                    libraries.append(lib)
+            lines.append("  [... %d frame%s in %s ...]\n" % (
+                len(hidden), "s" if len(hidden) > 1 else "", ", ".join(libraries[:4])))
+            del hidden[:]
+
+    for f in te.stack:
+        if _is_cell_file(f.filename):
+            flush_hidden()
+            run.append(f)
+        else:
+            flush_own()
+            hidden.append(f)
+    flush_own()
+    flush_hidden()
+    head = "Traceback (most recent call last):\n" if lines else ""
+    tail = "".join(te.format_exception_only())
+    body = "".join(lines)
+    room = SHORT_TRACEBACK_LIMIT - len(tail) - len(head)
+    if len(body) > room:
+        cut = len(body) - max(room, 0)
+        body = "[%d characters omitted]\n%s" % (cut, body[cut:])
+    return head + body + tail
+
+
+def _library_of(filename):
+    """What a model should read of a library frame's file: its package
+    (``pandas``), or the file's base name."""
+    if filename.startswith("<"):
+        return filename
+    parts = filename.split("/")
+    # The part after .../site-packages/ or, for the standard library, after .../python3.X/.
+    for i in range(len(parts) - 2, -1, -1):
+        part = parts[i]
+        if part in ("site-packages", "dist-packages") or \
+                (part.startswith("python") and part[6:7].isdigit()):
+            name = parts[i + 1]
+            return name[:-3] if name.endswith(".py") else name
+    return parts[-1]
+
+
+def _formats(value):
+    """The trailing value as a notebook would show it besides its repr
+    (text/plain) and images: {MIME type: content}. HTML, Markdown and LaTeX
+    from the object's own _repr_html_ and the like (a DataFrame's table),
+    application/json for a dict or list of JSON values (or _repr_json_).
+    Each at most FORMAT_LIMIT characters (a larger one is left out)."""
+    out = {}
+    if isinstance(value, type):
+        return out      # a class, whose _repr_html_ is a plain function
+    for method, mime in (("_repr_html_", "text/html"), ("_repr_markdown_", "text/markdown"),
+                         ("_repr_latex_", "text/latex"), ("_repr_json_", "application/json")):
+        fn = getattr(value, method, None)
+        if not callable(fn):
+            continue
+        try:
+            content = fn()
+        except Exception:
+            continue
+        if isinstance(content, tuple) and content:
+            content = content[0]        # (data, metadata)
+        if mime == "application/json":
+            content = _as_json(content)
+            if content is not _NOT_JSON:
+                out[mime] = content
+        elif isinstance(content, str) and len(content) <= FORMAT_LIMIT:
+            out[mime] = content
+    if "application/json" not in out and type(value) in (dict, list, tuple):
+        content = _as_json(value)
+        if content is not _NOT_JSON:
+            out["application/json"] = content
+    return out
+
+
+_NOT_JSON = object()
+
+
+def _as_json(value):
+    """``value`` as a JSON tree (a tuple as a list) of at most FORMAT_LIMIT
+    characters, or _NOT_JSON."""
+    budget = [FORMAT_LIMIT]
+
+    def walk(v, depth):
+        budget[0] -= 8
+        if budget[0] < 0 or depth > 64:
+            raise ValueError
+        if v is None or type(v) in (bool, int):
+            if type(v) is int and not -(1 << 63) <= v < (1 << 63):
+                raise ValueError
+            return v
+        if type(v) is float:
+            if v != v or v in (float("inf"), float("-inf")):
+                raise ValueError
+            return v
+        if type(v) is str:
+            budget[0] -= len(v)
+            if budget[0] < 0:
+                raise ValueError
+            return v
+        if type(v) in (list, tuple):
+            return [walk(x, depth + 1) for x in v]
+        if type(v) is dict:
+            if not all(type(k) is str for k in v):
+                raise ValueError
+            budget[0] -= sum(len(k) for k in v)
+            return {k: walk(x, depth + 1) for k, x in v.items()}
+        raise ValueError
+
+    try:
+        return walk(value, 0)
+    except (ValueError, RecursionError):
+        return _NOT_JSON
+
+
 def _cut(text, limit):
     """text, cut to ``limit`` characters with a note of how many were left out."""
     if len(text) <= limit:
@@ -1019,13 +1213,18 @@ def _fit_result(result):
     cut shorter. (A repr of 64K characters can take 12 bytes each in JSON.)"""
     err = result.get("error") or {}
     texts = (result.get("value"), result.get("value_str"), err.get("type"), err.get("message"),
-             err.get("repr"), err.get("traceback"))
-    if "data" not in result and \
+             err.get("repr"), err.get("traceback"), err.get("short"))
+    if "data" not in result and "formats" not in result and "displays" not in result and \
             12 * sum(len(t) for t in texts if isinstance(t, str)) < HEADER_FROM_JAIL - 4096:
         return result       # the usual cell: no need to encode it twice
     if len(_encode_json(result)) <= HEADER_FROM_JAIL:
         return result
-    result.pop("data", None)
+    for key in ("displays", "formats", "data"):
+        if result.pop(key, None) is not None and key == "data":
+            result["data_error"] = ("the value and the rest of the result are more than the "
+                                    "%d KiB a result may take" % (HEADER_FROM_JAIL >> 10))
+        if len(_encode_json(result)) <= HEADER_FROM_JAIL:
+            return result
     for limit in (REPR_LIMIT // 8, 256):
         if len(_encode_json(result)) <= HEADER_FROM_JAIL:
             break
@@ -1034,7 +1233,7 @@ def _fit_result(result):
                 result[key] = _cut(result[key], limit)
         err = result.get("error")
         if isinstance(err, dict):
-            for key in ("type", "message", "repr", "traceback"):
+            for key in ("type", "message", "repr", "traceback", "short"):
                 if isinstance(err.get(key), str):
                     err[key] = _cut(err[key], limit)
     return result

@@ -42,22 +42,7 @@ class SessionDiedError(SessionError):
         self.report = report
 
 
-class JailObject:
-    """A value that stayed in the jail: only its repr came back."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __repr__(self) -> str:
-        return self.text
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, JailObject) and other.text == self.text
-
-    def __hash__(self) -> int:
-        return hash(self.text)
+JailObject = _wire.JailObject
 
 
 @dataclass
@@ -70,6 +55,10 @@ class CellError:
     traceback: str = ""
     repr: str = ""
     """repr() of the exception (LangChain's PythonREPL reports errors so)."""
+    short_traceback: str = ""
+    """The traceback a model needs: the frames of the cells' own code (each run
+    of library frames between them as one line naming the libraries) and the
+    exception, without chained exceptions; ``traceback`` is the whole one."""
 
     def __str__(self) -> str:
         return self.traceback.rstrip("\n") if self.traceback else "%s: %s" % (self.type, self.message)
@@ -131,8 +120,25 @@ class CellResult:
     value_str: Optional[str] = None
     """str() of the trailing expression, when asked for (``run(..., want_str=True)``)."""
     data: Any = None
-    """The trailing expression's value itself when it is plain data and was asked
-    for (``run(..., want_data=True)``), else a JailObject with its repr."""
+    """The trailing expression's value itself when it was asked for
+    (``run(..., want_data=True)``) and could cross (see ``data_error``), else a
+    JailObject with its repr. Plain data, dates and times, Decimal, UUID and
+    complex numbers cross as they are; numpy scalars and arrays and pandas
+    DataFrames and Series (their dtypes and index) are rebuilt when this
+    interpreter has numpy and pandas, else they are JailObjects holding numpy's
+    or pandas' own text. Nothing is unpickled."""
+    data_error: Optional[str] = None
+    """Why the value did not come back as ``data`` (not plain data, or too large)."""
+    formats: Dict[str, Any] = field(default_factory=dict)
+    """The trailing value as a notebook (or E2B) shows it, by MIME type:
+    ``text/plain`` (its repr), ``text/html`` (a DataFrame's table),
+    ``text/markdown``, ``text/latex`` (from the object's ``_repr_*_``), and
+    ``application/json`` for a dict or list of JSON values; images are in
+    ``images``. Empty when the cell had no trailing value."""
+    displays: List[Dict[str, Any]] = field(default_factory=list)
+    """What the cell's ``display(obj)`` calls showed of objects with rich formats
+    (a DataFrame, a dict), each as ``formats`` holds a trailing value (at most 8;
+    the repr is also in ``stdout``)."""
     final: Optional[FinalCall] = None
     """Set when the cell ended by calling a host function exposed with ``ends_cell``."""
     processes_killed: int = 0
@@ -511,7 +517,8 @@ class Session:
     def run(self, code: str, timeout: Optional[float] = _NOT_GIVEN, *,
             want_data: bool = False, want_str: bool = False,
             name: Optional[str] = None, on_stdout: Optional[OutputCallback] = None,
-            on_stderr: Optional[OutputCallback] = None) -> CellResult:
+            on_stderr: Optional[OutputCallback] = None,
+            want_formats: bool = True) -> CellResult:
         """Run one cell. ``timeout``: seconds (None: no limit; default: the
         session's ``timeout``). Exceptions of the code are in the result's
         ``error``, never raised; a closed session raises SessionClosedError.
@@ -521,7 +528,8 @@ class Session:
         writes it, up to ``output_limit`` bytes per stream (the result still
         holds the output's start and end). An exception a callback raises ends
         its calls for the cell and is raised by run() once the cell has ended
-        (the session keeps its state)."""
+        (the session keeps its state). ``want_formats``: the trailing value's
+        HTML, Markdown, LaTeX and JSON forms (CellResult.formats)."""
         if not isinstance(code, str):
             raise TypeError("code must be a str, not %s" % type(code).__name__)
         if timeout is _NOT_GIVEN:
@@ -534,7 +542,7 @@ class Session:
             streams = None
             if on_stdout is not None or on_stderr is not None:
                 streams = Streams(on_stdout, on_stderr, self.output_limit)
-            res = self._exec(code, timeout, want_data, want_str, name, streams)
+            res = self._exec(code, timeout, want_data, want_str, name, streams, want_formats)
         if streams is not None:
             streams.finish()
         return res
@@ -549,7 +557,8 @@ class Session:
                 pass
 
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
-              name: Optional[str], streams: Optional[Streams] = None) -> CellResult:
+              name: Optional[str], streams: Optional[Streams] = None,
+              want_formats: bool = False) -> CellResult:
         chan = self._chan
         assert chan is not None
         rid = self._new_id()
@@ -561,6 +570,8 @@ class Session:
             header["data"] = True
         if want_str:
             header["str"] = True
+        if want_formats:
+            header["formats"] = True
         if name:
             header["name"] = name
         if streams is not None:
@@ -695,16 +706,25 @@ class Session:
             pos += size
         err = reply.get("error")
         if isinstance(err, dict):
+            full = str(err.get("traceback", ""))
+            short = err.get("short")
             res.error = CellError(str(err.get("type", "Exception")), str(err.get("message", "")),
-                                  str(err.get("traceback", "")), str(err.get("repr", "")))
+                                  full, str(err.get("repr", "")),
+                                  short if isinstance(short, str) else full)
         if res.value is not None:
             if "data" in reply:
                 try:
                     res.data = _wire.decode_value(reply["data"], from_jail=True)
-                except ValueError:
+                except ValueError as e:
                     res.data = JailObject(res.value)
+                    res.data_error = "the value could not be rebuilt here: %s" % e
             else:
                 res.data = JailObject(res.value)
+            why = reply.get("data_error")
+            if isinstance(why, str) and res.data_error is None:
+                res.data_error = why[:1024]
+            res.formats = _formats(reply, res.value)
+        res.displays = _displays(reply)
         killed = reply.get("killed")
         if type(killed) is int and killed >= 0:
             res.processes_killed = killed
@@ -726,7 +746,8 @@ class Session:
 
         A call runs the function here, on the host, with the host's rights: expose
         only what the jailed code may use. Arguments and results cross as plain
-        data (str, numbers, bytes, lists, tuples, dicts, sets); a result that is not
+        data (str, numbers, bytes, lists, tuples, dicts, sets; arguments also as
+        ``CellResult.data`` takes them: dates, numpy and pandas values, ...); a result that is not
         is pickled for the jail, or, if the jail cannot rebuild it, sent as its str().
         An exception becomes the builtin of the same name in the jail (else a
         HostFunctionError, a class of the jail's: the host sees it only as a
@@ -932,6 +953,39 @@ def _images(reply: Dict[str, Any], room: int, max_bytes: int) -> List[Tuple[str,
         raise ProtocolError("result body length mismatch")
     if total > max_bytes:
         raise ProtocolError("a result's images over max_image_bytes=%d" % max_bytes)
+    return out
+
+
+def _displays(reply: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """A result's displays, checked: at most DISPLAYS_LIMIT, each with its
+    repr (else ProtocolError), their formats as _formats checks them."""
+    entries = reply.get("displays", [])
+    if not isinstance(entries, list) or len(entries) > _wire.DISPLAYS_LIMIT:
+        raise ProtocolError("a result with a bad list of displays")
+    out = []
+    for entry in entries:
+        text = entry.get("text/plain") if isinstance(entry, dict) else None
+        if not isinstance(text, str) or len(text) > 2 * _wire.REPR_LIMIT:
+            raise ProtocolError("a result with a bad display")
+        out.append(_formats({"formats": entry}, text))
+    return out
+
+
+def _formats(reply: Dict[str, Any], value: str) -> Dict[str, Any]:
+    """A result's formats of its trailing value, checked: the known MIME types,
+    text as str of at most FORMAT_LIMIT characters (JSON as the header's own
+    JSON, already bounded by its size); others are left out."""
+    out: Dict[str, Any] = {"text/plain": value}
+    got = reply.get("formats")
+    if not isinstance(got, dict):
+        return out
+    for mime in _wire.FORMAT_MIMES:
+        if mime not in got:
+            continue
+        content = got[mime]
+        if mime == "application/json" or (isinstance(content, str) and
+                                           len(content) <= _wire.FORMAT_LIMIT):
+            out[mime] = content
     return out
 
 

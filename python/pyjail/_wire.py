@@ -68,6 +68,12 @@ TRACEBACK_LIMIT = 64 << 10  # characters of a traceback sent back
 IMAGE_MIMES = ("image/png", "image/jpeg", "image/svg+xml")  # the images a cell may show
 IMAGES_LIMIT = 32           # images one cell's result holds
 DATA_LIMIT = 4 << 20        # bytes of a value encoded as plain data
+DATA_FROM_JAIL = 768 << 10  # bytes of a cell's value sent back as data (within a header)
+# What a cell's trailing value may be shown as besides its repr and images
+# (CellResult.formats), each at most FORMAT_LIMIT characters.
+FORMAT_MIMES = ("text/html", "text/markdown", "text/latex", "application/json")
+FORMAT_LIMIT = 256 << 10
+DISPLAYS_LIMIT = 8          # display() calls of one cell whose formats come back
 ID_LIMIT = 64               # characters of a request's id
 
 
@@ -105,7 +111,7 @@ _ops = [
     Op("ping", DRIVER, id=STR),
     Op("bye", DRIVER),
     Op("exec", DRIVER, id=STR, code=STR, output_limit_=NAT, kill_failed_=BOOL, data_=BOOL,
-       str_=BOOL, name_=STR, stream_=BOOL, image_limit_=NAT),
+       str_=BOOL, name_=STR, stream_=BOOL, image_limit_=NAT, formats_=BOOL),
     Op("expose", DRIVER, id=STR, functions=DICT, ends_cell=LIST),
     Op("set", DRIVER, id=STR, variables=DICT),
     Op("put", DRIVER, id=STR, path=STR, mode_=NAT),   # body: the file
@@ -122,7 +128,8 @@ _ops = [
     Op("pong", JAIL, id=STR),
     Op("result", JAIL, id=STR, error="dict|null", value="str|null", stdout=LIST, stderr=LIST,
        value_str_=STR, data_=ANY, killed_=NAT, ended_by_=DICT,
-       images_=LIST),  # body: the output, then the images ([mime, size] each, in order)
+       images_=LIST, data_error_=STR, formats_=DICT,
+       displays_=LIST),  # body: the output, then the images ([mime, size] each, in order)
     Op("error", JAIL, id="str|null", error=STR, errno_=INT, strerror_=STR, too_large_=NAT),
     Op("ok", JAIL, id=STR, size_=NAT, mtime_ns_=INT, entries_=LIST, truncated_=BOOL,
        failed_=DICT, killed_=NAT),
@@ -329,6 +336,12 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
             charge(5)
             return v
         t = type(v)
+        if t.__module__ not in ("builtins", "collections"):
+            # numpy and pandas values, dates, Decimal, UUID: tagged trees
+            # the host rebuilds without unpickling (see _encode_rich).
+            rich = _encode_rich(v, enc, depth, charge, allow_pickle)
+            if rich is not None:
+                return rich
         # Subclasses (a str subclass such as smolagents' AgentText, a
         # namedtuple, an OrderedDict) cross as their plain base type.
         if isinstance(v, int):
@@ -359,6 +372,9 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
         if isinstance(v, dict):
             charge(8)
             return {"$d": [[enc(k, depth + 1), enc(x, depth + 1)] for k, x in v.items()]}
+        if t is complex:
+            charge(48)
+            return {"$c": [enc(v.real, depth + 1), enc(v.imag, depth + 1)]}
         if allow_pickle:
             import pickle
             try:
@@ -402,7 +418,9 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
                  from_jail: bool = False) -> "Any":
     """The inverse of encode_value. Raises ValueError on anything malformed. A
     pickled object that cannot be rebuilt (its class is not importable here)
-    becomes its str() if pickle_fallback, else raises ValueError.
+    becomes its str() if pickle_fallback, else raises ValueError. A numpy or
+    pandas value is rebuilt when this interpreter has that library, else it
+    is a JailObject holding the text the jail gave of it.
 
     ``from_jail`` (the driver, decoding what the jail sent): the cost stays
     linear in the tree's size: at most ITEMS_FROM_JAIL values, integers of at
@@ -440,6 +458,14 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
                     return v.get("$r")
                 raise ValueError("cannot rebuild it here: %s: %s" % (type(e).__name__, e))
         (tag, x), = v.items()
+        if tag in _RICH_TAGS:
+            try:
+                return _decode_rich(tag, x, lambda i: dec(i, depth + 1), from_jail)
+            except ValueError:
+                raise
+            except Exception as e:
+                # numpy's and pandas' own refusals of what the jail made up
+                raise ValueError("a malformed %s value (%s)" % (tag, type(e).__name__))
         if tag == "$i" and isinstance(x, str):
             return _bounded_int(x) if from_jail else int(x)
         if tag == "$f" and x in ("nan", "inf", "-inf"):
@@ -465,8 +491,459 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
 
     try:
         return dec(tree, 0)
-    except (TypeError, RecursionError, binascii.Error) as e:
+    except (TypeError, RecursionError, binascii.Error, OverflowError, ArithmeticError) as e:
         raise ValueError("malformed value: %s" % e)
+
+
+# ---------------------------------------------------------------- rich values
+#
+# What agents and notebooks produce beyond plain data, as tagged trees (one
+# key, a list or a string under it), each rebuilt on the other side without
+# unpickling anything:
+#
+#   {"$c": [re, im]}                          complex
+#   {"$dt": [y, mo, d, h, mi, s, us, off_us|null, fold]}    datetime
+#   {"$date": [y, mo, d]}   {"$time": [h, mi, s, us, off_us|null, fold]}
+#   {"$td": [days, seconds, us]}              timedelta
+#   {"$dec": "1.50"}   {"$uuid": "32 hex digits"}
+#   {"$ns": [dtype, raw base64, plain]}       a numpy scalar (plain: its .item())
+#   {"$nd": [.npy base64, text]}              a numpy array (numpy.save, no pickle)
+#   {"$ser": [name, dtype, values, index, text]}      a pandas Series
+#   {"$df": [[[label, dtype, values], ...], index, text, columns]}   a pandas DataFrame
+#
+# A time zone crosses as its UTC offset (a fixed-offset timezone on the other
+# side: a zone's name would be a file name chosen by the jail). A column or
+# index of a numpy dtype crosses as an .npy array, any other as a list of
+# values. The text is what the host shows of a numpy or pandas value when it
+# has not that library (a JailObject): numpy's or pandas' own repr.
+
+_RICH_TAGS = frozenset(("$c", "$dt", "$date", "$time", "$td", "$dec", "$uuid", "$ns", "$nd",
+                        "$ser", "$df"))
+RICH_TEXT_LIMIT = 8192      # characters of a numpy or pandas value's text form
+DECIMAL_DIGITS_FROM_JAIL = 4300
+NDIM_LIMIT = 32
+# numpy dtypes that cross, as dtype.str gives them: booleans, integers,
+# floats, complex numbers, datetime64 and timedelta64, fixed-size strings and
+# bytes. Never objects (they need pickle), structured or void types.
+_NUMPY_DTYPE = (r"[<>|=]?(?:b1|[iu][1248]|f[248]|c(?:8|16)|"
+                r"[Mm]8(?:\[(?:Y|M|W|D|h|m|s|ms|us|ns|ps|fs|as)\])?|[US][1-9][0-9]{0,6})")
+# pandas dtypes other than numpy's that a column is rebuilt as (its values
+# cross as a list); any other (object, a time zone's datetimes) stays object.
+_PANDAS_DTYPES = frozenset(["string", "str", "boolean", "Int8", "Int16", "Int32",
+                            "Int64", "UInt8", "UInt16", "UInt32", "UInt64", "Float32",
+                            "Float64"])
+_PANDAS_UTC = r"datetime64\[(?:s|ms|us|ns), UTC\]"    # (a zone's name would be a file name)
+# A categorical's categories: pandas checks they are unique in a hash table
+# whose hashes are not salted (pandas' own, for numbers), so a jail could make
+# n of them collide and cost the host n**2/2 probes. Nothing else decoded here
+# is hashed: a MultiIndex is rebuilt from its levels and codes as they are.
+CATEGORIES_FROM_JAIL = 4096
+# Libraries this interpreter pretends not to have (the tests' switch).
+_WITHOUT: "set" = set()
+
+
+def _library(name: str) -> "Any":
+    """The module ``name`` if this interpreter has it, else None."""
+    if name in _WITHOUT:
+        return None
+    import sys
+    module = sys.modules.get(name)
+    if module is not None:
+        return module
+    try:
+        import importlib
+        return importlib.import_module(name)
+    except Exception:
+        return None
+
+
+def _text_of(v: "Any") -> str:
+    try:
+        text = repr(v)
+    except Exception as e:
+        text = "<%s: its repr failed: %s>" % (type(v).__name__, type(e).__name__)
+    if len(text) > RICH_TEXT_LIMIT:
+        text = text[:RICH_TEXT_LIMIT] + "... [%d more characters]" % (len(text) - RICH_TEXT_LIMIT)
+    return text
+
+
+def _offset_us(tz_value: "Any") -> "Any":
+    off = tz_value.utcoffset()
+    if off is None:
+        return None
+    return (off.days * 86400 + off.seconds) * 1000000 + off.microseconds
+
+
+def _npy(a: "Any") -> bytes:
+    import io
+    buf = io.BytesIO()
+    import sys
+    sys.modules["numpy"].save(buf, a, allow_pickle=False)
+    return buf.getvalue()
+
+
+def _encode_rich(v: "Any", enc: "Any", depth: int, charge: "Any", allow_pickle: bool) -> "Any":
+    """The tagged tree of a rich value, or None if ``v`` is none of them. With
+    ``allow_pickle`` (host to jail) numpy and pandas values are left to pickle,
+    which keeps every detail."""
+    import sys
+    dt = sys.modules.get("datetime")
+    if dt is not None:
+        if isinstance(v, dt.datetime):
+            charge(64)
+            return {"$dt": [v.year, v.month, v.day, v.hour, v.minute, v.second, v.microsecond,
+                            _offset_us(v), v.fold]}
+        if isinstance(v, dt.date):
+            charge(32)
+            return {"$date": [v.year, v.month, v.day]}
+        if isinstance(v, dt.time):
+            charge(48)
+            return {"$time": [v.hour, v.minute, v.second, v.microsecond, _offset_us(v), v.fold]}
+        if isinstance(v, dt.timedelta):
+            charge(32)
+            return {"$td": [v.days, v.seconds, v.microseconds]}
+    decimal = sys.modules.get("decimal")
+    if decimal is not None and isinstance(v, decimal.Decimal):
+        text = str(v)
+        charge(len(text) + 8)
+        return {"$dec": text}
+    uuid = sys.modules.get("uuid")
+    if uuid is not None and isinstance(v, uuid.UUID):
+        charge(40)
+        return {"$uuid": v.hex}
+    if allow_pickle:
+        return None
+    np = sys.modules.get("numpy")
+    if np is not None:
+        if isinstance(v, np.generic):
+            dtype = v.dtype
+            if dtype.hasobject or dtype.kind == "V":
+                return None
+            raw = v.tobytes()
+            charge(len(raw) * 4 // 3 + 24)
+            try:
+                item = v.item()
+                plain = enc(item, depth + 1) if not isinstance(item, type(v)) else None
+            except PlainDataError:
+                plain = None
+            if plain is None:
+                plain = _text_of(v)
+            return {"$ns": [dtype.str, base64.b64encode(raw).decode("ascii"), plain]}
+        if isinstance(v, np.ndarray):
+            if v.dtype.hasobject or v.dtype.kind == "V":
+                raise PlainDataError("a numpy array of dtype %s is not plain data" % v.dtype)
+            charge(v.nbytes * 4 // 3 + 200)
+            text = _text_of(v)
+            charge(len(text))
+            return {"$nd": [base64.b64encode(_npy(v)).decode("ascii"), text]}
+    pd = sys.modules.get("pandas")
+    if pd is not None:
+        if isinstance(v, pd.Series):
+            text = _text_of(v)
+            charge(len(text) + 16)
+            return {"$ser": [enc(v.name, depth + 1), str(v.dtype),
+                             _encode_column(v, enc, depth + 1, charge),
+                             _encode_index(v.index, enc, depth + 1, charge, pd), text]}
+        if isinstance(v, pd.DataFrame):
+            text = _text_of(v)
+            charge(len(text) + 16)
+            columns = []
+            for i, label in enumerate(v.columns):
+                column = v.iloc[:, i]
+                columns.append([enc(label, depth + 2), str(column.dtype),
+                                _encode_column(column, enc, depth + 2, charge)])
+            return {"$df": [columns, _encode_index(v.index, enc, depth + 1, charge, pd), text,
+                            _encode_index(v.columns, enc, depth + 1, charge, pd)]}
+    return None
+
+
+def _encode_column(values: "Any", enc: "Any", depth: int, charge: "Any") -> "Any":
+    """A Series' or an Index's values: an .npy array when their dtype is
+    numpy's own, else a list of plain values (missing ones as None)."""
+    import sys
+    dtype = values.dtype
+    np = sys.modules["numpy"]
+    if isinstance(dtype, np.dtype) and not dtype.hasobject and dtype.kind != "V":
+        return enc(values.to_numpy(), depth)
+    pd = sys.modules["pandas"]
+    if isinstance(dtype, pd.CategoricalDtype):
+        # (categories' dtype, categories, codes, ordered), as a tuple: not a list of values
+        cats = dtype.categories
+        return {"$t": [str(cats.dtype), _encode_column(cats, enc, depth + 1, charge),
+                       enc(np.asarray(pd.Categorical(values).codes), depth + 1),
+                       bool(dtype.ordered)]}
+    missing = (pd.NA, pd.NaT)
+    out = [None if any(x is m for m in missing) else x for x in values.to_numpy(dtype=object)]
+    charge(8)
+    return enc(out, depth)
+
+
+def _encode_index(index: "Any", enc: "Any", depth: int, charge: "Any", pd: "Any") -> "Any":
+    if isinstance(index, pd.RangeIndex):
+        charge(40)
+        return ["range", index.start, index.stop, index.step, enc(index.name, depth + 1)]
+    if isinstance(index, pd.MultiIndex):
+        levels = [[str(level.dtype), _encode_column(level, enc, depth + 2, charge)]
+                  for level in index.levels]
+        codes = [enc(index.codes[i], depth + 2) for i in range(index.nlevels)]
+        return ["multi", [enc(n, depth + 2) for n in index.names], levels, codes]
+    return ["index", enc(index.name, depth + 1), str(index.dtype),
+            _encode_column(index, enc, depth + 1, charge)]
+
+
+def _ints(x: "Any", n: int) -> "List[Any]":
+    """``x``, a list of ``n`` small ints (or None where allowed), else ValueError."""
+    if not isinstance(x, list) or len(x) != n:
+        raise ValueError("malformed date or time")
+    for i in x:
+        if i is not None and (type(i) is not int or abs(i) > 1 << 47):
+            raise ValueError("malformed date or time")
+    return x
+
+
+def _tz(offset_us: "Any") -> "Any":
+    import datetime
+    if offset_us is None:
+        return None
+    # timezone() refuses offsets of a day or more: ValueError.
+    return datetime.timezone(datetime.timedelta(microseconds=offset_us))
+
+
+def _numpy_dtype(np: "Any", text: "Any") -> "Any":
+    import re
+    if not isinstance(text, str) or not re.fullmatch(_NUMPY_DTYPE, text):
+        raise ValueError("a numpy dtype that is not accepted: %r" % (str(text)[:40],))
+    return np.dtype(text)
+
+
+def _npy_header(fmt: "Any", f: "Any") -> "Any":
+    version = fmt.read_magic(f)
+    if version == (1, 0):
+        return (version,) + fmt.read_array_header_1_0(f, max_header_size=4096)
+    if version == (2, 0):
+        return (version,) + fmt.read_array_header_2_0(f, max_header_size=4096)
+    raise ValueError("an .npy version %r" % (version,))
+
+
+def _load_npy(np: "Any", raw: bytes) -> "Any":
+    """An .npy array from the jail, its header checked before numpy reads
+    the data: an accepted dtype, at most NDIM_LIMIT dimensions, and exactly
+    as many bytes as its shape and dtype say (a header that claims more must
+    not make the host allocate it). Never unpickled (allow_pickle=False)."""
+    import io
+    import warnings
+    fmt = np.lib.format
+    f = io.BytesIO(raw)
+    try:
+        with warnings.catch_warnings():
+            # (numpy parses the header with ast: the jail's escapes would warn on our stderr)
+            warnings.simplefilter("ignore")
+            version, shape, fortran, dtype = _npy_header(fmt, f)
+    except Exception as e:
+        raise ValueError("a malformed .npy header: %s: %s" % (type(e).__name__, str(e)[:200]))
+    _numpy_dtype(np, dtype.str)
+    if not isinstance(shape, tuple) or len(shape) > NDIM_LIMIT or \
+            not all(type(d) is int and 0 <= d < 1 << 40 for d in shape):
+        raise ValueError("an .npy array of a bad shape")
+    count = 1
+    for d in shape:
+        count *= d
+    if count * dtype.itemsize != len(raw) - f.tell():
+        raise ValueError("an .npy array whose data is not the size its header says")
+    try:
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    except Exception as e:
+        raise ValueError("an .npy array numpy cannot read: %s" % type(e).__name__)
+
+
+def _b64(x: "Any") -> bytes:
+    if not isinstance(x, str):
+        raise ValueError("malformed value")
+    return base64.b64decode(x.encode("ascii"), validate=True)
+
+
+def _text(x: "Any") -> str:
+    if not isinstance(x, str):
+        raise ValueError("malformed value")
+    return x
+
+
+def _decode_rich(tag: str, x: "Any", dec: "Any", from_jail: bool) -> "Any":
+    """The value of a rich tagged tree (see _encode_rich); ValueError if it is
+    malformed. ``dec`` decodes an inner tree (counted against the budget)."""
+    import datetime
+    if tag == "$c":
+        if not isinstance(x, list) or len(x) != 2:
+            raise ValueError("malformed complex")
+        re_, im = dec(x[0]), dec(x[1])
+        if type(re_) is not float or type(im) is not float:
+            raise ValueError("malformed complex")
+        return complex(re_, im)
+    if tag == "$dt":
+        y, mo, d, h, mi, s, us, off, fold = _ints(x, 9)
+        return datetime.datetime(y, mo, d, h, mi, s, us, tzinfo=_tz(off), fold=fold)
+    if tag == "$date":
+        return datetime.date(*_ints(x, 3))
+    if tag == "$time":
+        h, mi, s, us, off, fold = _ints(x, 6)
+        return datetime.time(h, mi, s, us, tzinfo=_tz(off), fold=fold)
+    if tag == "$td":
+        return datetime.timedelta(*_ints(x, 3))
+    if tag == "$dec":
+        import decimal
+        if not isinstance(x, str) or len(x) > DECIMAL_DIGITS_FROM_JAIL + 16:
+            raise ValueError("malformed Decimal")
+        try:
+            return decimal.Decimal(x)
+        except decimal.InvalidOperation:
+            raise ValueError("malformed Decimal")
+    if tag == "$uuid":
+        import re
+        import uuid
+        if not isinstance(x, str) or not re.fullmatch("[0-9a-f]{32}", x):
+            raise ValueError("malformed UUID")
+        return uuid.UUID(hex=x)
+    if not isinstance(x, list):
+        raise ValueError("malformed value (tag %r)" % (tag,))
+    np = _library("numpy")
+    if tag == "$ns":
+        if len(x) != 3:
+            raise ValueError("malformed numpy scalar")
+        if np is None:
+            return dec(x[2])       # its .item(), or its text
+        dtype = _numpy_dtype(np, x[0])
+        raw = _b64(x[1])
+        if len(raw) != dtype.itemsize:
+            raise ValueError("a numpy scalar of the wrong size")
+        return np.frombuffer(raw, dtype=dtype)[0]
+    if tag == "$nd":
+        if len(x) != 2:
+            raise ValueError("malformed numpy array")
+        text = _text(x[1])
+        if np is None:
+            return JailObject(text)
+        return _load_npy(np, _b64(x[0]))
+    pd = _library("pandas") if np is not None else None
+    if tag == "$ser":
+        if len(x) != 5:
+            raise ValueError("malformed Series")
+        text = _text(x[4])
+        if pd is None:
+            return JailObject(text)
+        index = _decode_index(x[3], dec, np, pd)
+        values = _decode_column(x[1], x[2], dec, np, pd, len(index))
+        values.index = index
+        values.name = dec(x[0])
+        return values
+    if tag == "$df":
+        if len(x) != 4 or not isinstance(x[0], list):
+            raise ValueError("malformed DataFrame")
+        text = _text(x[2])
+        if pd is None:
+            return JailObject(text)
+        index = _decode_index(x[1], dec, np, pd)
+        columns = []
+        for entry in x[0]:
+            if not isinstance(entry, list) or len(entry) != 3:
+                raise ValueError("malformed DataFrame column")
+            columns.append(_decode_column(entry[1], entry[2], dec, np, pd, len(index)))
+        labels = _decode_index(x[3], dec, np, pd)
+        if len(labels) != len(columns):
+            raise ValueError("a DataFrame of %d columns with %d labels"
+                             % (len(columns), len(labels)))
+        frame = pd.concat(columns, axis=1, ignore_index=True) if columns else \
+            pd.DataFrame(index=range(len(index)))
+        frame.index = index
+        frame.columns = labels
+        return frame
+    raise ValueError("malformed value (tag %r)" % (tag,))
+
+
+def _decode_column(dtype: "Any", tree: "Any", dec: "Any", np: "Any", pd: "Any",
+                   length: "Optional[int]") -> "Any":
+    """A Series (index 0..n-1) of a column's values, of its dtype when that is
+    numpy's (from the .npy array) or one of _PANDAS_DTYPES."""
+    if not isinstance(dtype, str):
+        raise ValueError("malformed column")
+    values = dec(tree)
+    if dtype == "category" and isinstance(values, tuple):
+        if len(values) != 4 or not isinstance(values[0], str) or type(values[3]) is not bool:
+            raise ValueError("malformed categorical")
+        cats = _decode_column(values[0], values[1], lambda v: v, np, pd, None)
+        if len(cats) > CATEGORIES_FROM_JAIL:
+            raise ValueError("a categorical of more than %d categories" % CATEGORIES_FROM_JAIL)
+        codes = _codes(np, values[2], len(cats), length)
+        series = pd.Series(pd.Categorical.from_codes(codes, categories=pd.Index(cats),
+                                                     ordered=values[3]))
+    elif isinstance(values, list):
+        import re
+        known = dtype in _PANDAS_DTYPES or re.fullmatch(_PANDAS_UTC, dtype)
+        series = pd.Series(values, dtype=dtype if known else object)
+    elif isinstance(values, np.ndarray) and values.ndim == 1:
+        series = pd.Series(values, copy=False)
+    else:
+        raise ValueError("malformed column")
+    if length is not None and len(series) != length:
+        raise ValueError("a column of %d values for an index of %d" % (len(series), length))
+    return series
+
+
+def _codes(np: "Any", codes: "Any", choices: int, length: "Optional[int]") -> "Any":
+    """Codes of a categorical or a MultiIndex level, checked: a 1-d integer
+    array of ``length`` values from -1 (missing) to ``choices`` - 1."""
+    if not isinstance(codes, np.ndarray) or codes.ndim != 1 or codes.dtype.kind not in "iu" or \
+            (length is not None and len(codes) != length):
+        raise ValueError("malformed codes")
+    if len(codes) and (int(codes.min()) < -1 or int(codes.max()) >= choices):
+        raise ValueError("codes out of range")
+    return codes.astype(np.int64, copy=False)
+
+
+def _decode_index(tree: "Any", dec: "Any", np: "Any", pd: "Any") -> "Any":
+    if not isinstance(tree, list) or not tree:
+        raise ValueError("malformed index")
+    kind = tree[0]
+    if kind == "range" and len(tree) == 5:
+        start, stop, step = _ints(tree[1:4], 3)
+        if step == 0 or abs(stop - start) // abs(step) > ITEMS_FROM_JAIL:
+            raise ValueError("a RangeIndex of too many values")
+        return pd.RangeIndex(start, stop, step, name=dec(tree[4]))
+    if kind == "index" and len(tree) == 4:
+        values = _decode_column(tree[2], tree[3], dec, np, pd, None)
+        return pd.Index(values, name=dec(tree[1]), tupleize_cols=False)
+    if kind == "multi" and len(tree) == 4 and all(isinstance(t, list) for t in tree[1:]) and \
+            0 < len(tree[1]) == len(tree[2]) == len(tree[3]) <= NDIM_LIMIT:
+        levels, codes = [], []
+        for level, level_codes in zip(tree[2], tree[3]):
+            if not isinstance(level, list) or len(level) != 2:
+                raise ValueError("malformed index level")
+            values = _decode_column(level[0], level[1], dec, np, pd, None)
+            levels.append(pd.Index(values, tupleize_cols=False))
+            codes.append(_codes(np, dec(level_codes), len(values),
+                                len(codes[0]) if codes else None))
+        # Not from_arrays, which would hash the jail's values (see CATEGORIES_FROM_JAIL).
+        return pd.MultiIndex(levels=levels, codes=codes, names=[dec(n) for n in tree[1]],
+                             verify_integrity=False)
+    raise ValueError("malformed index")
+
+
+class JailObject:
+    """A value that stayed in the jail: only its text came back (its repr,
+    or numpy's or pandas' own text when this interpreter lacks them)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JailObject) and other.text == self.text
+
+    def __hash__(self) -> int:
+        return hash(self.text)
 
 
 # ---------------------------------------------------------------- file names

@@ -22,16 +22,27 @@ interrupted and the interpreter keeps its state (the original kills a forked
 copy, losing what the call did); stderr and output written by ``os.write`` or
 subprocesses are captured; every process the code starts dies with the session.
 
+Images: a tool made with ``response_format="content_and_artifact"`` returns
+what the code showed (``plt.show()``, ``display(img)``, a trailing figure) the
+LangChain way: as a tool call's ToolMessage whose content is a list of blocks,
+the text and then an image block for each PNG or JPEG (what multimodal chat
+models take), and whose ``artifact`` is the cell's :class:`pyjail.CellResult`
+(its ``images`` hold the bytes, SVG included; never sent to the model).
+Without images the content is the usual string. The default
+(``response_format="content"``) answers with text only, as LangChain's tools do.
+
 What the model sees: each tool's description is LangChain's, followed by the
 jail's facts (no network, or with ``net="allow"`` the only hosts it can
 reach; the rootfs's packages; files in ``/work``); output
 is cut to ``max_output_chars`` (16000) at line boundaries, with a line saying
 how much was left out; an error that is the jail refusing a connection or a
 name lookup comes with a note that there is no network in this sandbox.
-``PythonREPL(traceback=True)`` answers errors with the traceback of the code
-(its own frames, with line numbers) instead of LangChain's one line, which
-serves models better. The tools run on the ``data`` rootfs (numpy, pandas,
-...) when it is installed, else on the installed default one.
+``PythonREPL(traceback="short")`` answers errors with the frames of the
+code itself (with line numbers; each run of library frames as one line) and
+the exception, instead of LangChain's one line, which serves models better;
+``traceback=True`` gives the whole traceback. The tools run on the ``data``
+rootfs (numpy, pandas, ...) when it is installed, else on the installed
+default one.
 
 Needs ``langchain-core`` (from a pyjail checkout: ``pip install './python[langchain]'``;
 the distribution is ``pyjail-sandbox``: the PyPI project named ``pyjail`` is
@@ -99,15 +110,18 @@ def _printed(result: CellResult, value: bool = False) -> str:
 
 
 def format_result(result: CellResult, timeout: Optional[float], *, value: bool = False,
-                  traceback: bool = True, error_style: str = "repr") -> str:
+                  traceback: Union[bool, str] = True, error_style: str = "repr") -> str:
     """A cell's result as the one string a tool returns: its output, then the
-    error (its traceback if ``traceback``, else LangChain's ``repr(exc)`` or,
+    error (its whole traceback if ``traceback`` is True, the code's own frames
+    and the exception if it is ``"short"``, else LangChain's ``repr(exc)`` or,
     for ``error_style="type"``, ``"Type: message"``) or what happened to the
     session."""
     body = _printed(result, value=value and result.error is None)
     err = result.error
     if err is not None:
-        if traceback or result.restarted or err.type in ("InterpreterDied", "ProtocolError"):
+        if traceback == "short" and err.short_traceback and not result.restarted:
+            body += err.short_traceback.rstrip("\n") + "\n"
+        elif traceback or result.restarted or err.type in ("InterpreterDied", "ProtocolError"):
             body += str(err) + "\n"
         elif error_style == "repr":
             # LangChain's one line, as it gives it: no newline after it.
@@ -131,9 +145,11 @@ class PythonREPL:
     ``run(command, timeout=None)`` runs the command (sanitised like the
     original) and returns what it printed, stdout then stderr; an error is
     reported as LangChain's is, ``repr(exc)`` (``NameError("name 'foo' is
-    not defined")``), or, with ``traceback=True``, as the traceback of the
-    code: better for a model, which sees the line that failed. The answer is
-    cut to ``max_output_chars`` (None: no cut) at line boundaries.
+    not defined")``), or, with ``traceback="short"``, as the frames of the code
+    itself and the exception (library frames summed up in one line): better
+    for a model, which sees the line that failed; ``traceback=True``: the
+    whole traceback. The answer is cut to ``max_output_chars`` (None: no
+    cut) at line boundaries.
     ``timeout`` is in seconds; None means this REPL's ``timeout`` (60 s
     unless given; pass ``timeout=None`` to the constructor for no limit).
 
@@ -158,11 +174,13 @@ class PythonREPL:
 
     def __init__(self, *, timeout: Optional[float] = 60.0, session: Optional[Session] = None,
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 traceback: bool = False,
+                 traceback: Union[bool, str] = False,
                  max_output_chars: Optional[int] = DEFAULT_OUTPUT_BUDGET,
                  _globals: Optional[Dict[str, Any]] = None,
                  _locals: Optional[Dict[str, Any]] = None,
                  **session_options: Any) -> None:
+        if traceback not in (False, True, "short"):
+            raise ValueError("traceback must be False, True or 'short', not %r" % (traceback,))
         self.timeout = timeout
         self.traceback = traceback
         self.max_output_chars = max_output_chars
@@ -264,6 +282,33 @@ class PythonREPL:
         self.close()
 
 
+# The images a multimodal chat model takes in a content block.
+_MODEL_IMAGES = ("image/png", "image/jpeg")
+
+
+def _image_block(mime: str, data: bytes) -> Dict[str, Any]:
+    import base64
+    b64 = base64.b64encode(data).decode("ascii")
+    try:
+        from langchain_core.messages.content import create_image_block
+    except ImportError:       # langchain-core 0.3: its standard block
+        return {"type": "image", "source_type": "base64", "data": b64, "mime_type": mime}
+    return dict(create_image_block(base64=b64, mime_type=mime))
+
+
+def _respond(tool: BaseTool, answer: Any, result: CellResult) -> Any:
+    """The tool's answer in its ``response_format``: as it is, or, for
+    ``content_and_artifact``, (content, the CellResult), the content holding an
+    image block after the text for each image a model can take."""
+    if tool.response_format != "content_and_artifact":
+        return answer
+    blocks = [_image_block(i.mime, i.data) for i in result.images if i.mime in _MODEL_IMAGES]
+    if not blocks:
+        return answer, result
+    text = answer if isinstance(answer, str) else str(answer)
+    return ([{"type": "text", "text": text}] if text else []) + blocks, result
+
+
 def _with_facts(tool: Any, original: str) -> None:
     """LangChain's description followed by the jail's facts, unless the
     caller gave a description of their own."""
@@ -286,10 +331,15 @@ class PythonREPLTool(BaseTool):
         _with_facts(self, REPL_DESCRIPTION)
         return self
 
-    def _run(self, query: str, run_manager: Optional[CallbackManagerForToolRun] = None) -> str:
+    def _run(self, query: str, run_manager: Optional[CallbackManagerForToolRun] = None) -> Any:
         if self.sanitize_input:
             query = sanitize_input(query)
-        return self.python_repl.run(query)
+        repl = self.python_repl
+        if self.response_format != "content_and_artifact":
+            return repl.run(query)
+        limit = repl.timeout
+        result = repl.prepared_session().run(sanitize_input(query), timeout=limit)
+        return _respond(self, repl.answer(result, limit), result)
 
     async def _arun(self, query: str,
                     run_manager: Optional[AsyncCallbackManagerForToolRun] = None) -> str:
@@ -303,7 +353,7 @@ class PythonREPLTool(BaseTool):
         session = AsyncSession.wrap(await _in_thread(repl.prepared_session))
         limit = repl.timeout
         result = await session.run(sanitize_input(query), timeout=limit)
-        return await _in_thread(repl.answer, result, limit)
+        return _respond(self, await _in_thread(repl.answer, result, limit), result)
 
     def close(self) -> None:
         """End the tool's session (a later call starts a fresh one)."""
@@ -321,7 +371,8 @@ class PythonAstREPLTool(BaseTool):
     expression, as LangChain's does: the value itself when it is plain data
     (``run("1 + 1")`` is ``2``) and nothing was printed, else its str() after
     what the code printed; an error as ``"Type: message"`` (with
-    ``PythonREPL(traceback=True)``, the traceback).
+    ``PythonREPL(traceback="short")``, the code's own frames and the exception;
+    ``traceback=True``, the whole traceback).
 
     ``globals`` and ``locals`` are put into the session's namespace before
     the first call (and again if the interpreter had to be restarted): plain
@@ -360,7 +411,7 @@ class PythonAstREPLTool(BaseTool):
         session = self._prepare()
         limit = self.python_repl.timeout
         result = session.run(query, timeout=limit, want_str=True, want_data=True)
-        return self._answer(result, limit)
+        return _respond(self, self._answer(result, limit), result)
 
     def _answer(self, result: CellResult, limit: Optional[float]) -> Any:
         """The tool's answer to a cell's result (for _run and _arun)."""
@@ -384,7 +435,7 @@ class PythonAstREPLTool(BaseTool):
         session = AsyncSession.wrap(await _in_thread(self._prepare))
         limit = self.python_repl.timeout
         result = await session.run(query, timeout=limit, want_str=True, want_data=True)
-        return await _in_thread(self._answer, result, limit)
+        return _respond(self, await _in_thread(self._answer, result, limit), result)
 
     def close(self) -> None:
         """End the tool's session (a later call starts a fresh one)."""

@@ -22,7 +22,9 @@ a function of the tool's name; calling it runs the tool here, on the host, and
 returns its result to the code (arguments and results cross as plain data). So
 tools that need the network or credentials keep working while the code itself
 has neither. ``final_answer(...)`` ends the step, and the agent receives the
-final answer tool's own return value; a PIL image given to it crosses as PNG
+final answer tool's own return value (a DataFrame, an array, a date or a dict
+of numpy numbers given to it come back as themselves, as the local executor
+gives them: see ``CellResult.data``; nothing is unpickled); a PIL image given to it crosses as PNG
 bytes (never a pickle) and reaches the tool as a PIL image (smolagents then
 makes it an ``AgentImage``), decoded only when its pixels are first used. The
 final answers of one code action carry at most ``MAX_IMAGES_PER_CELL`` images
@@ -202,7 +204,10 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     ``rootfs`` is the root filesystem that session runs in, as ``pyjail
     --rootfs`` takes it: a name (see ``pyjail rootfs list``) or a path;
     None: ``data`` when it is installed, else the installed default one.
-    ``max_print_outputs_length`` caps a step's logs (None: no cap).
+    ``max_print_outputs_length`` caps a step's logs (None: no cap). A failed
+    step shows the model the frames of its own code and the exception, each
+    run of library frames as one line (``traceback=True``: the whole
+    traceback).
     """
 
     def __init__(self, additional_imports: Optional[List[str]] = None, logger: Any = None, *,
@@ -210,11 +215,13 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
                  max_print_outputs_length: Optional[int] = DEFAULT_OUTPUT_BUDGET,
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
                  additional_authorized_imports: Optional[List[str]] = None,
+                 traceback: bool = False,
                  **session_options: Any) -> None:
         self.additional_imports = list(additional_imports or []) + [
             m for m in additional_authorized_imports or [] if m not in (additional_imports or [])]
         self.logger = logger if logger is not None else AgentLogger(level=LogLevel.OFF)
         self.timeout = timeout
+        self.traceback = traceback
         self.max_print_outputs_length = max_print_outputs_length
         self._owns_session = session is None
         if session is not None:
@@ -325,7 +332,13 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
             return "Code execution failed: %s\n" % (err.message if err else "")
         else:
             head = "Code execution failed:\n"
-        text = head + (str(err) if err is not None else "")
+        if err is None:
+            shown = ""
+        elif self.traceback or not err.short_traceback:
+            shown = str(err)
+        else:
+            shown = err.short_traceback.rstrip("\n")
+        text = head + shown
         note = network_note(err, self.network)
         if note is None and err is not None and err.type == "ModuleNotFoundError":
             note = missing_module_note(err, self._jail_facts())

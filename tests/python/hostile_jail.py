@@ -162,6 +162,20 @@ def session(attack):
             send(frame({"op": "result", "id": rid, "error": None,
                         "value": json.dumps(reply), "stdout": [0, 0, 0], "stderr": [0, 0, 0]}))
             continue
+        elif attack in ("displays-count", "displays-entry", "formats-forged"):
+            # A cell's rich formats, forged (see test_values).
+            header = {"op": "result", "id": rid, "error": None, "value": "v",
+                      "stdout": [0, 0, 0], "stderr": [0, 0, 0]}
+            if attack == "displays-count":
+                header["displays"] = [{"text/plain": "x"}] * 9
+            elif attack == "displays-entry":
+                header["displays"] = [{"text/html": "<b>no repr</b>"}]
+            else:
+                header["formats"] = {"text/html": 5, "image/png": "x", "text/latex": "$x$",
+                                     "application/json": {"a": [1]}}
+                header["displays"] = [{"text/plain": "d", "text/markdown": ["not", "text"]}]
+            send(frame(header))
+            continue
         elif attack in RESULT_ATTACKS:
             # A cell's result or its streamed output, forged (see test_async_stream_rich).
             frames, images = RESULT_ATTACKS[attack]

@@ -80,7 +80,7 @@ def test_async_streaming_and_images_examples(pyjail_bin):
 
 
 def test_images_example(pyjail_bin, data_rootfs):
-    r = run_example(find("plt.show()"), pyjail_bin)
+    r = run_example(find("print(r.images"), pyjail_bin)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("[Image(mime='image/png', ") and r.stdout.endswith(
         " bytes)] b'\\x89PNG'\n"), r.stdout
