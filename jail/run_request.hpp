@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "egress_plan.hpp"
 #include "limits.hpp"
 #include "lockdown.hpp"
 #include "mountplan.hpp"
@@ -45,6 +46,10 @@ struct RunRequest {
     double wall_time = 0;           // seconds
     double cpu_time = 0;            // seconds
     std::uint64_t output = 0;       // bytes of stdout+stderr
+    // --net allow: the hosts, pins, byte limit and resolver the client's supervisor relays by
+    // (the server holds them to its own allowlist); the lock-down's egress_sockets are the
+    // ones they plan (egress_socket_specs), which decoding checks.
+    EgressPolicy egress;
 };
 
 // Descriptors that come with a request: 4 always, and one for each flag set.

@@ -9,6 +9,11 @@
 // rlimits and cgroup values no higher, a tmpfs no larger, a filter allowing no syscall the
 // server's does not (with the same network mode), the same network, and the limits the
 // client's supervisor enforces (wall time, CPU time, output) no longer.
+//
+// Attack: under --net allow, a run asking for a host (or port) the server's allowlist does not
+// hold, a name pinned to an address the server never pinned (a loopback or LAN service
+// behind an allowed name), another resolver, or more bytes: each run's allowlist, pins,
+// resolver and --net-bytes must be within the server's.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +38,7 @@ struct ServeBounds {
     double wall_time = 0;  // seconds; 0: none
     double cpu_time = 0;
     std::optional<std::uint64_t> output;
+    EgressPolicy egress;  // --net allow: the most a run may reach
 };
 
 // The bounds of a server whose template was planned with `policy` and `limits` (as a run of
