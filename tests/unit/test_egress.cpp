@@ -5,6 +5,8 @@
 #include "dns_wire.hpp"
 #include "egress_plan.hpp"
 #include "error.hpp"
+#include "policy.hpp"
+#include "profile.hpp"
 #include "sniff.hpp"
 
 using namespace pyjail;
@@ -327,4 +329,22 @@ TEST_CASE("egress: an allowlist within another (a template's bounds its runs')")
     CHECK(within("db.test:5432"));
     CHECK_FALSE(within("*.db.test:5432"));
     CHECK_FALSE(within("other.test"));
+}
+
+TEST_CASE("egress: a profile's allow-hosts (and allow-host) with presets") {
+    for (const char* key : {"allow-hosts", "allow-host"}) {
+        INFO(key);
+        Settings s = default_settings();
+        apply_profile(s, parse_profile(std::string("net = \"allow\"\n") + key + " = [\"@pypi\", \"api.test:8443\"]\n",
+                                       "p.toml"));
+        Policy p = make_policy(s, {"python3"}, "/home/u");
+        REQUIRE(p.egress.hosts.size() == 3);
+        CHECK(p.egress.hosts[0].name == "pypi.org");
+        CHECK(p.egress.hosts[0].origin == "p.toml:2: key 'allow-host' (@pypi)");
+        CHECK(p.egress.hosts[1].name == "files.pythonhosted.org");
+        CHECK(p.egress.hosts[2].name == "api.test");
+    }
+    Settings s = default_settings();
+    CHECK_THROWS_WITH_AS(apply_profile(s, parse_profile("allow-hosts = \"pypi.org\"\n", "p.toml")),
+                         "p.toml:1: key 'allow-hosts' takes a list, e.g. allow-hosts = [\"pypi.org\"]", UsageError);
 }

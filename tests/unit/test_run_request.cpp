@@ -169,6 +169,27 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
     Policy bound = make_policy(with_bind, {"python3", "x.py"}, "/home/u");
     facts.binds = {BindFacts{true, "/srv/data", 0, false, {}}};
     CHECK_THROWS_AS(plan_forked_mounts(plan_mounts(bound, "/r", facts, std::string("/home/u/x.py"))), UsageError);
+
+    // --net allow: the resolver files are the template's (it serves --net allow too); the
+    // run stages none of them in its /tmp, and its plan passes the template's check.
+    Settings allow = s;
+    allow["net"] = {{"allow", Source::CommandLine, "--net"}};
+    allow["allow-host"].push_back({"pypi.org", Source::CommandLine, "--allow-host"});
+    MountFacts etc = facts;
+    etc.binds.clear();
+    etc.rootfs_etc_files = {"resolv.conf", "hosts", "nsswitch.conf"};
+    MountPlan egress_plan = plan_mounts(make_policy(allow, {"python3", "x.py"}, "/home/u"), "/r", etc,
+                                        std::string("/home/u/x.py"));
+    CHECK(std::any_of(egress_plan.ops.begin(), egress_plan.ops.end(),
+                      [](const MountOp& o) { return o.kind == OpKind::Write; }));
+    RunRequest via = sample();
+    via.mounts.ops = plan_forked_mounts(egress_plan);
+    for (const auto& op : via.mounts.ops) {
+        INFO(op.target);
+        CHECK(op.kind != OpKind::Write);
+        CHECK(op.target.rfind("tmp/.net", 0) != 0);
+    }
+    CHECK_NOTHROW(decode_request(encode_request(via)));
 }
 
 TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
