@@ -12,8 +12,9 @@ namespace pyjail {
 
 namespace pid1 {
 
-// Binds every socket of `specs` and sends each to the supervisor (MsgKind::Egress, its index
-// in `exit_code`), then closes pid 1's copy: the program's namespace holds them only through
+// Binds every socket of `specs` and sends them to the supervisor (MsgKind::Egress, up to
+// kMaxPassedFds a message: the first one's index in `exit_code`, how many in `wait_status`),
+// then closes pid 1's copy: the program's namespace holds them only through
 // the supervisor, which the program cannot reach. Fails the run on any error.
 void open_egress_sockets(const std::vector<EgressSocketSpec>& specs);
 

@@ -59,6 +59,30 @@ AllowedHost parse_allow_host(std::string_view text, const std::string& origin) {
     return h;
 }
 
+const std::vector<AllowHostPreset>& allow_host_presets() {
+    // Only the hosts the service's own clients use, on 443 only: pip reaches the index at
+    // pypi.org and downloads every file from files.pythonhosted.org.
+    static const std::vector<AllowHostPreset> presets = {
+        {"pypi", {"pypi.org:443", "files.pythonhosted.org:443"}, "the Python Package Index and its file host"},
+    };
+    return presets;
+}
+
+std::vector<AllowedHost> expand_allow_host(std::string_view text, const std::string& origin) {
+    if (text.empty() || text.front() != '@') return {parse_allow_host(text, origin)};
+    std::string known;
+    for (const auto& p : allow_host_presets()) {
+        if (text.substr(1) == p.name) {
+            std::vector<AllowedHost> out;
+            for (auto h : p.hosts) out.push_back(parse_allow_host(h, fmt::format("{} ({})", origin, text)));
+            return out;
+        }
+        known += fmt::format("{}@{}", known.empty() ? "" : ", ", p.name);
+    }
+    throw UsageError(fmt::format("{}: '{}' is not a preset of hosts", origin, text),
+                     fmt::format("the presets are {}; or write a host name", known));
+}
+
 PinnedName parse_net_resolve(std::string_view text, const std::string& origin) {
     auto colon = text.rfind(':');
     PinnedName p;
@@ -136,6 +160,22 @@ std::optional<std::size_t> find_allowed_host(const EgressPolicy& e, std::string_
     for (std::size_t i = 0; i < e.hosts.size(); ++i)
         if (e.hosts[i].wildcard() && host_matches(e.hosts[i].name, name)) return i;
     return std::nullopt;
+}
+
+bool allowlist_within(const AllowedHost& inner, const EgressPolicy& outer) {
+    for (const auto& o : outer.hosts) {
+        // A wildcard inside a wildcard: "*.a.example.com" under "*.example.com" (its names are
+        // all subdomains of example.com), and "*.example.com" under itself.
+        bool name_ok = inner.wildcard() ? o.wildcard() && (inner.name == o.name ||
+                                                           host_matches(o.name, inner.name.substr(2)))
+                                        : host_matches(o.name, inner.name);
+        if (!name_ok) continue;
+        bool ports_ok = std::all_of(inner.ports.begin(), inner.ports.end(), [&](std::uint16_t p) {
+            return std::find(o.ports.begin(), o.ports.end(), p) != o.ports.end();
+        });
+        if (ports_ok) return true;
+    }
+    return false;
 }
 
 std::optional<dns::Ipv4> pinned_address(const EgressPolicy& e, std::string_view name) {

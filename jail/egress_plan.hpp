@@ -71,6 +71,18 @@ void parse_net_dns(std::string_view text, const std::string& origin, EgressPolic
 
 // "HOST", "HOST:PORT" or "*.DOMAIN[:PORT]"; without a port, 80 and 443. Throws UsageError.
 AllowedHost parse_allow_host(std::string_view text, const std::string& origin);
+
+// A name for a set of hosts one service needs, as `--allow-host @NAME`: each host with its
+// port (man pyjail(1) and --explain list them).
+struct AllowHostPreset {
+    std::string_view name;                      // "pypi", written "@pypi"
+    std::vector<std::string_view> hosts;        // "HOST:PORT", as --allow-host takes them
+    std::string_view what;                      // for --explain and messages
+};
+const std::vector<AllowHostPreset>& allow_host_presets();
+// One --allow-host value: a preset ("@pypi") gives each of its hosts, anything else what
+// parse_allow_host does. Each host's origin names the preset. Throws UsageError.
+std::vector<AllowedHost> expand_allow_host(std::string_view text, const std::string& origin);
 // "HOST:ADDRESS" (an IPv4 address). Throws UsageError.
 PinnedName parse_net_resolve(std::string_view text, const std::string& origin);
 // Merges entries naming the same host (their ports together) and checks the bounds.
@@ -113,6 +125,10 @@ std::vector<EgressSocketSpec> egress_socket_specs(const EgressPlan& plan);
 bool host_matches(std::string_view pattern, std::string_view name);
 // The allowed host `name` falls under (an exact entry before a wildcard), or nothing.
 std::optional<std::size_t> find_allowed_host(const EgressPolicy& e, std::string_view name);
+// Whether every name and port `inner` allows, `outer` allows too: a name, or a wildcard's
+// every subdomain, under one of outer's entries with each of its ports. A template's
+// allowlist bounds its runs' (serve_bounds.hpp).
+bool allowlist_within(const AllowedHost& inner, const EgressPolicy& outer);
 // The address --net-resolve pins `name` to, if any.
 std::optional<dns::Ipv4> pinned_address(const EgressPolicy& e, std::string_view name);
 

@@ -87,6 +87,11 @@ std::string explain_text(const ExplainInput& in) {
         }
         for (const auto& pin : in.policy.egress.pins)
             out += fmt::format("#   {} pinned to {}\n", pin.name, dns::format_ipv4(pin.address));
+        for (const auto& preset : allow_host_presets()) {
+            std::string hosts;
+            for (auto h : preset.hosts) hosts += fmt::format(" {}", h);
+            out += fmt::format("#   (--allow-host @{}:{}: {})\n", preset.name, hosts, preset.what);
+        }
     }
     out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
                                                 ? fmt::format("{} s", in.policy.wall_time)

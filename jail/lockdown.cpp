@@ -21,7 +21,8 @@ bool operator==(const Lockdown& a, const Lockdown& b) {
     }
     return a.hostname == b.hostname && a.loopback_up == b.loopback_up &&
            a.own_user_namespace == b.own_user_namespace &&
-           a.template_capabilities == b.template_capabilities && a.filter_notifies == b.filter_notifies;
+           a.template_capabilities == b.template_capabilities &&
+           a.template_binds_low_ports == b.template_binds_low_ports && a.filter_notifies == b.filter_notifies;
 }
 
 }  // namespace pyjail

@@ -32,6 +32,9 @@ struct Lockdown {
     // A template's (`pyjail serve`) program keeps the few capabilities its runs' set-up needs
     // (steps.cpp, keep_template_capabilities); every other program keeps none.
     bool template_capabilities = false;
+    // ... and, serving --net allow, CAP_NET_BIND_SERVICE: a run's pid 1 binds its resolver
+    // at 127.0.0.1:53 (egress_pid1.hpp).
+    bool template_binds_low_ports = false;
     std::vector<sock_filter> seccomp_filter;  // empty: no filter (--seccomp off)
     // The filter sends what it refuses to the supervisor (a user-notification listener, handed
     // over with "ready"); false: a filter that answers in the kernel and has no listener.

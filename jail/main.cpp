@@ -247,11 +247,13 @@ int run(int argc, char** argv) {
                 throw UsageError("pyjail serve: " + *why, "bind it read-only (--ro-bind), or send files with each run");
             std::vector<std::string> preload = serve_template_settings(settings, dirs);
             Policy policy = make_policy(settings, serve::template_command(preload), cwd);
-            if (policy.net == NetMode::Allow)
-                throw UsageError("pyjail serve: --net allow is not available for templates yet",
-                                 "serve with --net none or loopback");
             PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
             prepared.plan.is_template = true;
+            // --net allow: the template relays nothing and binds no listener; its rootfs's
+            // resolver files are its runs' (plan_egress_etc), and each run's pid 1 binds the
+            // run's own sockets for the run's client (forked_run.cpp). Its allowlist bounds
+            // its runs' (serve_bounds.hpp).
+            prepared.plan.egress.reset();
             prepared.plan.template_filter = compile_template_filter();
             // The server's cgroup (a systemd scope, if one must be asked for) holds the
             // template's leaf and every run's.

@@ -44,7 +44,7 @@ bool parse_bool(const SettingItem& item, std::string_view key) {
 // --net never silently drops a restriction the user thinks is in place.
 void make_egress_policy(Policy& p, const Settings& settings, const SettingItem& net) {
     for (const auto& it : settings.at("allow-host"))
-        p.egress.hosts.push_back(parse_allow_host(it.value, where(it, "allow-host")));
+        for (auto& h : expand_allow_host(it.value, where(it, "allow-host"))) p.egress.hosts.push_back(std::move(h));
     for (const auto& it : settings.at("net-resolve"))
         p.egress.pins.push_back(parse_net_resolve(it.value, where(it, "net-resolve")));
     const auto& b = setting(settings, "net-bytes");

@@ -196,7 +196,10 @@ void apply_profile(Settings& settings, const Profile& profile) {
     for (const auto& e : profile.entries) {
         if (e.key == "extends") continue;  // profile_chain's
         std::string where = fmt::format("{}:{}", profile.path, e.line);
-        const OptionSpec* spec = find_option(e.key);
+        // A list of hosts reads as a plural in a profile (`allow-hosts = ["pypi.org"]`); the
+        // option's own name works too.
+        const std::string key = e.key == "allow-hosts" ? std::string("allow-host") : e.key;
+        const OptionSpec* spec = find_option(key);
         if (spec == nullptr || !spec->profile_key) {
             std::string hint;
             if (spec != nullptr) {
@@ -213,7 +216,7 @@ void apply_profile(Settings& settings, const Profile& profile) {
                                          e.key, e.key, e.values.front()));
         if (spec->kind != OptKind::List && e.is_list)
             throw UsageError(fmt::format("{}: key '{}' takes one value, not a list", where, e.key));
-        auto& items = settings[e.key];
+        auto& items = settings[key];
         items.clear();
         for (const auto& v : e.values) items.push_back({v, Source::Profile, where});
     }

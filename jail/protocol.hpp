@@ -17,8 +17,9 @@ enum class MsgKind : std::uint32_t {
     Reaped = 4,  // pid 1 is about to exit: exit_code (kInitReapedAll or kInitLeftSome) and
                  // the usage of every process it waited for. Read by a supervisor that is not
                  // pid 1's parent (a run from a template) and so cannot wait for it.
-    Egress = 5,  // before "ready", --net allow: one socket of the jail's network namespace
-                 // (SCM_RIGHTS), its index among ChildPlan::egress_sockets in exit_code
+    Egress = 5,  // before "ready", --net allow: sockets of the jail's network namespace
+                 // (SCM_RIGHTS, up to kMaxPassedFds), the first one's index among the
+                 // lock-down's egress_sockets in exit_code
 };
 
 // The supervisor's requests to the jail's pid 1, on the same socket (once pid 1 has sent

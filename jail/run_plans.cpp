@@ -19,10 +19,10 @@ Lockdown plan_lockdown(const RunPlan& p) {
     Lockdown l;
     l.hostname = p.policy.hostname;
     l.loopback_up = p.policy.net != NetMode::None;
-    // --net allow: the resolver and listeners pid 1 binds in the jail's namespace for the
-    // supervisor (egress_plan.hpp). A run from a template cannot ask for them yet (refused
-    // where its request is planned), so only a fresh jail's plan holds any.
-    if (p.egress) l.egress_sockets = egress_socket_specs(*p.egress);
+    // --net allow: the resolver and listeners pid 1 binds in the jail's network namespace for
+    // the supervisor (egress_plan.hpp): a fresh jail's, or a run's from a template (each run
+    // has a namespace of its own, forked_run.cpp). A template binds none: it relays nothing.
+    if (p.egress && !p.is_template) l.egress_sockets = egress_socket_specs(*p.egress);
     l.rlimits = p.limits.rlimits;
     l.seccomp_filter = p.seccomp_filter;
     if (!p.is_template) return l;
@@ -31,6 +31,8 @@ Lockdown plan_lockdown(const RunPlan& p) {
     // for every run -- one a run sets for itself cannot be raised again -- and may create the
     // namespaces its runs need.
     l.template_capabilities = true;
+    // Its runs' pid 1 binds the jail's resolver at port 53 in the run's network namespace.
+    l.template_binds_low_ports = p.policy.net == NetMode::Allow;
     // Not the profile's filter, which every run installs for itself (forked_run.cpp) before its
     // program exists, but the template's own: what no template needs, answered in the kernel
     // (seccomp.cpp, compile_template_filter). One filter stack notifies only one listener: the
@@ -99,6 +101,7 @@ RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     relocate_run_script(r, p.mounts, p.command.script_index);
     r.files_uid = p.host_ids.files_uid;
     r.files_gid = p.host_ids.files_gid;
+    if (p.egress) r.egress = p.egress->policy;
     return r;
 }
 

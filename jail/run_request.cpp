@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "error.hpp"
+#include "policy.hpp"
 
 namespace pyjail {
 
@@ -16,6 +17,7 @@ namespace {
 constexpr std::string_view kMagic = "PYJAIL-RUN/1";
 constexpr std::uint32_t kMaxItems = 4096;        // argv, env, rlimits, mounts, cgroup files
 constexpr std::uint32_t kMaxFilter = 4096;       // BPF_MAXINSNS
+constexpr std::uint32_t kMaxPins = 256;          // --net-resolve entries
 
 class Writer {
 public:
@@ -118,6 +120,72 @@ double seconds_from_bits(std::uint64_t bits, const char* what) {
     return s;
 }
 
+// --net allow's part of a request: the policy, checked as the command line's is, and the
+// sockets the run's pid 1 is to bind, which must be the ones that policy plans.
+// Attack: a request whose sockets are not its policy's (a listener for a host the server's
+// allowlist never saw, or thousands of them) passing the server's check of the policy.
+void decode_egress(Reader& in, RunRequest& r) {
+    EgressPolicy& e = r.egress;
+    auto checked = [](auto&& f) {
+        try {
+            f();
+        } catch (const UsageError& u) {
+            throw BadRequest(std::string("egress: ") + u.what());
+        }
+    };
+    e.hosts.resize(in.count("allowed hosts", kMaxAllowHosts));
+    for (auto& h : e.hosts) {
+        std::string name = in.str("an allowed host");
+        checked([&] { h = parse_allow_host(name, "the request"); });
+        if (h.name != name) throw BadRequest("an allowed host not in its plain form: " + name);
+        h.ports.resize(in.count("ports of an allowed host", kMaxPortsPerHost));
+        for (auto& port : h.ports) {
+            std::uint32_t v = in.u32();
+            if (v == 0 || v > 65535) throw BadRequest("an allowed host's port out of range");
+            port = static_cast<std::uint16_t>(v);
+        }
+        if (h.ports.empty()) throw BadRequest("an allowed host without a port");
+        h.origin = "the request";
+    }
+    e.pins.resize(in.count("pinned names", kMaxPins));
+    for (auto& p : e.pins) {
+        std::string name = in.str("a pinned name");
+        std::string address = in.str("a pinned address");
+        checked([&] { p = parse_net_resolve(name + ":" + address, "the request"); });
+    }
+    const bool has_bytes = in.u32() != 0;
+    const std::uint64_t bytes = in.u64();
+    if (has_bytes) e.bytes = bytes;
+    std::string dns_server = in.str("the resolver");
+    std::uint32_t dns_port = in.u32();
+    if (dns_port == 0 || dns_port > 65535) throw BadRequest("the resolver's port out of range");
+    if (!dns_server.empty())
+        checked([&] { parse_net_dns(dns_server + ":" + std::to_string(dns_port), "the request", e); });
+    auto& sockets = r.lockdown.egress_sockets;
+    sockets.resize(in.count("egress sockets", kMaxListeners + 1));
+    for (auto& sock : sockets) {
+        sock.address = in.u32();
+        std::uint32_t port = in.u32();
+        if (port == 0 || port > 65535) throw BadRequest("an egress socket's port out of range");
+        sock.port = static_cast<std::uint16_t>(port);
+        sock.udp = in.u32() != 0;
+    }
+    const bool allow = r.net == static_cast<std::uint32_t>(NetMode::Allow);
+    if (!allow) {
+        if (!e.hosts.empty() || !e.pins.empty() || e.bytes || e.dns_server || !sockets.empty())
+            throw BadRequest("egress settings without --net allow");
+        return;
+    }
+    if (e.hosts.empty()) throw BadRequest("--net allow without an allowed host");
+    checked([&] { check_egress_policy(e); });
+    const auto planned = egress_socket_specs(plan_egress(e));
+    bool same = planned.size() == sockets.size();
+    for (std::size_t i = 0; same && i < planned.size(); ++i)
+        same = planned[i].address == sockets[i].address && planned[i].port == sockets[i].port &&
+               planned[i].udp == sockets[i].udp;
+    if (!same) throw BadRequest("egress sockets that are not the allowed hosts' own");
+}
+
 }  // namespace
 
 const char* rlimit_name(int resource) {
@@ -195,6 +263,28 @@ std::string encode_request(const RunRequest& r) {
             if (r.mounts.ops[i].kind == OpKind::Bind &&
                 r.mounts.ops[i].source_slot == kFirstHandedSlot + static_cast<int>(k))
                 w.u32(static_cast<std::uint32_t>(i));
+    const EgressPolicy& e = r.egress;
+    w.u32(static_cast<std::uint32_t>(e.hosts.size()));
+    for (const auto& h : e.hosts) {
+        w.str(h.name);
+        w.u32(static_cast<std::uint32_t>(h.ports.size()));
+        for (auto port : h.ports) w.u32(port);
+    }
+    w.u32(static_cast<std::uint32_t>(e.pins.size()));
+    for (const auto& p : e.pins) {
+        w.str(p.name);
+        w.str(dns::format_ipv4(p.address));
+    }
+    w.u32(e.bytes ? 1 : 0);
+    w.u64(e.bytes.value_or(0));
+    w.str(e.dns_server ? dns::format_ipv4(*e.dns_server) : std::string());
+    w.u32(e.dns_port);
+    w.u32(static_cast<std::uint32_t>(lock.egress_sockets.size()));
+    for (const auto& sock : lock.egress_sockets) {
+        w.u32(sock.address);
+        w.u32(sock.port);
+        w.u32(sock.udp ? 1 : 0);
+    }
     return w.take();
 }
 
@@ -216,6 +306,8 @@ void wipe_request(RunRequest& r) {
     }
     for (auto& src : r.mounts.sources) wipe(src.host_path);
     wipe(r.rootfs);
+    for (auto& h : r.egress.hosts) wipe(h.name);
+    for (auto& p : r.egress.pins) wipe(p.name);
 }
 
 RunRequest decode_request(std::string_view bytes) {
@@ -304,6 +396,7 @@ RunRequest decode_request(std::string_view bytes) {
         op.source_slot = kFirstHandedSlot + static_cast<int>(k);
         r.mounts.sources.push_back(SourceRef{"", false});
     }
+    decode_egress(in, r);
     if (!in.done()) throw BadRequest("bytes after the end of the request");
     for (const auto& op : r.mounts.ops)
         if (op.kind == OpKind::Bind && op.source_path.empty() && op.source_slot < 0)
@@ -327,6 +420,9 @@ std::vector<MountOp> plan_forked_mounts(const MountPlan& plan) {
                                  op.target,
                              "bind it at /work or below /tmp, or run without --via");
         if (op.target.empty() || !is_run_private(op.target)) continue;
+        // --net allow's resolver files, staged in /tmp and bound over /etc: a run from a
+        // template has its template's (which serves --net allow too: serve_bounds.hpp).
+        if (op.kind == OpKind::Write || op.target.rfind("tmp/.net", 0) == 0) continue;
         MountOp kept = op;
         if (kept.kind == OpKind::Copy) kept.source_slot = 1;
         ops.push_back(std::move(kept));

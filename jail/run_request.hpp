@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "egress_plan.hpp"
 #include "limits.hpp"
 #include "lockdown.hpp"
 #include "mountplan.hpp"
@@ -54,6 +55,10 @@ struct RunRequest {
     std::uint32_t binds = 0;
     std::uint32_t files_uid = 0;
     std::uint32_t files_gid = 0;
+    // --net allow: the hosts, pins, byte limit and resolver the client's supervisor relays by
+    // (the server holds them to its own allowlist); the lock-down's egress_sockets are the
+    // ones they plan (egress_socket_specs), which decoding checks.
+    EgressPolicy egress;
 };
 
 // A run's mount plan: slot 0 stands for the rootfs (the template's) and 1 for the script

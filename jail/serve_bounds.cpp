@@ -167,6 +167,45 @@ std::optional<std::string> beyond_supervised(const char* name, double asked, dou
                        asked > 0 ? fmt::format("{}", asked) : std::string("0 (no limit)"), most, kFix);
 }
 
+std::string allowlist_text(const EgressPolicy& e) {
+    std::string out;
+    for (const auto& h : e.hosts) {
+        std::string ports;
+        for (auto p : h.ports) ports += fmt::format("{}{}", ports.empty() ? "" : ",", p);
+        out += fmt::format("{}{}:{}", out.empty() ? "" : " ", h.name, ports);
+    }
+    return out;
+}
+
+std::optional<std::string> beyond_egress(const RunRequest& r, const ServeBounds& b) {
+    const EgressPolicy &asked = r.egress, &own = b.egress;
+    for (const auto& h : asked.hosts)
+        if (!allowlist_within(h, own)) {
+            std::string ports;
+            for (auto p : h.ports) ports += fmt::format("{}{}", ports.empty() ? "" : ",", p);
+            return fmt::format("the run asks for --allow-host {}:{}, beyond this server's runs' allowlist ({}): "
+                               "ask for less, or start pyjail serve with that --allow-host",
+                               h.name, ports, allowlist_text(own));
+        }
+    for (const auto& p : asked.pins) {
+        auto mine = pinned_address(own, p.name);
+        if (!mine || *mine != p.address)
+            return fmt::format("the run asks for --net-resolve {}:{}, which this server's runs do not have: "
+                               "ask for less, or start pyjail serve with it",
+                               p.name, dns::format_ipv4(p.address));
+    }
+    if (asked.dns_server != own.dns_server || (own.dns_server && asked.dns_port != own.dns_port))
+        return fmt::format("the run asks for --net-dns {}; this server's runs have {}: ask for the same",
+                           asked.dns_server ? fmt::format("{}:{}", dns::format_ipv4(*asked.dns_server), asked.dns_port)
+                                            : std::string("none (the host's resolver)"),
+                           own.dns_server ? fmt::format("{}:{}", dns::format_ipv4(*own.dns_server), own.dns_port)
+                                          : std::string("none (the host's resolver)"));
+    if (own.bytes && (!asked.bytes || *asked.bytes > *own.bytes))
+        return fmt::format("the run asks for --net-bytes {}; this server's runs have at most {}: {}",
+                           asked.bytes ? std::to_string(*asked.bytes) : std::string("none"), *own.bytes, kFix);
+    return std::nullopt;
+}
+
 }  // namespace
 
 ServeBounds serve_bounds(const Policy& policy, const LimitPlan& limits,
@@ -183,6 +222,7 @@ ServeBounds serve_bounds(const Policy& policy, const LimitPlan& limits,
     b.cpu_time = policy.limits.cpu_time;
     b.output = policy.limits.output;
     b.allow_binds = setting(policy.settings, "allow-binds").value == "true";
+    b.egress = policy.egress;
     return b;
 }
 
@@ -197,6 +237,7 @@ std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds&
         return fmt::format("the run asks for another network than this server's runs have (--net {}): "
                            "ask for the same, or start another pyjail serve",
                            net_mode_name(b.net));
+    if (auto why = beyond_egress(r, b)) return why;
     if (b.seccomp_allow) {
         if (r.lockdown.seccomp_filter.empty() || r.seccomp_allow.empty())
             return fmt::format("the run asks for --seccomp off; this server's runs have a filter: {}", kFix);

@@ -9,6 +9,11 @@
 // rlimits and cgroup values no higher, a tmpfs no larger, a filter allowing no syscall the
 // server's does not (with the same network mode), the same network, and the limits the
 // client's supervisor enforces (wall time, CPU time, output) no longer.
+//
+// Attack: under --net allow, a run asking for a host (or port) the server's allowlist does not
+// hold, a name pinned to an address the server never pinned (a loopback or LAN service
+// behind an allowed name), another resolver, or more bytes: each run's allowlist, pins,
+// resolver and --net-bytes must be within the server's.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +45,7 @@ struct ServeBounds {
     bool allow_binds = false;
     bool bind_ids_known = false;
     std::uint32_t bind_uid = 0, bind_gid = 0;
+    EgressPolicy egress;  // --net allow: the most a run may reach
 };
 
 // Attack: a run's writable bind. The template's own writable bind is refused

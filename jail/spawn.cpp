@@ -340,6 +340,13 @@ void finish_output(const RunPlan& p, Channels& ch) {
                      static_cast<unsigned long long>(dropped), StdioRelay::kFinalFlushMs / 1e3);
 }
 
+// --net allow: every connection still open is closed and counted; the report's account.
+void finish_egress(Channels& ch, Supervised& s) {
+    if (!ch.egress) return;
+    ch.egress->finish();
+    s.end.egress = ch.egress->report();
+}
+
 // The jail's CPU time and peak memory: the cgroup's, or what the kernel accounted to our
 // reaped children.
 Usage collect_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) {
@@ -439,10 +446,7 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     jail.mark_reaped();
     terminal.restore();
     finish_output(p, channels);
-    if (channels.egress) {
-        channels.egress->finish();
-        s.end.egress = channels.egress->report();
-    }
+    finish_egress(channels, s);
 
     static_cast<JailEnd&>(facts) = s.end;
     static_cast<Usage&>(facts) = collect_usage(leaf, s);
@@ -504,11 +508,9 @@ ServeConnection connect_to_server(const std::string& socket) {
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
             const std::function<void(int)>& on_script) {
     (void)host_argv;
-    // Controlled egress is made by a fresh jail's pid 1 (egress_pid1.hpp); a run from a
-    // template does not have it yet, and must not run with less than was asked.
-    if (policy.net == NetMode::Allow)
-        throw UsageError("--via: --net allow is not available for runs from a template yet",
-                         "run without --via");
+    // --net allow: the run's pid 1 binds its resolver and listeners in the run's own network
+    // namespace (forked_run.cpp, lock_down) and hands them to us over the report socket; we
+    // relay as a fresh jail's supervisor does (Channels, supervise_jail, finish_egress).
     ServeConnection server = connect_to_server(socket);
     CgroupSite site;
     site.ok = server.hello.cgroup_ok != 0;
@@ -588,6 +590,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     jail.mark_reaped();
     terminal.restore();
     finish_output(p, channels);
+    finish_egress(channels, s);
 
     static_cast<JailEnd&>(facts) = s.end;
     Usage u = collect_usage(leaf, s);

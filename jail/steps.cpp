@@ -264,7 +264,7 @@ void drop_capabilities() {
         fail(ChildStep::Capabilities, errno, kExitJailError, "clear capability sets");
 }
 
-void keep_template_capabilities() {
+void keep_template_capabilities(bool low_ports) {
     // A template (`pyjail serve`) runs only trusted code: the rootfs's interpreter importing
     // the rootfs's modules. It keeps, in its own user namespace only, what making a run a jail
     // of its own takes (forked_run.cpp): new namespaces and mounts (SYS_ADMIN), `lo` (NET_ADMIN)
@@ -272,8 +272,11 @@ void keep_template_capabilities() {
     // set; these three survive the interpreter's execve as ambient capabilities (the jail user
     // is not root: nothing else survives it), and the interpreter lowers them to its permitted
     // set before it runs any module of the rootfs (zygote::lower_capabilities). Every run drops
-    // them all before its program runs.
-    constexpr int kKeep[] = {CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP};
+    // them all before its program runs. Serving --net allow, also NET_BIND_SERVICE: each run's
+    // pid 1 binds the run's resolver at port 53 of the run's own network namespace.
+    const std::vector<int> kKeep = low_ports ? std::vector<int>{CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP,
+                                                                CAP_NET_BIND_SERVICE}
+                                             : std::vector<int>{CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP};
     auto kept = [&](int cap) {
         for (int k : kKeep)
             if (k == cap) return true;
@@ -429,7 +432,7 @@ void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int ke
     new_session();
     keep_only(keep, keep_count);
     hear_requests();
-    if (l.template_capabilities) keep_template_capabilities();
+    if (l.template_capabilities) keep_template_capabilities(l.template_binds_low_ports);
     else drop_capabilities();
     set_no_new_privs();
     join_new_keyring();

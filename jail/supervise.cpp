@@ -132,9 +132,12 @@ private:
     bool drain_messages() {
         while (true) {
             JailMessage m{};
-            int fd = -1;
-            ssize_t n = recv_with_fd(a_.sync_fd, &m, sizeof m, fd, MSG_DONTWAIT);
-            UniqueFd passed(fd);
+            int fds[kMaxPassedFds];
+            int got = 0;
+            ssize_t n = recv_with_fds(a_.sync_fd, &m, sizeof m, fds, kMaxPassedFds, got, MSG_DONTWAIT);
+            std::array<UniqueFd, kMaxPassedFds> held;
+            for (int i = 0; i < got; ++i) held[static_cast<std::size_t>(i)].reset(fds[i]);
+            UniqueFd& passed = held[0];
             if (n < 0 && errno == EINTR) continue;
             if (n == 0) return false;
             if (n != static_cast<ssize_t>(sizeof m)) return true;
@@ -145,7 +148,12 @@ private:
                     break;
                 case MsgKind::Egress:
                     // Only before "ready": from then on pid 1 has nothing to hand over.
-                    if (a_.egress && !ready_) a_.egress->adopt(m.exit_code, std::move(passed));
+                    // Each at its own index: a message cannot name one twice (adopt refuses a
+                    // socket that is not the plan's, or an index already filled).
+                    if (a_.egress && !ready_)
+                        for (int i = 0; i < got; ++i)
+                            a_.egress->adopt(static_cast<std::int64_t>(m.exit_code) + i,
+                                             std::move(held[static_cast<std::size_t>(i)]));
                     break;
                 case MsgKind::Ready:
                     // Fail closed: a jail whose egress sockets did not all arrive would run with

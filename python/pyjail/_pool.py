@@ -97,14 +97,25 @@ class Pool:
     filter that allows more), and the call raises JailError saying which.
     Raises JailError when a template cannot start (a module the rootfs
     lacks, say), with pyjail's explanation.
+
+    ``net="allow"`` with ``allow_hosts=["pypi.org", "@pypi", ...]``: every
+    run reaches those hosts by name, through pyjail (``--net allow``,
+    ``--allow-host``), each with a resolver and listeners of its own; the
+    list is also the most a run may ask for: a run's own ``allow_hosts``
+    replaces the Pool's and must be within it (the server refuses a host
+    or port it does not allow, and the call raises JailError).
     """
 
     def __init__(self, preload: Sequence[str] = (), size: int = 1, *, profile: str = "strict",
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
                  options: Optional[Mapping[str, Any]] = None, binary: Optional[str] = None,
-                 start_timeout: float = 300.0) -> None:
+                 start_timeout: float = 300.0, net: Optional[str] = None,
+                 allow_hosts: Sequence[str] = ()) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
+        if isinstance(allow_hosts, str):
+            raise TypeError("allow_hosts is a list of host names, not a str")
+        self._allow_hosts = [str(h) for h in allow_hosts]
         self._binary = find_binary(binary)
         self._profile = profile
         self._rootfs = None if rootfs is None else os.fspath(rootfs)
@@ -118,6 +129,7 @@ class Pool:
             args += ["--rootfs", self._rootfs]
         for name in preload:
             args += ["--preload", name]
+        args += option_args({"net": net, "allow-host": self._allow_hosts})
         args += option_args(options)
         # Runs that bind host paths (the standard and batch profiles' current directory, or
         # binds among the options) need a server that takes them; each run's client opens
@@ -125,9 +137,12 @@ class Pool:
         if profile in ("standard", "batch") or any(
                 k.replace("_", "-") in ("bind", "ro-bind", "workdir") for k in (options or {})):
             args.append("--allow-binds")
-        # The runs' defaults: the same options, but those of the server alone.
-        self._defaults = option_args({k: v for k, v in (options or {}).items()
-                                      if k.replace("_", "-") not in _SERVER_ONLY})
+        # The runs' defaults: the same options, but those of the server alone. The allowlist
+        # is a run's unless it gives its own (a list given twice would be joined, not
+        # replaced: _through_template).
+        self._defaults = option_args({"net": net})
+        self._defaults += option_args({k: v for k, v in (options or {}).items()
+                                       if k.replace("_", "-") not in _SERVER_ONLY})
         try:
             for i in range(size):
                 self._servers.append(_Server(self._binary, os.path.join(self._dir, "t%d.sock" % i),
@@ -146,6 +161,8 @@ class Pool:
         """The arguments of a run or session, sent to one of the templates:
         the Pool's profile and options first, the call's own on top."""
         kwargs.setdefault("profile", self._profile)
+        if self._allow_hosts and not kwargs.get("allow_hosts"):
+            kwargs["allow_hosts"] = list(self._allow_hosts)
         if self._rootfs is not None:
             kwargs.setdefault("rootfs", self._rootfs)
         kwargs["_defaults"] = self._defaults

@@ -140,9 +140,42 @@ _template_servers: dict[str, tuple[subprocess.Popen, str]] = {}
 TEMPLATE_RUNS = {"through a template": 0, "fresh (options a template run cannot have)": 0}
 
 
-def _template_socket(binary: Path, user: JailUser, binds: bool = False) -> str:
-    """The socket of this user's `pyjail serve` (with --allow-binds: `binds`), started on first use."""
-    key = user.name + (" binds" if binds else "")
+# Options of controlled egress: a run with --net allow goes through a server started with the
+# same ones (its allowlist bounds its runs'), one per distinct set, the last few kept.
+_EGRESS_OPTIONS = ("--net", "--allow-host", "--net-resolve", "--net-dns", "--net-bytes")
+_EGRESS_SERVERS_KEPT = 3
+_egress_servers: list[str] = []
+
+
+def _egress_options(opts: list[str]) -> tuple[str, ...]:
+    """The egress options among `opts` ("--opt value" or "--opt=value"), when --net is allow."""
+    found: list[str] = []
+    i = 0
+    while i < len(opts):
+        name = opts[i].split("=", 1)[0]
+        if name in _EGRESS_OPTIONS:
+            if "=" in opts[i]:
+                found += [name, opts[i].split("=", 1)[1]]
+            elif i + 1 < len(opts):
+                found += [name, opts[i + 1]]
+                i += 1
+        i += 1
+    pairs = list(zip(found[::2], found[1::2]))
+    return tuple(found) if ("--net", "allow") in pairs else ()
+
+
+def _template_socket(binary: Path, user: JailUser, binds: bool = False,
+                     egress: tuple[str, ...] = ()) -> str | None:
+    """The socket of this user's `pyjail serve` (with --allow-binds: `binds`; for runs with
+    `egress` options, one started with them), started on first use."""
+    key = user.name + (" binds" if binds else "") + "\0" + "\0".join(egress)
+    if egress and key not in _template_servers:
+        _egress_servers.append(key)
+        if len(_egress_servers) > _EGRESS_SERVERS_KEPT:
+            p, sock = _template_servers.pop(_egress_servers.pop(0))
+            p.send_signal(signal.SIGTERM)
+            p.wait(15)
+            shutil.rmtree(os.path.dirname(sock), ignore_errors=True)
     if key not in _template_servers:
         d = tempfile.mkdtemp(prefix=TMP_PREFIX, dir="/tmp")
         os.chmod(d, 0o777)
@@ -157,9 +190,15 @@ def _template_socket(binary: Path, user: JailUser, binds: bool = False) -> str:
                  "--nofile", str(nofile if nofile != resource.RLIM_INFINITY else 1 << 20)]
         p = subprocess.Popen([*user.prefix, str(binary), *_extra_args(), "serve", "--quiet",
                               "--socket", sock, "--preload", "json", *loose,
-                              *(["--allow-binds"] if binds else [])],
+                              *(["--allow-binds"] if binds else []), *egress],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, cwd="/")
         line = p.stdout.readline().decode()
+        if egress and not line.startswith("pyjail serve: ready"):
+            # Egress options pyjail refuses: the run (fresh) shows the same error.
+            p.wait(15)
+            shutil.rmtree(d, ignore_errors=True)
+            _egress_servers.remove(key)
+            return None
         assert line.startswith("pyjail serve: ready"), f"pyjail serve did not start: {line!r}"
         _template_servers[key] = (p, sock)
     return _template_servers[key][1]
@@ -175,12 +214,16 @@ def _through_template(binary: Path, args: list[str], user: JailUser) -> list[str
             o.split("=", 1)[0] in _NOT_FOR_TEMPLATES for o in opts):
         TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
         return args
-    TEMPLATE_RUNS["through a template"] += 1
     names = [o.split("=", 1)[0] for o in opts]
     binds = any(n in _BINDING for n in names) or any(
         o == "--profile" and i + 1 < len(opts) and opts[i + 1] in _BINDING_PROFILES for i, o in enumerate(opts)) or any(
         o.startswith("--profile=") and o.split("=", 1)[1] in _BINDING_PROFILES for o in opts)
-    return [*opts, "--via", _template_socket(binary, user, binds), "--", *command]
+    sock = _template_socket(binary, user, binds, _egress_options(opts))
+    if sock is None:
+        TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
+        return args
+    TEMPLATE_RUNS["through a template"] += 1
+    return [*opts, "--via", sock, "--", *command]
 
 
 @pytest.fixture(scope="session", autouse=True)

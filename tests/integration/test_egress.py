@@ -183,12 +183,16 @@ def internet():
 
 
 def egress_run(run_py, world_tmp, internet, code, user, opts, check=True, **kwargs):
-    """Runs `code` with --net allow and `opts`, the test CA trusted; returns it with .report."""
+    """Runs `code` with --net allow and `opts`, the test CA trusted; returns it with .report.
+
+    The program writes the CA itself (no host bind), so that under PYJAIL_THROUGH_TEMPLATE=1
+    the run goes through a template too."""
     d = world_tmp.dir(0o777)
     report = d / "report.json"
+    kwargs["setup"] = f"open('/tmp/ca.pem', 'w').write({internet.ca.read_text()!r})\n" + kwargs.get("setup", "")
     r = run_py(code, user=user, check=check,
-               opts=["--net", "allow", "--report", str(report), "--ro-bind", f"{internet.ca}:/work/ca.pem",
-                     "--env", "SSL_CERT_FILE=/work/ca.pem", *opts], **kwargs)
+               opts=["--net", "allow", "--report", str(report), "--env", "SSL_CERT_FILE=/tmp/ca.pem", *opts],
+               **kwargs)
     r.report = json.loads(report.read_text()) if report.exists() else None
     return r
 
@@ -538,3 +542,82 @@ def test_the_jail_holds_only_lo_and_cannot_take_pyjails_sockets(run_py, world_tm
     assert got["listener"] == "EADDRINUSE", got  # pyjail's listener, without SO_REUSEPORT
     assert got["resolv.conf"] in (None, "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n"), got
     assert got["hosts writable"] in ("EROFS", "EACCES"), got
+
+
+# --------------------------------------------------------------------------------------------
+# Runs from a template (`pyjail serve --net allow`, `pyjail --via`)
+
+
+VIA_HELPERS = HELPERS + """\
+import errno
+def attempt(fn, *args, **kwargs):
+    try:
+        fn(*args, **kwargs)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+"""
+
+
+def via_egress(run_jail, user, sock, code, opts, **kwargs):
+    return run_jail(["--quiet", "--net", "allow", *opts, "--via", sock, "--", "python", "-c", VIA_HELPERS + code],
+                    user=user, **kwargs)
+
+
+def test_a_template_s_allowlist_bounds_what_its_runs_may_ask(run_jail, serve, internet, as_user):
+    web = ["--allow-host", f"web.test:{internet.http_port}", "--net-resolve", "web.test:127.0.0.1"]
+    files = ["--allow-host", f"files.test:{internet.https_port}", "--net-resolve", "files.test:127.0.0.1"]
+    code = f"print(fetch('http://web.test:{internet.http_port}/'), resolve('files.test'))"
+    # Control: a fresh jail allowed files.test reaches it.
+    r = run_jail(["--quiet", "--net", "allow", *web, *files, "--", "python", "-c", HELPERS + code], user=as_user)
+    assert r.returncode == 0 and r.stdout.startswith(f"hello web.test:{internet.http_port}\n 127.100."), describe(r)
+    sock, _ = serve(as_user, "--net", "allow", *web, "--net-bytes", "10M")
+    # Within the template's allowlist: the run reaches its host; files.test is no name to it.
+    r = via_egress(run_jail, as_user, sock, code, [*web, "--net-bytes", "1M"])
+    assert (r.returncode, r.stdout) == (0, f"hello web.test:{internet.http_port}\n gaierror -2\n"), describe(r)
+    # Beyond it: refused before the run exists, in one line naming what it asked for.
+    for extra, asked in [
+        (files, f"--allow-host files.test:{internet.https_port}, beyond this server's runs' allowlist "
+                f"(web.test:{internet.http_port})"),
+        (["--allow-host", "web.test"], f"--allow-host web.test:80,443,{internet.http_port}, beyond"),
+        (["--allow-host", "*.web.test:80"], "--allow-host *.web.test:80, beyond"),
+        (["--net-resolve", "other.test:127.0.0.2"], "--net-resolve other.test:127.0.0.2, which this server's runs do not"),
+        (["--net-dns", f"127.0.0.1:{internet.dns.port}"], f"--net-dns 127.0.0.1:{internet.dns.port};"),
+        (["--net-bytes", "20M"], "--net-bytes 20971520; this server's runs have at most 10485760"),
+    ]:
+        opts = [*web, "--net-bytes", "1M", *extra] if extra[0] != "--net-bytes" else [*web, *extra]
+        r = via_egress(run_jail, as_user, sock, code, opts)
+        assert r.returncode == 125 and r.stdout == "", describe(r)
+        lines = [line for line in r.stderr.splitlines() if line.startswith("pyjail:")]
+        assert len(lines) == 1 and "cannot start the run: the run asks for " + asked in lines[0], describe(r)
+
+
+def test_a_run_from_a_template_reaches_no_other_run_s_listeners(run_jail, popen_jail, serve, internet, as_user):
+    db = ["--allow-host", f"db.test:{internet.db.port}", "--net-resolve", "db.test:127.0.0.1"]
+    web = ["--allow-host", f"web.test:{internet.http_port}", "--net-resolve", "web.test:127.0.0.1"]
+    sock, _ = serve(as_user, "--net", "allow", *db, *web)
+    # Run A (db.test only) holds its listener and shows it works: the control.
+    a = popen_jail(["--quiet", "--net", "allow", *db, "--via", sock, "--", "python", "-c", HELPERS + f"""
+import sys
+addr = resolve("db.test")
+with socket.create_connection((addr, {internet.db.port}), timeout=5) as s:
+    print(addr, s.recv(16).decode().strip(), flush=True)
+sys.stdin.readline()
+"""], user=as_user, stdin=subprocess.PIPE, text=True)
+    line = a.stdout.readline().split()
+    assert len(line) == 3 and line[0].startswith("127.100.") and line[1:] == ["DB", "READY"], a.stderr.read()
+    try:
+        # Run B (web.test only), at the same time: A's address and port lead nowhere in its
+        # namespace, and db.test, which the template allows, is no name to B.
+        r = via_egress(run_jail, as_user, sock, f"""
+out = {{"db": resolve("db.test"), "web": fetch("http://web.test:{internet.http_port}/")}}
+out["a's listener"] = attempt(socket.create_connection, ("{line[0]}", {internet.db.port}), timeout=3)
+print(out)
+""", web)
+        got = eval(r.stdout) if r.returncode == 0 else describe(r)
+        assert got == {"db": "gaierror -2", "web": f"hello web.test:{internet.http_port}\n",
+                       "a's listener": "ECONNREFUSED"}, got
+    finally:
+        a.stdin.write("\n")
+        a.stdin.flush()
+        assert a.wait(30) == 0

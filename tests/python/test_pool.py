@@ -9,6 +9,7 @@ import threading
 import pytest
 
 import pyjail
+from pyjail_testing.web import hello_server
 
 
 @pytest.fixture(scope="module")
@@ -139,3 +140,26 @@ def test_a_batch_pool_reads_and_writes_the_current_directory(pyjail_bin, monkeyp
             assert f.read() == "42\n"
     finally:
         shutil.rmtree(top)
+
+
+def test_net_allow_from_a_template_reaches_the_pool_s_hosts_and_no_others(pyjail_bin):
+    code = """
+import socket, sys, urllib.request
+for name in sys.argv[1:]:
+    try:
+        print(urllib.request.urlopen("http://%s/" % name, timeout=5).read().decode())
+    except Exception as e:
+        print(name, type(e).__name__)
+"""
+    with hello_server() as port, pyjail.Pool(net="allow", allow_hosts=[f"web.test:{port}", f"api.test:{port}"],
+                                             options={"net_resolve": ["web.test:127.0.0.1", "api.test:127.0.0.1"]}) as p:
+        r = p.run(code, args=[f"web.test:{port}", f"api.test:{port}"])
+        assert r.ok, r.stderr
+        assert r.stdout == f"hello web.test:{port}\nhello api.test:{port}\n"
+        assert r.report.raw["egress"]["connections"] == 2
+        # A run's own allowlist replaces the Pool's: api.test is not in it.
+        r = p.run(code, args=[f"web.test:{port}", f"api.test:{port}"], allow_hosts=[f"web.test:{port}"])
+        assert r.stdout == f"hello web.test:{port}\napi.test:{port} URLError\n", r.stderr
+        # ... and must be within it.
+        with pytest.raises(pyjail.JailError, match="beyond this server's runs' allowlist"):
+            p.run(code, allow_hosts=["other.test"])

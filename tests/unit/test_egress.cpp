@@ -5,6 +5,8 @@
 #include "dns_wire.hpp"
 #include "egress_plan.hpp"
 #include "error.hpp"
+#include "policy.hpp"
+#include "profile.hpp"
 #include "sniff.hpp"
 
 using namespace pyjail;
@@ -275,4 +277,74 @@ TEST_CASE("egress: addresses pyjail does not relay to unless pinned") {
     CHECK(why("255.255.255.255"));
     CHECK_FALSE(why("151.101.0.223"));
     CHECK_FALSE(why("8.8.8.8"));
+}
+
+TEST_CASE("egress: --allow-host @pypi is the index and its file host, on 443") {
+    auto hosts = expand_allow_host("@pypi", "--allow-host");
+    REQUIRE(hosts.size() == 2);
+    CHECK(hosts[0].name == "pypi.org");
+    CHECK(hosts[1].name == "files.pythonhosted.org");
+    for (const auto& h : hosts) {
+        CHECK(h.ports == std::vector<std::uint16_t>{443});
+        CHECK(h.origin == "--allow-host (@pypi)");
+    }
+    // Not a preset: what parse_allow_host gives.
+    auto plain = expand_allow_host("example.com:8080", "--allow-host");
+    REQUIRE(plain.size() == 1);
+    CHECK(plain[0].ports == std::vector<std::uint16_t>{8080});
+    CHECK_THROWS_WITH_AS(expand_allow_host("@npm", "--allow-host"), "--allow-host: '@npm' is not a preset of hosts",
+                         UsageError);
+    CHECK_THROWS_AS(expand_allow_host("@", "--allow-host"), UsageError);
+    // Every preset's hosts are what --allow-host takes, each a name with one port.
+    for (const auto& p : allow_host_presets()) {
+        INFO(p.name);
+        CHECK(expand_allow_host("@" + std::string(p.name), "x").size() == p.hosts.size());
+    }
+    // A preset merges with the same host given again.
+    EgressPolicy e;
+    e.hosts = expand_allow_host("@pypi", "a");
+    e.hosts.push_back(parse_allow_host("pypi.org:80", "b"));
+    check_egress_policy(e);
+    REQUIRE(e.hosts.size() == 2);
+    CHECK(e.hosts[0].ports == std::vector<std::uint16_t>{80, 443});
+}
+
+TEST_CASE("egress: an allowlist within another (a template's bounds its runs')") {
+    EgressPolicy outer;
+    outer.hosts = {parse_allow_host("pypi.org", "o"), parse_allow_host("*.example.com:8443", "o"),
+                   parse_allow_host("db.test:5432", "o")};
+    auto within = [&](const char* h) { return allowlist_within(parse_allow_host(h, "i"), outer); };
+    CHECK(within("pypi.org"));
+    CHECK(within("pypi.org:443"));
+    CHECK(within("PyPI.org:80"));
+    CHECK_FALSE(within("pypi.org:8080"));     // a port it does not allow
+    CHECK_FALSE(within("files.pypi.org:443"));  // an exact name allows no subdomain
+    CHECK(within("api.example.com:8443"));
+    CHECK(within("*.example.com:8443"));
+    CHECK(within("*.a.example.com:8443"));
+    CHECK_FALSE(within("example.com:8443"));  // *.example.com is not example.com
+    CHECK_FALSE(within("api.example.com"));   // 80 and 443
+    CHECK_FALSE(within("*.b.example.com:80"));
+    CHECK_FALSE(within("*.pypi.org"));
+    CHECK(within("db.test:5432"));
+    CHECK_FALSE(within("*.db.test:5432"));
+    CHECK_FALSE(within("other.test"));
+}
+
+TEST_CASE("egress: a profile's allow-hosts (and allow-host) with presets") {
+    for (const char* key : {"allow-hosts", "allow-host"}) {
+        INFO(key);
+        Settings s = default_settings();
+        apply_profile(s, parse_profile(std::string("net = \"allow\"\n") + key + " = [\"@pypi\", \"api.test:8443\"]\n",
+                                       "p.toml"));
+        Policy p = make_policy(s, {"python3"}, "/home/u");
+        REQUIRE(p.egress.hosts.size() == 3);
+        CHECK(p.egress.hosts[0].name == "pypi.org");
+        CHECK(p.egress.hosts[0].origin == "p.toml:2: key 'allow-host' (@pypi)");
+        CHECK(p.egress.hosts[1].name == "files.pythonhosted.org");
+        CHECK(p.egress.hosts[2].name == "api.test");
+    }
+    Settings s = default_settings();
+    CHECK_THROWS_WITH_AS(apply_profile(s, parse_profile("allow-hosts = \"pypi.org\"\n", "p.toml")),
+                         "p.toml:1: key 'allow-hosts' takes a list, e.g. allow-hosts = [\"pypi.org\"]", UsageError);
 }

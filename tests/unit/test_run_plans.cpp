@@ -119,3 +119,30 @@ TEST_CASE("every run from a template gets a user namespace of its own, whatever 
     r.lockdown.own_user_namespace = false;
     CHECK(decode_request(encode_request(r)).lockdown.own_user_namespace);
 }
+
+TEST_CASE("--net allow's sockets reach both doors; a template binds none, and may bind port 53 for its runs") {
+    RunPlan p = sample_plan();
+    p.policy.net = NetMode::Allow;
+    p.policy.egress.hosts = {parse_allow_host("pypi.org", "--allow-host")};
+    p.egress = plan_egress(p.policy.egress);
+    const Lockdown planned = plan_lockdown(p);
+    REQUIRE(planned.egress_sockets.size() == 3);  // the resolver, pypi.org:80 and :443
+    CHECK(planned.egress_sockets[0].udp);
+    CHECK(plan_child(p).lockdown == planned);
+    CHECK(as_template_gets(p) == planned);
+    CHECK_FALSE(planned.template_binds_low_ports);
+    // The request carries what the server holds to its allowlist (serve_bounds.hpp).
+    RunRequest r = plan_run_request(p, false);
+    REQUIRE(r.egress.hosts.size() == 1);
+    CHECK(r.egress.hosts[0].name == "pypi.org");
+
+    p.is_template = true;
+    const Lockdown t = plan_lockdown(p);
+    CHECK(t.egress_sockets.empty());
+    CHECK(t.template_binds_low_ports);
+    p.policy.net = NetMode::Loopback;
+    CHECK_FALSE(plan_lockdown(p).template_binds_low_ports);
+    Lockdown other = t;
+    other.template_binds_low_ports = false;
+    CHECK_FALSE(other == t);
+}

@@ -169,10 +169,31 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
     Policy bound = make_policy(with_bind, {"python3", "x.py"}, "/home/u");
     facts.binds = {BindFacts{true, "/srv/data", 0, false, {}}};
     CHECK_THROWS_AS(plan_forked_mounts(plan_mounts(bound, "/r", facts, std::string("/home/u/x.py"))), UsageError);
+
+    // --net allow: the resolver files are the template's (it serves --net allow too); the
+    // run stages none of them in its /tmp, and its plan passes the template's check.
+    Settings allow = s;
+    allow["net"] = {{"allow", Source::CommandLine, "--net"}};
+    allow["allow-host"].push_back({"pypi.org", Source::CommandLine, "--allow-host"});
+    MountFacts etc = facts;
+    etc.binds.clear();
+    etc.rootfs_etc_files = {"resolv.conf", "hosts", "nsswitch.conf"};
+    MountPlan egress_plan = plan_mounts(make_policy(allow, {"python3", "x.py"}, "/home/u"), "/r", etc,
+                                        std::string("/home/u/x.py"));
+    CHECK(std::any_of(egress_plan.ops.begin(), egress_plan.ops.end(),
+                      [](const MountOp& o) { return o.kind == OpKind::Write; }));
+    RunRequest via = sample();
+    via.mounts.ops = plan_forked_mounts(egress_plan);
+    for (const auto& op : via.mounts.ops) {
+        INFO(op.target);
+        CHECK(op.kind != OpKind::Write);
+        CHECK(op.target.rfind("tmp/.net", 0) != 0);
+    }
+    CHECK_NOTHROW(decode_request(encode_request(via)));
 }
 
 TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
-    for (auto name : {"plain", "script", "masks"}) {
+    for (auto name : {"plain", "script", "masks", "egress"}) {
         std::string bytes = slurp(std::string(PYJAIL_SOURCE_DIR) + "/tests/fuzz/corpus/run_request/" + name);
         INFO(name);
         REQUIRE_FALSE(bytes.empty());
@@ -204,4 +225,47 @@ TEST_CASE("a serve connection's other end is trusted only if it is the same user
     CHECK(trusted_serve_peer(0, 0));
     CHECK_FALSE(trusted_serve_peer(1001, 1000)); // another user's server or client
     CHECK_FALSE(trusted_serve_peer(1000, 0));    // root gives nothing to a user's server
+}
+
+TEST_CASE("a run request carries --net allow's policy, and only the sockets it plans") {
+    RunRequest r = sample();
+    r.net = 2;  // NetMode::Allow
+    r.egress.hosts = {parse_allow_host("pypi.org", "--allow-host"), parse_allow_host("*.svc.test:8080", "x")};
+    r.egress.pins = {parse_net_resolve("pypi.org:127.0.0.1", "--net-resolve")};
+    r.egress.bytes = 1 << 20;
+    parse_net_dns("127.0.0.1:5353", "--net-dns", r.egress);
+    r.lockdown.egress_sockets = egress_socket_specs(plan_egress(r.egress));
+    r.lockdown.own_user_namespace = true;  // as decoding sets it
+    RunRequest d = decode_request(encode_request(r));
+    REQUIRE(d.egress.hosts.size() == 2);
+    CHECK(d.egress.hosts[0].name == "pypi.org");
+    CHECK(d.egress.hosts[0].ports == std::vector<std::uint16_t>{80, 443});
+    CHECK(d.egress.hosts[1].name == "*.svc.test");
+    REQUIRE(d.egress.pins.size() == 1);
+    CHECK(dns::format_ipv4(d.egress.pins[0].address) == "127.0.0.1");
+    CHECK(d.egress.bytes == std::optional<std::uint64_t>(1 << 20));
+    CHECK(d.egress.dns_port == 5353);
+    CHECK(d.lockdown.egress_sockets.size() == 1 + 2 + 8);
+    CHECK(d.lockdown == r.lockdown);
+
+    // Sockets that are not the policy's own: one more, one moved, or any without --net allow.
+    RunRequest more = r;
+    more.lockdown.egress_sockets.push_back({0x7f640063u, 22, false});
+    CHECK(refusal(encode_request(more)) == "egress sockets that are not the allowed hosts' own");
+    RunRequest moved = r;
+    moved.lockdown.egress_sockets[1].address = 0x0a000001u;
+    CHECK(refusal(encode_request(moved)) == "egress sockets that are not the allowed hosts' own");
+    RunRequest loopback = r;
+    loopback.net = 1;
+    CHECK(refusal(encode_request(loopback)) == "egress settings without --net allow");
+    RunRequest none = r;
+    none.egress.hosts.clear();
+    none.lockdown.egress_sockets = egress_socket_specs(plan_egress(none.egress));
+    CHECK(refusal(encode_request(none)) == "--net allow without an allowed host");
+    RunRequest address = r;
+    address.egress.hosts[0].name = "10.0.0.1";
+    CHECK(refusal(encode_request(address)).find("is not a host name with a domain") != std::string::npos);
+    RunRequest port = r;
+    port.egress.hosts[0].ports = {0};
+    CHECK(refusal(encode_request(port)) == "an allowed host's port out of range");
 }

@@ -151,3 +151,47 @@ TEST_CASE("a server refuses a writable bind, its runs would all share it") {
           "--bind: a writable bind (/srv/shared) would be shared by every run of the server, at once and one "
           "after another");
 }
+
+TEST_CASE("under --net allow, a run's allowlist, pins, resolver and --net-bytes are within the server's") {
+    const std::vector<std::pair<std::string, std::string>> server = {
+        {"net", "allow"},         {"allow-host", "web.test:8080"}, {"allow-host", "*.svc.test:443"},
+        {"allow-host", "@pypi"},  {"net-resolve", "web.test:127.0.0.1"}, {"net-bytes", "10M"}};
+    ServeBounds b = bounds_of(policy_with(server), false);
+    auto with = [&](std::vector<std::pair<std::string, std::string>> asked) {
+        asked.insert(asked.begin(), {"net", "allow"});
+        RunRequest r = request_of(policy_with(asked), false);
+        r.egress = policy_with(asked).egress;
+        return why(r, b);
+    };
+    CHECK(with({{"allow-host", "web.test:8080"}, {"allow-host", "*.svc.test:443"}, {"allow-host", "@pypi"},
+                {"net-resolve", "web.test:127.0.0.1"}, {"net-bytes", "10M"}}) == "");
+    // Less: one host, a name under the wildcard, a narrower wildcard, fewer bytes, no pin.
+    CHECK(with({{"allow-host", "a.svc.test:443"}, {"net-bytes", "1M"}}) == "");
+    CHECK(with({{"allow-host", "*.b.svc.test:443"}, {"allow-host", "pypi.org:443"}, {"net-bytes", "10M"}}) == "");
+
+    CHECK(with({{"allow-host", "other.test:8080"}, {"net-bytes", "1M"}}) ==
+          "the run asks for --allow-host other.test:8080, beyond this server's runs' allowlist (web.test:8080 "
+          "*.svc.test:443 pypi.org:443 files.pythonhosted.org:443): ask for less, or start pyjail serve with that "
+          "--allow-host");
+    CHECK(with({{"allow-host", "web.test"}, {"net-bytes", "1M"}}).find("--allow-host web.test:80,443, beyond") !=
+          std::string::npos);
+    CHECK(with({{"allow-host", "*.other.test:443"}, {"net-bytes", "1M"}}).find("--allow-host *.other.test:443, beyond") !=
+          std::string::npos);
+    CHECK(with({{"allow-host", "svc.test:443"}, {"net-bytes", "1M"}}).find("beyond") != std::string::npos);
+    // A name pinned to an address the server never pinned (a host's loopback service).
+    CHECK(with({{"allow-host", "a.svc.test:443"}, {"net-resolve", "a.svc.test:127.0.0.1"}, {"net-bytes", "1M"}}) ==
+          "the run asks for --net-resolve a.svc.test:127.0.0.1, which this server's runs do not have: ask for "
+          "less, or start pyjail serve with it");
+    CHECK(with({{"allow-host", "web.test:8080"}, {"net-resolve", "web.test:10.0.0.1"}, {"net-bytes", "1M"}})
+              .find("--net-resolve web.test:10.0.0.1") != std::string::npos);
+    CHECK(with({{"allow-host", "web.test:8080"}, {"net-dns", "127.0.0.1:5353"}, {"net-bytes", "1M"}}) ==
+          "the run asks for --net-dns 127.0.0.1:5353; this server's runs have none (the host's resolver): ask for "
+          "the same");
+    CHECK(with({{"allow-host", "web.test:8080"}}).find("the run asks for --net-bytes none; this server's runs have "
+                                                       "at most 10485760") == 0);
+    CHECK(with({{"allow-host", "web.test:8080"}, {"net-bytes", "11M"}}).find("--net-bytes 11534336") !=
+          std::string::npos);
+    // Another network altogether is refused as before.
+    RunRequest loopback = request_of(policy_with({{"net", "loopback"}}), false);
+    CHECK(why(loopback, b).find("another network") != std::string::npos);
+}
