@@ -6,6 +6,7 @@ stopping is something an agent's backend can otherwise do.
 """
 
 import asyncio
+import base64
 import os
 
 import pytest
@@ -170,6 +171,9 @@ def test_upload_and_download_bytes(sandbox):
     assert down[0].content == blob
     assert [d.error for d in down[1:]] == ["file_not_found", "is_directory"]
     assert sandbox.execute("wc -c < /work/bin/blob").output.strip() == "1024"
+    r = sandbox.read("/work/bin/blob")                  # not UTF-8: whole, as base64
+    assert r.file_data["encoding"] == "base64"
+    assert base64.b64decode(r.file_data["content"]) == blob
 
 
 def test_upload_and_download_caps(pyjail_bin, data_rootfs):
@@ -281,3 +285,12 @@ def test_create_deep_agent_drives_the_sandbox(pyjail_bin, data_rootfs):
         # the jail.
         assert out["files"]["/notes.md"]["content"] == "ran hello.py"
         assert sb.execute("ls /memories 2>&1").exit_code != 0
+
+
+def test_the_readme_example(pyjail_bin, data_rootfs):
+    from test_readme import find, run_example
+    code = find("pyjail.deepagents")
+    r = run_example(code, pyjail_bin)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == ("1267650600228229401496703205376\n\n[Command succeeded with exit code 0]\n"
+                        "b'1267650600228229401496703205376\\n'\n")
