@@ -39,6 +39,7 @@ from deepagents.backends.sandbox import BaseSandbox
 from ._agents import DATA_ROOTFS
 from ._common import JailError, Size
 from ._session import Session, SessionError
+from ._shell import cut, in_jail, run_shell
 
 __all__ = ["PyjailSandbox", "DEFAULT_TIMEOUT", "DEFAULT_MAX_OUTPUT_BYTES"]
 
@@ -56,17 +57,6 @@ GREP_MAX_MATCHES = 1000
 GREP_LINE_CHARS = 500
 GREP_BUDGET_CHARS = 60_000
 """What grep sends back at most (paths and lines): a cell's answer is bounded."""
-
-# The command runs under /bin/sh with stdin from /dev/null (a command that reads its
-# input must not wait forever) and stderr into stdout, so that the output interleaves
-# as a terminal shows it. A signal's death is reported as a shell does: 128 + signal.
-_SHELL = r'''
-def sh(command):
-    import subprocess
-    rc = subprocess.call(["/bin/sh", "-c", command], stdin=subprocess.DEVNULL,
-                         stderr=subprocess.STDOUT)
-    return 128 - rc if rc < 0 else rc
-'''
 
 # busybox's grep has neither -Z nor --include: the literal search runs in Python,
 # in the jail, with bounds on the matches and the length of a line sent back.
@@ -149,18 +139,6 @@ def _search_root(path: Optional[str]) -> str:
     """glob's and grep's root: /work when none (or /) is named. deepagents' tools
     default to /, and the rootfs's tens of thousands of files are not the agent's."""
     return WORKDIR if path in (None, "", "/") else path  # type: ignore[return-value]
-
-
-def _cut(data: bytes, budget: int, omitted: int) -> Tuple[str, bool]:
-    """``data`` as text of at most ``budget`` bytes (its start and end, with a
-    line saying how many bytes were left out), and whether anything was: by this
-    cut, or already by the session (``omitted``; its text then says so)."""
-    if len(data) <= budget:
-        return data.decode("utf-8", "replace"), omitted > 0
-    half = budget // 2
-    head, tail = data[:half], data[len(data) - half:] if half else b""
-    return (head.decode("utf-8", "ignore") + "\n[... %d bytes of output omitted ...]\n"
-            % (len(data) - 2 * half) + tail.decode("utf-8", "ignore")), True
 
 
 def _check_path(path: Any) -> Optional[str]:
@@ -282,10 +260,7 @@ class PyjailSandbox(BaseSandbox):
 
     def _in_jail(self, source: str, function: str, args: Tuple[Any, ...],
                  timeout: Optional[float]) -> Any:
-        # One expression: nothing is left in the namespace a model's Python
-        # shares (a command's `python3 -c` does not see it anyway).
-        code = "(lambda ns: (exec(%r, ns), ns[%r](*%r))[1])({})" % (source, function, args)
-        return self._session.run(code, timeout=timeout, want_data=True)
+        return in_jail(self._session, source, function, args, timeout)
 
     def execute(self, command: str, *, timeout: Optional[int] = None) -> ExecuteResponse:
         """Run ``command`` with ``/bin/sh -c`` in the jail (see the class)."""
@@ -297,12 +272,12 @@ class PyjailSandbox(BaseSandbox):
             raise ValueError("timeout must be >= 0, got %r" % (limit,))
         seconds = None if not limit else float(limit)
         restarts = self._session.restarts
-        result = self._in_jail(_SHELL, "sh", (command,), seconds)
+        result = run_shell(self._session, command, seconds)
         budget = HELPER_OUTPUT_BYTES if _HELPER.get() else self.max_output_bytes
-        # The session already kept only the start and end of a flood; the marker it
-        # put in the middle is counted again here, as bytes the command wrote.
+        # The session kept the start and end of a flood (its marker in between, within
+        # HELPER_OUTPUT_BYTES); the model gets at most its own budget of that.
         raw = (result.stdout + result.stderr).encode("utf-8", "replace")
-        output, truncated = _cut(raw, budget, result.stdout_omitted + result.stderr_omitted)
+        output, truncated = cut(raw, budget, result.stdout_omitted + result.stderr_omitted)
         restarted = result.restarted or self._session.restarts != restarts
         notes: List[str] = []
         if result.timed_out:
