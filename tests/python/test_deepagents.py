@@ -243,21 +243,21 @@ def test_egress_and_limits_come_from_the_constructor(pyjail_bin, data_rootfs):
         assert over.exit_code != 0 and "MemoryError" in over.output
         under = sb.execute("python3 -c 'b = bytearray(20 << 20); print(len(b))'")
         assert under.output == "20971520\n"
-    sb = PyjailSandbox.__new__(PyjailSandbox)
-    kwargs = {}
 
-    class Recorder:
-        def __init__(self, **kw):
-            kwargs.update(kw)
-    import pyjail.deepagents as mod
-    real, mod.Session = mod.Session, Recorder
-    try:
-        PyjailSandbox(rootfs="data", net="allow", allow_hosts=["pypi.org"],
-                      net_resolve={"pypi.org": "127.0.0.1"}, tmpfs_size="64M")
-    finally:
-        mod.Session = real
-    assert (kwargs["net"], kwargs["allow_hosts"], kwargs["net_resolve"], kwargs["tmpfs_size"]) \
-        == ("allow", ["pypi.org"], {"pypi.org": "127.0.0.1"}, "64M")
+
+def test_controlled_egress_from_the_constructor(pyjail_bin, data_rootfs):
+    from pyjail_testing.web import hello_server
+    fetch = ("python3 -c \"import urllib.request; "
+             "print(urllib.request.urlopen('http://%s/', timeout=5).read().decode())\"")
+    with hello_server() as port:
+        host = "web.test:%d" % port
+        with PyjailSandbox(net="allow", allow_hosts=[host],
+                           net_resolve={"web.test": "127.0.0.1"}) as sb:
+            assert sb.session.egress == ("allow", [host])
+            allowed = sb.execute(fetch % host)
+            assert (allowed.output, allowed.exit_code) == ("hello %s\n" % host, 0)
+            other = sb.execute(fetch % ("other.test:%d" % port))
+            assert other.exit_code != 0 and "hello" not in other.output
 
 
 # ------------------------------------------------------------------ agents
