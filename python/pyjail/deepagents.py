@@ -142,9 +142,14 @@ def _search_root(path: Optional[str]) -> str:
 
 
 def _check_path(path: Any) -> Optional[str]:
-    """Why ``path`` is refused, or None. A path is absolute, in the jail, and
-    has no ``..``: what a model names stays what it looks like (no climbing out
-    of a directory the caller's rules allow, e.g. a CompositeBackend's route)."""
+    """Why ``path`` is refused, or None: absolute, in the jail, without ``..``.
+
+    Closes a path that a caller's rules match as one directory while it names
+    another: ``/work/public/../private/key`` passes a check for ``/work/public/``
+    (deepagents' permission rules, a CompositeBackend's route, an application's
+    own allowlist), and deepagents' middleware checks only the model's tool
+    calls, not direct calls such as upload_files/download_files. (Every path,
+    symlinks included, resolves in the jail: none names a host file.)"""
     if not isinstance(path, str) or not path:
         return "a path must be a non-empty string"
     if "\0" in path:
@@ -422,7 +427,9 @@ class PyjailSandbox(BaseSandbox):
                               % (result.error or "no answer"))
         found, more = data
         if isinstance(found, str):
-            return GrepResult(error="Path '%s': %s" % (root, found))
+            return GrepResult(error="Path '%s': %s" % (root, found[:200]))
+        if not isinstance(found, list):
+            return GrepResult(error="Error: grep failed in the sandbox: a malformed answer")
         # What the jail sent back is checked before it becomes the model's input.
         matches = [{"path": p, "line": n, "text": t} for p, n, t in
                    (m for m in found[:cap] if isinstance(m, list) and len(m) == 3)

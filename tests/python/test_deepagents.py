@@ -294,3 +294,23 @@ def test_the_readme_example(pyjail_bin, data_rootfs):
     assert r.returncode == 0, r.stderr
     assert r.stdout == ("1267650600228229401496703205376\n\n[Command succeeded with exit code 0]\n"
                         "b'1267650600228229401496703205376\\n'\n")
+
+
+def test_attack_a_lying_interpreter_gets_no_malformed_result_through(pyjail_bin, data_rootfs):
+    """Code in the session's interpreter (a Python tool sharing it) can replace what the
+    backend runs there: its answers are checked, never trusted for their shape."""
+    with PyjailSandbox() as sb:
+        sb.session.run(
+            "import builtins\n"
+            "_real_exec = builtins.exec\n"
+            "def _lying_exec(src, ns=None):\n"
+            "    _real_exec(src, ns)\n"
+            "    ns['grep'] = lambda *a: ([['/w', 'one', 'x'], ['/w', 2, 'ok'], 'junk', [1, 2, 3]],"
+            " True) if 'bad' in a[0] else ({'a': 1}, 2)\n"
+            "    ns['sh'] = lambda *a: 'zero'\n"
+            "builtins.exec = _lying_exec\n")
+        g = sb.grep("bad", "/work")
+        assert g.matches == [{"path": "/w", "line": 2, "text": "ok"}] and g.truncated
+        assert "malformed" in sb.grep("other", "/work").error
+        r = sb.execute("echo hi")
+        assert r.exit_code is None
