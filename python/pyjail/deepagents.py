@@ -36,10 +36,10 @@ from deepagents.backends.protocol import (FILE_NOT_FOUND, INVALID_PATH, IS_DIREC
                                           GrepResult, LsResult, ReadResult, WriteResult)
 from deepagents.backends.sandbox import BaseSandbox
 
-from ._agents import DATA_ROOTFS
+from ._agents import DATA_ROOTFS, egress, read_facts
 from ._common import JailError, Size
 from ._session import Session, SessionError
-from ._shell import cut, in_jail, run_shell
+from ._shell import cut, exit_code, in_jail, run_shell
 
 __all__ = ["PyjailSandbox", "DEFAULT_TIMEOUT", "DEFAULT_MAX_OUTPUT_BYTES"]
 
@@ -220,6 +220,7 @@ class PyjailSandbox(BaseSandbox):
         self._id = "pyjail-" + uuid.uuid4().hex[:12]
         if session is not None:
             self._session = session
+            self._rootfs_name = None
             self._close_session = bool(close_session)
             return
         kwargs: dict = dict(profile=profile, memory=memory, pids=pids, cpu_time=cpu_time,
@@ -230,13 +231,16 @@ class PyjailSandbox(BaseSandbox):
                             max_file_bytes=max_file_bytes)
         if rootfs is not None:
             self._session = Session(rootfs=rootfs, **kwargs)
+            self._rootfs_name: Optional[str] = str(rootfs)
         else:
             try:
                 self._session = Session(rootfs=DATA_ROOTFS, **kwargs)
+                self._rootfs_name = DATA_ROOTFS
             except JailError as e:
                 if "no rootfs named %r" % DATA_ROOTFS not in e.message:
                     raise
                 self._session = Session(**kwargs)
+                self._rootfs_name = "default"
         self._close_session = True if close_session is None else bool(close_session)
 
     # ------------------------------------------------------------------ life
@@ -249,6 +253,34 @@ class PyjailSandbox(BaseSandbox):
     def session(self) -> Session:
         """The jail's session (its ``restarts`` counts the jails replaced)."""
         return self._session
+
+    def describe(self) -> str:
+        """What a model should know of the sandbox, for ``create_deep_agent``'s
+        ``system_prompt``: its tools and packages, its network (none, or the
+        only hosts it reaches), where the files are."""
+        network, hosts = egress(self._session)
+        facts = read_facts(self._session, self._rootfs_name, network)
+        python = "Python %s (python3)" % facts.python if facts.python else "Python (python3)"
+        if facts.packages:
+            python += " with these packages: %s" % ", ".join(facts.packages)
+        if not network:
+            net = (" There is no network in this sandbox: commands cannot download anything, "
+                   "call web APIs or pip install packages.")
+        elif hosts:
+            net = (" The network reaches only these hosts (a port after the colon; else 80 and "
+                   "443): %s. Nothing else is reachable: other names do not resolve."
+                   % ", ".join(hosts))
+            if "pip" in facts.packages:
+                net += (" If the package index is among them, python3 -m pip install --user "
+                        "NAME installs a missing package.")
+        else:
+            net = ""
+        where = " (rootfs %r)" % facts.rootfs if facts.rootfs else ""
+        tools = " with busybox's tools" if exit_code(run_shell(
+            self._session, "command -v busybox >/dev/null", 30.0)) == 0 else ""
+        return ("Shell commands run in an isolated Linux sandbox%s: /bin/sh%s, %s.%s Files are "
+                "in /work, the working directory (and /tmp); they stay from one command to "
+                "the next." % (where, tools, python, net))
 
     def close(self) -> None:
         """End the jail and every process in it (if the backend made it)."""

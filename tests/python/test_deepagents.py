@@ -314,3 +314,17 @@ def test_attack_a_lying_interpreter_gets_no_malformed_result_through(pyjail_bin,
         assert "malformed" in sb.grep("other", "/work").error
         r = sb.execute("echo hi")
         assert r.exit_code is None
+
+
+def test_describe_tells_the_model_the_sandbox_facts(sandbox, pyjail_bin):
+    text = sandbox.describe()
+    assert "rootfs 'data'" in text and "busybox" in text and "numpy" in text
+    assert "no network" in text and "/work" in text
+    with PyjailSandbox(rootfs="default", net="allow", allow_hosts=["a.test"]) as sb:
+        text = sb.describe()
+        assert "busybox" not in text and "only these hosts" in text and "a.test" in text
+    # As create_deep_agent's system prompt.
+    model = ScriptedModel(messages=iter([AIMessage("ok")]))
+    out = create_deep_agent(model=model, backend=sandbox, system_prompt=sandbox.describe()) \
+        .invoke({"messages": [{"role": "user", "content": "hi"}]})
+    assert out["messages"][-1].content == "ok"
