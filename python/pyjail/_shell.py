@@ -20,18 +20,27 @@ def sh(command):
 '''
 
 
+def call_code(source: str, function: str, args: Tuple[Any, ...]) -> str:
+    """A cell that calls ``function(*args)``, defined in ``source``, as one
+    expression: nothing is left in the namespace the model's Python shares."""
+    return "(lambda ns: (exec(%r, ns), ns[%r](*%r))[1])({})" % (source, function, args)
+
+
 def in_jail(session: Session, source: str, function: str, args: Tuple[Any, ...],
             timeout: Optional[float]) -> CellResult:
-    """``function(*args)``, defined in ``source``, run in ``session`` as one
-    expression: nothing is left in the namespace the model's Python shares."""
-    code = "(lambda ns: (exec(%r, ns), ns[%r](*%r))[1])({})" % (source, function, args)
-    return session.run(code, timeout=timeout, want_data=True)
+    """``function(*args)``, defined in ``source``, run in ``session`` (see call_code)."""
+    return session.run(call_code(source, function, args), timeout=timeout, want_data=True)
+
+
+def shell_code(command: str) -> str:
+    """The cell that runs ``command`` with ``/bin/sh -c`` in the session's working
+    directory; its value is the exit status (an int) when it ran to its end."""
+    return call_code(SHELL_SOURCE, "sh", (command,))
 
 
 def run_shell(session: Session, command: str, timeout: Optional[float]) -> CellResult:
-    """Run ``command`` with ``/bin/sh -c`` in the session's working directory;
-    the result's ``data`` is its exit status (an int) when it ran to its end."""
-    return in_jail(session, SHELL_SOURCE, "sh", (command,), timeout)
+    """Run ``command`` in ``session`` (see shell_code)."""
+    return session.run(shell_code(command), timeout=timeout, want_data=True)
 
 
 def exit_code(result: CellResult) -> Optional[int]:

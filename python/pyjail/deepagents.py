@@ -38,8 +38,9 @@ from deepagents.backends.sandbox import BaseSandbox
 
 from ._agents import DATA_ROOTFS, egress, read_facts
 from ._common import JailError, Size
-from ._session import Session, SessionError
-from ._shell import cut, exit_code, in_jail, run_shell
+from ._async import AsyncSession
+from ._session import CellResult, Session, SessionError
+from ._shell import cut, exit_code, in_jail, run_shell, shell_code
 
 __all__ = ["PyjailSandbox", "DEFAULT_TIMEOUT", "DEFAULT_MAX_OUTPUT_BYTES"]
 
@@ -299,17 +300,36 @@ class PyjailSandbox(BaseSandbox):
                  timeout: Optional[float]) -> Any:
         return in_jail(self._session, source, function, args, timeout)
 
+    def _limit(self, timeout: Optional[int]) -> Optional[float]:
+        limit = self.timeout if timeout is None else timeout
+        if limit is not None and limit < 0:
+            raise ValueError("timeout must be >= 0, got %r" % (limit,))
+        return None if not limit else float(limit)
+
     def execute(self, command: str, *, timeout: Optional[int] = None) -> ExecuteResponse:
         """Run ``command`` with ``/bin/sh -c`` in the jail (see the class)."""
         if not command or not isinstance(command, str):
             return ExecuteResponse(output="Error: Command must be a non-empty string.",
                                    exit_code=1)
-        limit = self.timeout if timeout is None else timeout
-        if limit is not None and limit < 0:
-            raise ValueError("timeout must be >= 0, got %r" % (limit,))
-        seconds = None if not limit else float(limit)
+        seconds = self._limit(timeout)
         restarts = self._session.restarts
         result = run_shell(self._session, command, seconds)
+        return self._response(result, seconds, timeout is not None, restarts)
+
+    async def aexecute(self, command: str, *, timeout: Optional[int] = None) -> ExecuteResponse:
+        """execute(), awaited: the event loop goes on while the command runs, and
+        cancelling the await stops the command (and every process it started)."""
+        if not command or not isinstance(command, str):
+            return ExecuteResponse(output="Error: Command must be a non-empty string.",
+                                   exit_code=1)
+        seconds = self._limit(timeout)
+        restarts = self._session.restarts
+        result = await AsyncSession.wrap(self._session).run(shell_code(command), seconds,
+                                                            want_data=True)
+        return self._response(result, seconds, timeout is not None, restarts)
+
+    def _response(self, result: CellResult, seconds: Optional[float], custom: bool,
+                  restarts: int) -> ExecuteResponse:
         budget = HELPER_OUTPUT_BYTES if _HELPER.get() else self.max_output_bytes
         # The session kept the start and end of a flood (its marker in between, within
         # HELPER_OUTPUT_BYTES); the model gets at most its own budget of that.
@@ -323,7 +343,7 @@ class PyjailSandbox(BaseSandbox):
                          "every process it started. For long-running commands, re-run using "
                          "the timeout parameter." % (
                              "%g" % seconds if seconds is not None else "?",
-                             " (custom timeout)" if timeout is not None else ""))
+                             " (custom timeout)" if custom else ""))
         elif result.error is not None:
             code = 1 if result.error.type != "ProtocolError" else None
             if not restarted:

@@ -137,6 +137,16 @@ def test_async_twins_do_not_block_the_event_loop(sandbox):
     assert d[0].content == b"a\nb\n"
 
 
+def test_cancelling_aexecute_stops_the_command(sandbox):
+    async def main():
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(sandbox.aexecute("sleep 300 & sleep 301", timeout=60), 1)
+        return await sandbox.aexecute("ps -o args | grep '^sleep 30' || echo none")
+
+    assert asyncio.run(main()).output == "none\n"
+    assert sandbox.execute("echo still here").output == "still here\n"
+
+
 # ---------------------------------------------------------- file operations
 
 def test_file_operations_edge_cases(sandbox):
