@@ -270,6 +270,24 @@ def test_controlled_egress_from_the_constructor(pyjail_bin, data_rootfs):
             assert other.exit_code != 0 and "hello" not in other.output
 
 
+def test_pip_install_user_with_the_index_allowed(pyjail_bin, data_rootfs, tmp_path):
+    """What the docstring and describe() promise: pip --user from an allowed index, then
+    the package imports in the next command; without the index allowed, pip cannot."""
+    from pyjail_testing.web import make_wheel, package_index
+    wheel = make_wheel(tmp_path, "pj-deep-widget", "deepwidget")
+    with package_index([wheel]) as index:
+        with PyjailSandbox(net="allow", allow_hosts=[index.host], net_resolve=index.resolve,
+                           env=index.pip_env) as sb:
+            r = sb.execute("python3 -m pip install -q --user pj-deep-widget", timeout=120)
+            assert r.exit_code == 0, r.output
+            r = sb.execute("python3 -c 'import deepwidget; print(deepwidget.VALUE)'")
+            assert r.output == "42\n"
+        with PyjailSandbox(env=index.pip_env) as sb:
+            r = sb.execute("python3 -m pip install -q --user --retries 0 --timeout 3 "
+                           "pj-deep-widget", timeout=120)
+            assert r.exit_code != 0
+
+
 # ------------------------------------------------------------------ agents
 
 def test_create_deep_agent_drives_the_sandbox(pyjail_bin, data_rootfs):
