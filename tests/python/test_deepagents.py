@@ -356,3 +356,17 @@ def test_describe_tells_the_model_the_sandbox_facts(sandbox, pyjail_bin):
     out = create_deep_agent(model=model, backend=sandbox, system_prompt=sandbox.describe()) \
         .invoke({"messages": [{"role": "user", "content": "hi"}]})
     assert out["messages"][-1].content == "ok"
+
+
+def test_as_a_route_of_a_composite_backend(sandbox, tmp_path):
+    from deepagents.backends import FilesystemBackend
+    c = CompositeBackend(default=FilesystemBackend(root_dir=str(tmp_path), virtual_mode=True),
+                         routes={"/jail/": sandbox})
+    assert c.write("/jail/work/routed.txt", "routed").error is None
+    assert sandbox.execute("cat /work/routed.txt").output == "routed"
+    assert c.read("/jail/work/routed.txt").file_data["content"] == "routed"
+    assert [m["path"] for m in c.grep("routed", "/jail/work").matches] == ["/jail/work/routed.txt"]
+    assert c.download_files(["/jail/work/routed.txt"])[0].content == b"routed"
+    assert not os.path.exists(str(tmp_path / "work"))     # nothing went to the host backend
+    # Attack: climbing out of the route's directory inside the jail.
+    assert "'..'" in c.read("/jail/work/../../etc/passwd").error
