@@ -32,7 +32,8 @@ def test_wheel_builds_installs_and_runs(tmp_path, pyjail_bin):
     names = set(zipfile.ZipFile(wheels[0]).namelist())
     for f in ("__init__.py", "_server.py", "_spawn.py", "_wire.py", "_session.py", "_run.py",
               "_launch.py", "langchain.py",
-              "smolagents.py", "py.typed"):
+              "smolagents.py", "deepagents.py", "langchain_tools.py", "_shell.py",
+              "py.typed"):
         assert "pyjail/" + f in names, f
     target = tmp_path / "site"
     r = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target",
