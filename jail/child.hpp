@@ -4,7 +4,7 @@
 // all: the mount steps build paths in std::strings, for one. That is safe because pid 1 is a
 // copy of a single-threaded parent: no other thread can have held the allocator's (or
 // stdio's) lock at the clone, so no lock is left taken forever in the copy. The supervisor
-// checks this in debug builds (supervisor::start_jail asserts one thread before clone3);
+// checks this in debug builds (spawn.cpp's clone_jail asserts one thread before clone3);
 // pyjail must never start a thread before the jail is cloned.
 #pragma once
 

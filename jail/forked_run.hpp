@@ -1,7 +1,7 @@
 // A run from a template: the template (a jailed interpreter that has imported trusted modules
 // and waits, `pyjail serve`) forks, and the fork becomes a jail of its own before any byte of
 // the run's program exists in it. Called by the template's extension module
-// (zygote/module.cpp), which supplies the interpreter's fork hooks.
+// (template/module.cpp), which supplies the interpreter's fork hooks.
 //
 //   template (namespace zygote)        run's pid 1 (pid1::)               the program
 //   unshare(CLONE_NEWPID); clone       shares the template's memory (no

@@ -88,4 +88,13 @@ std::string sha256_hex(std::string_view data) {
     return s.hex();
 }
 
+std::optional<ManifestLine> parse_manifest_line(std::string_view line) {
+    if (line.size() < 67 || line[0] == '\\' || line[64] != ' ' || (line[65] != ' ' && line[65] != '*'))
+        return std::nullopt;
+    std::string_view hex = line.substr(0, 64);
+    for (char c : hex)
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return std::nullopt;
+    return ManifestLine{std::string(hex), std::string(line.substr(66))};
+}
+
 }  // namespace pyjail

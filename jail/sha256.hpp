@@ -5,6 +5,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -27,5 +28,14 @@ private:
 };
 
 std::string sha256_hex(std::string_view data);
+
+// One line of a sha256sum manifest ("<64 hex digits>  NAME", or " *NAME" for binary mode): the
+// digest and the name; nothing for a malformed line or one of sha256sum's escaped names
+// (starting with a backslash), which a rootfs manifest never holds.
+struct ManifestLine {
+    std::string hex;
+    std::string name;
+};
+std::optional<ManifestLine> parse_manifest_line(std::string_view line);
 
 }  // namespace pyjail

@@ -81,6 +81,25 @@ def test_a_damaged_rootfs_fails_the_check(pyjail_bin, as_user):
         shutil.rmtree(top)
 
 
+def test_the_manifest_check_needs_no_tool_and_follows_no_link(pyjail_bin, as_user, world_tmp):
+    """doctor --rootfs checks a rootfs's manifest itself: with no sha256sum on PATH it still
+    finds a changed file, and a file swapped for a symbolic link (to a host file) fails
+    without being read through the link."""
+    r = doctor(pyjail_bin, as_user, "--json")
+    rootfs = Path(next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "rootfs")["detail"].split(":")[0])
+    copy = world_tmp.dir() / "rootfs"
+    shutil.copytree(rootfs, copy, symlinks=True)
+    no_tools = ("env", "PATH=/nonexistent")
+    r = doctor(pyjail_bin, as_user, "--rootfs", str(copy), prefix=no_tools)
+    assert f"ok    rootfs {copy}" in r.stdout, r.stdout
+    victim = next(copy.glob("usr/lib/python3*/json/decoder.py"))
+    victim.unlink()
+    victim.symlink_to("/etc/passwd")
+    r = doctor(pyjail_bin, as_user, "--rootfs", str(copy), prefix=no_tools)
+    assert r.returncode == 1, r.stdout
+    assert "json/decoder.py: Too many levels of symbolic links" in r.stdout
+
+
 def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
     r = doctor(pyjail_bin, as_user, "--frob")
     assert r.returncode == 125

@@ -39,6 +39,20 @@ RunFacts ok_run() {
 }
 }  // namespace
 
+TEST_CASE("sha256 manifest lines: digest and name; anything else is malformed") {
+    const std::string hex(64, 'a');
+    auto text = parse_manifest_line(hex + "  ./usr/bin/python3");
+    REQUIRE(text);
+    CHECK(text->hex == hex);
+    CHECK(text->name == "./usr/bin/python3");
+    CHECK(parse_manifest_line(hex + " *./bin")->name == "./bin");
+    CHECK_FALSE(parse_manifest_line(hex + "  "));                  // no name
+    CHECK_FALSE(parse_manifest_line(hex + " ./x"));                // one space
+    CHECK_FALSE(parse_manifest_line(std::string(64, 'A') + "  x"));  // upper-case digest
+    CHECK_FALSE(parse_manifest_line("\\" + hex + "  x\\ny"));     // an escaped name
+    CHECK_FALSE(parse_manifest_line(""));
+}
+
 TEST_CASE("audit line: one JSON object per line, with who ran what and how it ended") {
     AuditIdentity who{1764595640, 1000, "alice", sha256_hex("print(1)")};
     RunFacts f = ok_run();
