@@ -211,8 +211,8 @@ class Session:
     ``{"cpus": 2}``. ``net="allow"``, ``allow_hosts`` and ``net_resolve`` are
     controlled egress, as for run(): with the package index allowed, a cell on
     the ``data`` rootfs can pip install into a directory it then puts on
-    ``sys.path`` (``python -m pip install --target /tmp/site NAME``). ``rootfs`` is the root filesystem, as ``pyjail --rootfs``
-    takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
+    ``sys.path`` (``python -m pip install --target /tmp/site NAME``).
+    ``rootfs`` is the root filesystem, as ``pyjail --rootfs`` takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
     the profile's); a name that does not exist raises JailError. ``timeout`` is the default time limit of one cell
     (None: no limit); ``wall_time`` limits the whole session's life.
     ``max_image_bytes`` caps the images one cell's result holds (see
