@@ -116,7 +116,8 @@ lane_host() {
     PYJAIL_THROUGH_TEMPLATE=1 "${pytest[@]}" \
         tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
         tests/integration/test_jail_network.py tests/integration/test_jail_time_signals.py \
-        tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py "$@" ||
+        tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py \
+        tests/integration/test_egress.py tests/integration/test_jail_profiles.py "$@" ||
         status=$?
     return "$status"
 }
