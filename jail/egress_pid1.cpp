@@ -44,7 +44,7 @@ void open_egress_sockets(const std::vector<EgressSocketSpec>& specs) {
         m.kind = MsgKind::Egress;
         m.exit_code = static_cast<std::int32_t>(i);
         m.wait_status = n;
-        if (int e = send_with_fds(report_fd(), &m, sizeof m, fds.data() + i, n); e != 0)
+        if (int e = send_with_fds(report_fd(), &m, sizeof m, fds.data() + i, n, report_send_flags()); e != 0)
             fail(ChildStep::Network, e, kExitJailError, "egress: cannot hand a socket to pyjail");
     }
     for (int fd : fds) ::close(fd);

@@ -86,13 +86,12 @@ int run_forked(void* arg) {
     const auto& a = *static_cast<const Pid1Args*>(arg);
     const RunRequest& r = *a.request;
     const int* fds = a.fds;
-    set_report_fd(fds[0]);
     // Until the exec, the template waits for us: nothing here may wait on the client. A client
     // that does not read its report socket (or many runs sharing one) makes our messages fail,
-    // and the run with them, instead of freezing the template for every other run. The
-    // reaper blocks again.
-    int flags = ::fcntl(fds[0], F_GETFL);
-    if (flags < 0 || ::fcntl(fds[0], F_SETFL, flags | O_NONBLOCK) != 0) ::_exit(kExitJailError);
+    // and the run with them, instead of freezing the template for every other run. Each send
+    // says so itself (MSG_DONTWAIT): O_NONBLOCK would belong to the socket's open file, which
+    // runs given one socket share, and another run's reaper makes it blocking again.
+    set_report_fd(fds[0], true);
     // Sharing the template's memory: the program (same uid) must not read it or ptrace us.
     if (::prctl(PR_SET_DUMPABLE, 0) != 0) fail(ChildStep::Dumpable, errno, kExitJailError, "prctl");
     int at = 4;

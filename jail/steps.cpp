@@ -34,6 +34,7 @@ namespace pyjail::pid1 {
 namespace {
 
 int g_report_fd = -1;
+int g_report_send_flags = 0;  // MSG_DONTWAIT for a run from a template (set_report_fd)
 
 void mkdirs(ChildStep step, const std::string& path, unsigned mode) {
     // Usually the parent exists: one call. Otherwise parents first; an existing directory is
@@ -62,7 +63,11 @@ void copy_in(const MountOp& op, int src_fd) {
 
 }  // namespace
 
-void set_report_fd(int fd) noexcept { g_report_fd = fd; }
+void set_report_fd(int fd, bool never_wait) noexcept {
+    g_report_fd = fd;
+    g_report_send_flags = never_wait ? MSG_DONTWAIT : 0;
+}
+int report_send_flags() noexcept { return g_report_send_flags; }
 int report_fd() noexcept { return g_report_fd; }
 
 void do_mount(ChildStep step, const char* src, const char* target, const char* type,
@@ -83,7 +88,7 @@ void fail(ChildStep step, int err, int exit_code, const char* fmt, ...) noexcept
     va_start(ap, fmt);
     std::vsnprintf(m.text, sizeof m.text, fmt, ap);
     va_end(ap);
-    if (g_report_fd >= 0) (void)::send(g_report_fd, &m, sizeof m, MSG_NOSIGNAL);
+    if (g_report_fd >= 0) (void)::send(g_report_fd, &m, sizeof m, MSG_NOSIGNAL | g_report_send_flags);
     ::_exit(exit_code);
 }
 
@@ -352,7 +357,7 @@ void keep_only(const int* keep, int n) {
 void send_ready(int listener) {
     JailMessage ready{};
     ready.kind = MsgKind::Ready;
-    if (int e = send_with_fd(g_report_fd, &ready, sizeof ready, listener); e != 0)
+    if (int e = send_with_fd(g_report_fd, &ready, sizeof ready, listener, g_report_send_flags); e != 0)
         fail(ChildStep::Seccomp, e, kExitJailError, "cannot hand the filter's listener to pyjail");
     if (listener >= 0) ::close(listener);
 }

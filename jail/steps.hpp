@@ -23,9 +23,12 @@
 
 namespace pyjail::pid1 {
 
-// Where failures (and "ready") are reported: the supervisor's sync socket.
-void set_report_fd(int fd) noexcept;
+// Where failures (and "ready") are reported: the supervisor's sync socket. `never_wait`: each
+// send fails rather than waits when the socket is full (a run from a template, whose template
+// waits for its pid 1 until the exec).
+void set_report_fd(int fd, bool never_wait = false) noexcept;
 int report_fd() noexcept;
+int report_send_flags() noexcept;  // MSG_DONTWAIT or 0, for every send on report_fd()
 
 // Reports a failed step and exits with `exit_code`.
 [[noreturn]] void fail(ChildStep step, int err, int exit_code, const char* fmt, ...) noexcept

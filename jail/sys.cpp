@@ -39,7 +39,7 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept {
     return static_cast<int>(::syscall(SYS_close_range, first, last, flags));
 }
 
-int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds) noexcept {
+int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds, int flags) noexcept {
     alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
     if (nfds < 0 || nfds > kMaxPassedFds) return EINVAL;
     iovec iov{const_cast<void*>(data), len};
@@ -55,11 +55,11 @@ int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, i
         c->cmsg_len = CMSG_LEN(sizeof(int) * static_cast<std::size_t>(nfds));
         std::memcpy(CMSG_DATA(c), fds, sizeof(int) * static_cast<std::size_t>(nfds));
     }
-    return ::sendmsg(sock, &msg, MSG_NOSIGNAL) < 0 ? errno : 0;
+    return ::sendmsg(sock, &msg, MSG_NOSIGNAL | flags) < 0 ? errno : 0;
 }
 
-int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept {
-    return send_with_fds(sock, data, len, &fd, fd >= 0 ? 1 : 0);
+int send_with_fd(int sock, const void* data, std::size_t len, int fd, int flags) noexcept {
+    return send_with_fds(sock, data, len, &fd, fd >= 0 ? 1 : 0, flags);
 }
 
 ssize_t recv_with_fds(int sock, void* data, std::size_t len, int* fds, int max_fds, int& got,

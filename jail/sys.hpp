@@ -65,11 +65,13 @@ int sys_close_range(unsigned first, unsigned last, unsigned flags) noexcept;
 // One datagram on a SOCK_SEQPACKET socket, optionally carrying a file descriptor
 // (SCM_RIGHTS). send: returns 0 or an errno. recv: returns the bytes read (-1 with errno),
 // and the passed descriptor (close-on-exec) or -1 in `fd`.
-int send_with_fd(int sock, const void* data, std::size_t len, int fd) noexcept;
+int send_with_fd(int sock, const void* data, std::size_t len, int fd, int flags = 0) noexcept;
 // The same with up to kMaxPassedFds descriptors; recv closes any beyond `max_fds` and returns
 // how many it kept in `got`.
 inline constexpr int kMaxPassedFds = 16;
-int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds) noexcept;
+// `flags`: more sendmsg flags (MSG_DONTWAIT) beside MSG_NOSIGNAL.
+int send_with_fds(int sock, const void* data, std::size_t len, const int* fds, int nfds,
+                  int flags = 0) noexcept;
 ssize_t recv_with_fds(int sock, void* data, std::size_t len, int* fds, int max_fds, int& got,
                       int flags) noexcept;
 ssize_t recv_with_fd(int sock, void* data, std::size_t len, int& fd, int flags) noexcept;

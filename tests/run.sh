@@ -124,7 +124,10 @@ lane_host() {
 lane_vm() {
     mkdir "$scratch/vm-tmp"
     local status=0
-    TMPDIR="$scratch/vm-tmp" "${pytest[@]}" tests/vm "$@" || status=$?
+    # The VM tests read the staged binary (ldd, copies into the guest): the vm lane's own copy,
+    # so that the host lane's leftover checks never see their processes.
+    TMPDIR="$scratch/vm-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        "${pytest[@]}" tests/vm "$@" || status=$?
     echo "==> Python package tests"
     mkdir -m 1777 "$scratch/package-tmp"
     TMPDIR="$scratch/package-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \

@@ -30,7 +30,8 @@ int main(int argc, char** argv) {
     // The handlers were reset by the exec (the signals stayed blocked, so none was lost): pid 1
     // takes only the signals it has a handler for.
     pid1::install_init_signals();
-    // The run's set-up sent without waiting (the template waited for it); we may wait.
+    // The run's set-up sent without waiting (MSG_DONTWAIT: the template waited for it); the
+    // reaper may wait, whatever the socket's open file says.
     int flags = ::fcntl(report, F_GETFL);
     if (flags >= 0) (void)::fcntl(report, F_SETFL, flags & ~O_NONBLOCK);
     (void)::write(release, "1", 1);

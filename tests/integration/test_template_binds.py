@@ -226,14 +226,16 @@ def test_a_request_with_more_descriptors_or_binds_than_allowed_is_refused(run_ja
     data = world_tmp.dir()
     request, nfds = capture_request(run_jail, as_user, jail_rootfs, world_tmp, ("--ro-bind", f"{data}:/tmp/d"))
     assert nfds == 4 + 1  # report socket, fds 0-2, the bind's tree (-c: no script)
-    binds_at = len(request) - 8  # ..., files ids, count, the one op index
+    # ..., files ids, count, the one op index; then the egress part (32 bytes without --net allow).
+    egress_part = request[-32:]
+    binds_at = len(request) - 32 - 8
     assert struct.unpack_from("<II", request, binds_at) [0] == 1
     sock, p = serve(as_user, "--allow-binds")
     time.sleep(0.2)
     baseline = len(os.listdir(f"/proc/{p.pid}/fd"))
     devnull = os.open("/dev/null", os.O_RDONLY)
     try:
-        too_many = request[:binds_at] + struct.pack("<I", 9) + struct.pack("<9I", *([0] * 9))
+        too_many = request[:binds_at] + struct.pack("<I", 9) + struct.pack("<9I", *([0] * 9)) + egress_part
         for payload, count in ((too_many, 4 + 9), (request, 14), (request, 30)):
             c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             c.settimeout(10)

@@ -1123,6 +1123,12 @@ def run_scenarios(scenarios: list[Scenario], prefix, **kwargs) -> tuple[VMResult
     return vm_result, parse_scenarios(vm_result.output, [s.name for s in scenarios])
 
 
+# The guest's console is a terminal and the scenarios' shell exports the harness's variables
+# ($NOBODY, $PYJAIL, ...), so pyjail says once that the jail does not get them: a notice for a
+# person at a terminal, not part of any scenario's output.
+ENV_NOTICE = "pyjail: the jail does not get your environment"
+
+
 def parse_scenarios(output: str, names: list[str]) -> dict[str, ScenarioResult]:
     results = {n: ScenarioResult(n, None, "", None) for n in names}
     current = None
@@ -1139,7 +1145,7 @@ def parse_scenarios(output: str, names: list[str]) -> dict[str, ScenarioResult]:
             # The driver's newline after the output (see _boot): joining gives the output.
             results[current] = ScenarioResult(current, int(fields["rc"]), "\n".join(body), seconds)
             current = None
-        elif current is not None:
+        elif current is not None and not line.startswith(ENV_NOTICE):
             body.append(line)
     if current is not None:  # cut off
         results[current] = ScenarioResult(current, None, "\n".join(body) + "\n", None)
