@@ -23,6 +23,7 @@ import pytest
 
 from pyjail_testing import skip_or_fail
 from pyjail_testing.runs import describe, without_notices
+from pyjail_testing.template_wire import HELLO, HELLO_SIZE, REFUSED, SERVE_VERSION, capture_request
 
 
 def via(run_jail, user, sock, code, *args, opts=(), **kwargs):
@@ -277,12 +278,6 @@ def result_text(r):
 # Against the server, from the host
 
 
-# ServeHello (template_protocol.hpp): version, cgroup_ok, rootfs, why_not, refused.
-HELLO = "<II1024s512s256s"
-HELLO_SIZE = struct.calcsize(HELLO)
-SERVE_VERSION = 3
-
-
 def raw_connect(sock: str) -> socket.socket:
     c = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     c.settimeout(10)
@@ -297,8 +292,6 @@ def reply_of(c: socket.socket) -> tuple[int, str]:
     kind, pid, restarted = struct.unpack_from("<iiI", data)
     return kind, data[12:].split(b"\0", 1)[0].decode(errors="replace")
 
-
-REFUSED = 3
 
 
 def test_malformed_clients_leave_the_server_serving(run_jail, as_user, serve):
@@ -471,36 +464,6 @@ def test_the_client_gives_nothing_to_a_server_of_another_user(run_jail, as_user,
         fake.stderr.close()
 
 
-def capture_request(run_jail, user, rootfs, world_tmp, code: str) -> bytes:
-    """The request `pyjail --via SOCK -- python -c CODE` sends, as `user`: received by a
-    listener of this test process (root's, or the user's own) that answers as pyjail serve
-    would."""
-    d = world_tmp.dir(0o777)
-    path = str(d / "capture.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.bind(path)
-    os.chmod(path, 0o777)
-    s.listen(1)
-    got = {}
-
-    def serve_once():
-        c, _ = s.accept()
-        c.send(struct.pack(HELLO, SERVE_VERSION, 0, os.path.realpath(rootfs).encode(), b"", b""))
-        data, anc, _, _ = c.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
-        for _, _, payload in anc:
-            for fd in struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]):
-                os.close(fd)
-        got["request"] = data
-        c.close()
-
-    t = threading.Thread(target=serve_once)
-    t.start()
-    run_jail(["--quiet", "--via", path, "--", "python", "-c", code], user=user, timeout=60)
-    t.join(30)
-    s.close()
-    return got["request"]
-
-
 def test_a_burst_of_runs_cannot_wedge_the_server_and_its_template(run_jail, as_user, serve, world_tmp,
                                                                  jail_rootfs):
     # Attack: many clients at once (a busy pool, or one user on purpose). The server forwards
@@ -511,7 +474,7 @@ def test_a_burst_of_runs_cannot_wedge_the_server_and_its_template(run_jail, as_u
     sock, p = serve(as_user)
     # Large requests: the server's sends block often, so the requests that arrive meanwhile
     # are handled together in its next turn.
-    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "pass  # " + "x" * 100_000)
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "pass  # " + "x" * 100_000)[0]
     report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     null = os.open("/dev/null", os.O_RDWR)
     conns = []
@@ -555,7 +518,7 @@ def test_a_client_that_sends_and_leaves_at_once_leaves_no_run(run_jail, as_user,
     # answered (the server learns of the run only after its client is gone): each such run
     # must be ended, not left running unsupervised below the template.
     sock, p = serve(as_user)
-    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "import time; time.sleep(60)")
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "import time; time.sleep(60)")[0]
     template = descendants(p.pid)
     report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     null = os.open("/dev/null", os.O_RDWR)

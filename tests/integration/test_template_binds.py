@@ -17,6 +17,7 @@ import threading
 import time
 
 from pyjail_testing.runs import UNPRIVILEGED_ID, describe
+from pyjail_testing.template_wire import HELLO_SIZE, REFUSED, capture_request
 
 # The host user every run here writes as: root's jails are --host-user nobody, and the
 # unprivileged user of these tests is that id too.
@@ -182,49 +183,13 @@ def test_a_source_swapped_for_a_symlink_is_judged_by_what_was_opened(run_jail, a
             one_line_refusal(r, "the whole host file system")
 
 
-# ServeHello and TemplateReply (template_protocol.hpp).
-HELLO = "<II1024s512s256s"
-HELLO_SIZE = struct.calcsize(HELLO)
-REFUSED = 3
-
-
-def capture_request(run_jail, user, rootfs, world_tmp, opts) -> bytes:
-    """The request `pyjail OPTS --via SOCK -- python -c pass` sends, as `user`."""
-    d = world_tmp.dir(0o777)
-    path = str(d / "capture.sock")
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    s.bind(path)
-    os.chmod(path, 0o777)
-    s.listen(1)
-    got = {}
-
-    def serve_once():
-        c, _ = s.accept()
-        c.send(struct.pack(HELLO, 3, 0, os.path.realpath(rootfs).encode(), b"", b""))
-        data, anc, _, _ = c.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
-        for _, _, payload in anc:
-            got["fds"] = len(payload) // 4
-            for fd in struct.unpack(f"{len(payload) // 4}i", payload[:len(payload) // 4 * 4]):
-                os.close(fd)
-        got["request"] = data
-        c.close()
-
-    t = threading.Thread(target=serve_once)
-    t.start()
-    r = run_jail(["--quiet", *opts, "--via", path, "--", "python", "-c", "pass"], user=user, timeout=60)
-    t.join(30)
-    assert "request" in got, describe(r)
-    s.close()
-    return got["request"], got["fds"]
-
-
 def test_a_request_with_more_descriptors_or_binds_than_allowed_is_refused(run_jail, as_user, serve, world_tmp,
                                                                           jail_rootfs):
     # Attack: a local client of the server's user sends a request naming more host binds than
     # a run may have, or more descriptors than it names: refused, nothing kept, and the server
     # serves the next run.
     data = world_tmp.dir()
-    request, nfds = capture_request(run_jail, as_user, jail_rootfs, world_tmp, ("--ro-bind", f"{data}:/tmp/d"))
+    request, nfds = capture_request(run_jail, as_user, jail_rootfs, world_tmp, opts=("--ro-bind", f"{data}:/tmp/d"))
     assert nfds == 4 + 1  # report socket, fds 0-2, the bind's tree (-c: no script)
     # ..., files ids, count, the one op index; then the egress part (32 bytes without --net allow).
     egress_part = request[-32:]
