@@ -10,11 +10,13 @@
 #include "error.hpp"
 #include "mountplan.hpp"
 #include "profile.hpp"
+#include "fixtures.hpp"
 #include "run_request.hpp"
 #include "shipped_sets.hpp"
 #include "template_protocol.hpp"
 
 using namespace pyjail;
+using pyjail::test::refusal;
 
 namespace {
 
@@ -39,15 +41,6 @@ RunRequest sample() {
     r.cpu_time = 1;
     r.output = 4096;
     return r;
-}
-
-std::string refusal(const std::string& bytes) {
-    try {
-        decode_request(bytes);
-    } catch (const BadRequest& e) {
-        return e.what();
-    }
-    return "";
 }
 
 }  // namespace

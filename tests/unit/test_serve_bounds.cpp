@@ -6,19 +6,14 @@
 
 #include <string>
 
+#include "fixtures.hpp"
 #include "profile.hpp"
 #include "serve_bounds.hpp"
 
 using namespace pyjail;
+using pyjail::test::policy_with;
 
 namespace {
-
-Policy policy_with(const std::vector<std::pair<std::string, std::string>>& options) {
-    Settings s = default_settings();
-    apply_profile(s, parse_profile("", "p.toml"));
-    for (const auto& [name, value] : options) s[name].push_back({value, Source::CommandLine, "--" + name});
-    return make_policy(s, {"python3", "x.py"}, "/home/u");
-}
 
 const std::vector<std::string> kAllow = {"exit", "mmap", "read", "write"};
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "error.hpp"
+#include "fixtures.hpp"
 #include "mountplan.hpp"
 #include "profile.hpp"
 #include "run_request.hpp"
@@ -15,14 +16,12 @@
 #include "template_binds.hpp"
 
 using namespace pyjail;
+using pyjail::test::refusal;
 
 namespace {
 
 Policy policy_with(const std::vector<std::pair<std::string, std::string>>& options) {
-    Settings s = default_settings();
-    apply_profile(s, parse_profile("", "p.toml"));
-    for (const auto& [name, value] : options) s[name].push_back({value, Source::CommandLine, "--" + name});
-    return make_policy(s, {"python3", "x.py"}, "/home/u/proj");
+    return test::policy_with(options, "/home/u/proj");
 }
 
 MountFacts facts_for(const Policy& p) {
@@ -49,15 +48,6 @@ const MountOp* op_at(const RunRequest& r, OpKind kind, const std::string& target
     for (const auto& op : r.mounts.ops)
         if (op.kind == kind && op.target == target) return &op;
     return nullptr;
-}
-
-std::string refusal(const std::string& bytes) {
-    try {
-        decode_request(bytes);
-    } catch (const BadRequest& e) {
-        return e.what();
-    }
-    return "";
 }
 
 }  // namespace
