@@ -100,7 +100,7 @@ def jail_dirs(pyjail: str) -> tuple[str, str]:
 
 
 def parse_compiled_filter(data: bytes) -> dict:
-    """The fields of a compiled filter file (format: jail/compiled_filter.cpp)."""
+    """The fields of a compiled filter file (format: jail/plan/compiled_filter.cpp)."""
     pos = 0
 
     def line() -> str:
@@ -141,7 +141,7 @@ def find_python_filter(pyjail: str, profiles: str) -> tuple[str, bytes] | None:
     seccomp = Path(profiles, "seccomp")
     want_set = (seccomp / "python.toml").read_bytes()
     want_groups = (seccomp / "groups.toml").read_bytes()
-    # Where a build and an install keep them (jail/paths.cpp).
+    # Where a build and an install keep them (jail/host/paths.cpp).
     for d in (Path(pyjail).resolve().parent / "seccomp-filters", seccomp / "compiled"):
         for f in sorted(d.glob("*.bpf")):
             try:

@@ -147,7 +147,7 @@ json.loads(text)
 sys.stdout.write(json.dumps({"name": os.path.basename(path), "text": text}))
 """
 
-# A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/rootfs_name.cpp).
+# A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/plan/rootfs_name.cpp).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 MANIFEST = "etc/pyjail-manifest.sha256"

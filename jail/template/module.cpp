@@ -25,10 +25,10 @@
 #include <cstring>
 #include <string>
 
-#include "../forked_run.hpp"
-#include "../run_request.hpp"
-#include "../sys.hpp"
-#include "../template_protocol.hpp"
+#include "forked_run.hpp"
+#include "run_request.hpp"
+#include "sys.hpp"
+#include "template_protocol.hpp"
 
 namespace {
 

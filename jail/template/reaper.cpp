@@ -14,9 +14,9 @@
 
 #include <cstdlib>
 
-#include "../exitstatus.hpp"
-#include "../init.hpp"
-#include "../steps.hpp"
+#include "exitstatus.hpp"
+#include "init.hpp"
+#include "steps.hpp"
 
 int main(int argc, char** argv) {
     using namespace pyjail;

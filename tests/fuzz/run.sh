@@ -32,13 +32,14 @@ targets=("$@")
 # includes and, for each header, its .cpp, until nothing new turns up; plus the shipped seccomp
 # sets the targets read.
 fuzzed_sources() {
-    local files prev=
+    local files prev= jail_includes=() d
+    for d in jail/*/; do jail_includes+=("-I${d%/}"); done
     files=$(ls tests/fuzz/*.cpp tests/fuzz/*.hpp)
     while [[ $files != "$prev" ]]; do
         prev=$files
         # shellcheck disable=SC2046 # one word per file
         files=$({ echo "$files"
-                  g++ -std=c++20 -MM -Ijail -Itests/fuzz $(grep '\.cpp$' <<<"$files") |
+                  g++ -std=c++20 -MM "${jail_includes[@]}" -Itests/fuzz $(grep '\.cpp$' <<<"$files") |
                       tr ' \\' '\n\n' | grep -E '^(jail|tests/fuzz)/' |
                       while read -r f; do
                           echo "$f"

@@ -2,7 +2,7 @@
 
 man/pyjail.1 must have an entry for every option `pyjail --help` lists, and none that it does
 not; man/pyjail-profile.5 an entry for every profile key of the option table
-(jail/options.cpp); pyjail.1 every field of the result report (README.md's table, and a real
+(jail/plan/options.cpp); pyjail.1 every field of the result report (README.md's table, and a real
 report). Both pages must format without a single groff warning, and render with man(1).
 
 Run with: /usr/bin/python3 -m pytest tests/man
@@ -32,7 +32,7 @@ MAN1 = ROOT / "man" / "pyjail.1"
 MAN5 = ROOT / "man" / "pyjail-profile.5"
 MAN_ROOTFS = ROOT / "man" / "pyjail-rootfs.1"
 PAGES = [MAN1, MAN5, MAN_ROOTFS]
-OPTIONS_CPP = ROOT / "jail" / "options.cpp"
+OPTIONS_CPP = ROOT / "jail" / "plan" / "options.cpp"
 README = ROOT / "README.md"
 PROFILES = ROOT / "profiles"
 SHIPPED_PROFILES = ["strict", "standard", "batch"]
@@ -257,7 +257,7 @@ def option_table() -> list[TableOption]:
         r'\{\s*"([a-z0-9-]+)",\s*OptKind::(\w+),\s*"([^"]*)",\s*"([^"]*)",.*?,\s*(true|false)\s*\}',
         src[start:end], re.S)
     table = [TableOption(n, k, d, v, p == "true") for n, k, d, v, p in rows]
-    assert len(table) >= 20, "could not parse the option table in jail/options.cpp"
+    assert len(table) >= 20, "could not parse the option table in jail/plan/options.cpp"
     return table
 
 
