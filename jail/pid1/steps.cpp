@@ -276,7 +276,7 @@ void keep_template_capabilities(bool low_ports) {
     // and emptying the run's bounding set (SETPCAP). Every other capability goes, from every
     // set; these three survive the interpreter's execve as ambient capabilities (the jail user
     // is not root: nothing else survives it), and the interpreter lowers them to its permitted
-    // set before it runs any module of the rootfs (zygote::lower_capabilities). Every run drops
+    // set before it runs any module of the rootfs (template_::lower_capabilities). Every run drops
     // them all before its program runs. Serving --net allow, also NET_BIND_SERVICE: each run's
     // pid 1 binds the run's resolver at port 53 of the run's own network namespace.
     const std::vector<int> kKeep = low_ports ? std::vector<int>{CAP_SYS_ADMIN, CAP_NET_ADMIN, CAP_SETPCAP,

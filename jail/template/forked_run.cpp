@@ -143,7 +143,7 @@ int run_forked(void* arg) {
 
 }  // namespace pid1
 
-namespace zygote {
+namespace template_ {
 
 namespace {
 
@@ -251,6 +251,6 @@ pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const F
     return pid;
 }
 
-}  // namespace zygote
+}  // namespace template_
 
 }  // namespace pyjail

@@ -3,7 +3,7 @@
 // the run's program exists in it. Called by the template's extension module
 // (template/module.cpp), which supplies the interpreter's fork hooks.
 //
-//   template (namespace zygote)        run's pid 1 (pid1::)               the program
+//   template (namespace template_)     run's pid 1 (pid1::)               the program
 //   unshare(CLONE_NEWPID); clone       shares the template's memory (no
 //   (CLONE_VM | CLONE_VFORK): waits -> copy): joins the run's cgroup leaf;
 //                                      new mount, net, ipc, uts, cgroup
@@ -30,7 +30,7 @@
 
 #include "run_request.hpp"
 
-namespace pyjail::zygote {
+namespace pyjail::template_ {
 
 // The interpreter's own fork bookkeeping (CPython's PyOS_BeforeFork and friends): its locks,
 // and the at-fork hooks that reseed `random`.
@@ -62,4 +62,4 @@ void set_reaper(int fd);
 pid_t fork_run(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
                std::string& error);
 
-}  // namespace pyjail::zygote
+}  // namespace pyjail::template_

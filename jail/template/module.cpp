@@ -1,7 +1,7 @@
-// _pyjail_zygote: the C half of a template (`pyjail serve`), an extension module of the
+// _pyjail_template: the C half of a template (`pyjail serve`), an extension module of the
 // rootfs's interpreter, bound read-only into the template (never into a fresh jail). The
 // template's Python half (pyjail_template.py) imports the preloads, then calls serve(): from
-// there the template runs only this loop. Each request becomes a run by zygote::fork_run
+// there the template runs only this loop. Each request becomes a run by template_::fork_run
 // (forked_run.cpp): the per-run isolation is C++ code, never Python.
 //
 // serve(fd, reaper) returns None when the server closes the socket (the template then exits), and
@@ -68,8 +68,8 @@ PyObject* serve(PyObject*, PyObject* args) {
     if (!PyArg_ParseTuple(args, "is", &ctl, &reaper)) return nullptr;
     int reaper_fd = ::open(reaper, O_PATH | O_CLOEXEC);
     if (reaper_fd < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, reaper);
-    zygote::set_reaper(reaper_fd);
-    zygote::save_program_signals();
+    template_::set_reaper(reaper_fd);
+    template_::save_program_signals();
     int pidns = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (pidns < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, "/proc/self/ns/pid");
     sigset_t chld;
@@ -78,7 +78,7 @@ PyObject* serve(PyObject*, PyObject* args) {
     ::sigprocmask(SIG_BLOCK, &chld, nullptr);
     int sigfd = ::signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
     if (sigfd < 0) return PyErr_SetFromErrno(PyExc_OSError);
-    const zygote::ForkHooks hooks{PyOS_BeforeFork, PyOS_AfterFork_Parent, PyOS_AfterFork_Child};
+    const template_::ForkHooks hooks{PyOS_BeforeFork, PyOS_AfterFork_Parent, PyOS_AfterFork_Child};
 
     reply(ctl, TemplateReplyKind::Ready, 0, "", -1);
     std::string buf(kMaxRequestBytes + 1, '\0');
@@ -111,7 +111,7 @@ PyObject* serve(PyObject*, PyObject* args) {
         try {
             request = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
             if (got != request_fd_count(request)) throw BadRequest("the request's descriptors are missing");
-            pid = zygote::fork_run(request, fds, pidns, hooks, error);
+            pid = template_::fork_run(request, fds, pidns, hooks, error);
         } catch (const std::exception& e) {
             error = e.what();
         }
@@ -150,7 +150,7 @@ PyObject* serve(PyObject*, PyObject* args) {
 }
 
 PyObject* lower_capabilities(PyObject*, PyObject*) {
-    if (int e = zygote::lower_capabilities(); e != 0) {
+    if (int e = template_::lower_capabilities(); e != 0) {
         errno = e;
         return PyErr_SetFromErrno(PyExc_OSError);
     }
@@ -167,10 +167,10 @@ PyMethodDef kMethods[] = {
     {nullptr, nullptr, 0, nullptr},
 };
 
-PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_pyjail_zygote",
+PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_pyjail_template",
                        "The C half of a pyjail template: forks runs that are jails of their own.", -1,
                        kMethods, nullptr, nullptr, nullptr, nullptr};
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__pyjail_zygote() { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__pyjail_template() { return PyModule_Create(&kModule); }

@@ -3,7 +3,7 @@ interpreter in a jail as ``python -I -c BOOT MODULE...``.
 
 It imports the modules to preload (from the rootfs: the template has no other
 files and runs nothing it was sent), freezes what it built so that the runs
-share it copy-on-write, and hands over to ``_pyjail_zygote.serve``, which
+share it copy-on-write, and hands over to ``_pyjail_template.serve``, which
 answers run requests in C++ and never returns in the template. It returns in
 each run's program, whose jail is complete by then, with the program's argv
 and environment: ``run_program`` then runs it as ``python ARGS`` would.
@@ -29,8 +29,8 @@ def main(preload):
     # Before any module of the rootfs's site-packages runs (the interpreter started with -S:
     # site's .pth files would have run before this line): the template's capabilities stay
     # permitted only, effective only while a run is set up. Then site, as python runs it.
-    import _pyjail_zygote
-    _pyjail_zygote.lower_capabilities()
+    import _pyjail_template
+    _pyjail_template.lower_capabilities()
     import site
     site.main()
     import importlib
@@ -45,7 +45,7 @@ def main(preload):
     sys.stderr.flush()
     global _TEMPLATE_MODULES
     _TEMPLATE_MODULES = frozenset(sys.modules)
-    got = _pyjail_zygote.serve(0, os.path.join(HERE, "pyjail-reaper"))
+    got = _pyjail_template.serve(0, os.path.join(HERE, "pyjail-reaper"))
     if got is None:    # the server has gone
         return 0
     _exit_fast(run_program(*got))

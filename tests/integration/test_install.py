@@ -162,7 +162,7 @@ def test_the_installed_binaries_are_stripped_and_their_debug_info_installed_besi
     """`cmake --install` puts stripped binaries in place (pyjail is some 3 MB, not 50), each
     with a debug link to its NAME.debug under lib/debug/PREFIX/..., where gdb looks."""
     binaries = [prefix / "bin/pyjail", prefix / "lib/pyjail/template/pyjail-reaper",
-                *(prefix / "lib/pyjail/template").glob("_pyjail_zygote*.so")]
+                *(prefix / "lib/pyjail/template").glob("_pyjail_template*.so")]
     assert len(binaries) == 3, binaries
     for binary in binaries:
         sections = _elf_section_names(binary)
