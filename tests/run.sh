@@ -12,9 +12,10 @@
 # What waits on the network (the test venv's packages from PyPI, the VM's kernel) starts in the
 # background before the build. The tests then run in three lanes at once, each with its own
 # log, printed whole when the lane ends:
-#   host:   tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py, then
-#           the attack suites again through a template -- the tests that look for leftovers on
-#           this host
+#   host:   tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py (which
+#           folder may include which), tests/test_function_length.py (no function in jail/
+#           over 80 lines), then the attack suites again through a template -- the tests that
+#           look for leftovers on this host
 #   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
 #           the Python package
 #   python: tests/rootfs (the rootfs builder)
@@ -112,7 +113,8 @@ pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
 
 lane_host() {
     local status=0
-    "${pytest[@]}" tests/integration tests/man tests/test_must_work.py tests/test_layout.py "$@" || status=$?
+    "${pytest[@]}" tests/integration tests/man tests/test_must_work.py tests/test_layout.py \
+        tests/test_function_length.py "$@" || status=$?
     echo "==> the attack tests again, every run they can make forked from a template (pyjail serve)"
     PYJAIL_THROUGH_TEMPLATE=1 "${pytest[@]}" \
         tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \

@@ -28,9 +28,9 @@ const char* source_name(Source s) {
     }
     return "";
 }
-}  // namespace
 
-std::string explain_text(const ExplainInput& in) {
+// Every setting as TOML, with where it came from.
+std::string explain_settings(const ExplainInput& in) {
     std::string out = "# pyjail --explain: the effective policy (nothing was run).\n"
                       "# Settings, with where each came from:\n";
     for (const auto& o : option_table()) {
@@ -56,8 +56,12 @@ std::string explain_text(const ExplainInput& in) {
                                it.source == Source::Default ? "" : " (" + it.origin + ")");
         }
     }
-    out += fmt::format("# profile: {}\n", in.policy.profile);
-    out += "#\n# Namespaces: user, mount, pid, net, ipc, uts, cgroup (all new)\n";
+    return out;
+}
+
+// Who the jail's processes are, inside and on the host.
+std::string explain_ids(const ExplainInput& in) {
+    std::string out;
     const bool own_ids = in.host_ids != nullptr && (in.host_ids->kind == HostIdKind::OwnRange ||
                                                     in.host_ids->kind == HostIdKind::Subordinate);
     if (own_ids)
@@ -74,11 +78,15 @@ std::string explain_text(const ExplainInput& in) {
         else
             out += fmt::format("# Host ids:  kernel budgets shared with {}: {}\n", h->shared_with, h->why_shared);
     }
-    out += "# Privileges: no capabilities, no_new_privs, new session, no core dumps\n";
-    out += fmt::format("# Network:   {}\n", in.policy.net == NetMode::None       ? "none (loopback down)"
-                                            : in.policy.net == NetMode::Loopback ? "loopback only (private 127.0.0.1)"
-                                                                                 : "loopback, and through pyjail "
-                                                                                   "by name:");
+    return out;
+}
+
+// The network mode, and under --net allow the hosts the jail reaches by name.
+std::string explain_network(const ExplainInput& in) {
+    const char* mode = in.policy.net == NetMode::None       ? "none (loopback down)"
+                       : in.policy.net == NetMode::Loopback ? "loopback only (private 127.0.0.1)"
+                                                            : "loopback, and through pyjail by name:";
+    std::string out = fmt::format("# Network:   {}\n", mode);
     if (in.policy.net == NetMode::Allow) {
         for (const auto& h : in.policy.egress.hosts) {
             std::string ports;
@@ -93,14 +101,12 @@ std::string explain_text(const ExplainInput& in) {
             out += fmt::format("#   (--allow-host @{}:{}: {})\n", preset.name, hosts, preset.what);
         }
     }
-    out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
-                                                ? fmt::format("{} s", in.policy.wall_time)
-                                                : std::string("no limit"));
-    out += fmt::format("# cgroup:    {}\n", in.cgroup);
-    out += "# Limits:\n";
-    for (const auto& l : in.limits)
-        out += fmt::format("#   {:<9} {:<12} {} ({})\n", l.name, l.value, mechanism_name(l.mechanism),
-                           l.detail);
+    return out;
+}
+
+// The seccomp set: what it allows, checks and denies.
+std::string explain_seccomp(const ExplainInput& in) {
+    std::string out;
     if (in.seccomp == nullptr) {
         out += "# Seccomp:   OFF (--seccomp off): every syscall the kernel allows\n";
     } else {
@@ -126,6 +132,27 @@ std::string explain_text(const ExplainInput& in) {
         wrap("allowed", in.seccomp->allow);
         wrap("denied", in.seccomp->deny);
     }
+    return out;
+}
+
+}  // namespace
+
+std::string explain_text(const ExplainInput& in) {
+    std::string out = explain_settings(in);
+    out += fmt::format("# profile: {}\n", in.policy.profile);
+    out += "#\n# Namespaces: user, mount, pid, net, ipc, uts, cgroup (all new)\n";
+    out += explain_ids(in);
+    out += "# Privileges: no capabilities, no_new_privs, new session, no core dumps\n";
+    out += explain_network(in);
+    out += fmt::format("# Wall time: {}\n", in.policy.wall_time > 0
+                                                ? fmt::format("{} s", in.policy.wall_time)
+                                                : std::string("no limit"));
+    out += fmt::format("# cgroup:    {}\n", in.cgroup);
+    out += "# Limits:\n";
+    for (const auto& l : in.limits)
+        out += fmt::format("#   {:<9} {:<12} {} ({})\n", l.name, l.value, mechanism_name(l.mechanism),
+                           l.detail);
+    out += explain_seccomp(in);
     out += "# Filesystem (the root is read-only; in order):\n";
     for (const auto& op : in.mounts.ops) out += "#   " + describe_op(op, in.mounts) + "\n";
     out += fmt::format("# Working directory: {}\n", in.mounts.cwd);

@@ -25,12 +25,14 @@ std::string cpu_max_value(double cpus) {
     return fmt::format("{} {}", quota, period);
 }
 
-LimitPlan plan_limits(const Limits& l, bool cgroup) {
-    LimitPlan p;
+namespace {
+
+// The limits every jail gets, whatever the policy says (but the number of open files).
+void plan_fixed_limits(LimitPlan& p, std::uint64_t nofile) {
     // Always: no core files, a bounded number of open files.
     p.rlimits.push_back({RLIMIT_CORE, 0, "RLIMIT_CORE"});
-    p.rlimits.push_back({RLIMIT_NOFILE, l.nofile, "RLIMIT_NOFILE"});
-    p.entries.push_back({"nofile", std::to_string(l.nofile), Mechanism::Rlimit, "RLIMIT_NOFILE"});
+    p.rlimits.push_back({RLIMIT_NOFILE, nofile, "RLIMIT_NOFILE"});
+    p.entries.push_back({"nofile", std::to_string(nofile), Mechanism::Rlimit, "RLIMIT_NOFILE"});
     // Never inherited from the invoker: no real-time scheduling (a SCHED_FIFO busy loop would
     // starve the host's CPUs), no raised priority (RLIMIT_NICE 0: no nice value below the
     // current one), and locked memory capped at 64 KiB (locked pages are out of reach of
@@ -72,7 +74,11 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
     p.entries.push_back({"inotify-watches", std::to_string(kInotifyWatches),
                          Mechanism::UserNamespace, "user.max_inotify_watches"});
     p.entries.push_back({"namespaces", "0", Mechanism::UserNamespace, "user.max_*_namespaces"});
+}
 
+// The limits the policy chose: each by the cgroup when there is one, else by an rlimit (a
+// weaker one, per process) or the supervisor, or not at all (the entry says which).
+void plan_chosen_limits(LimitPlan& p, const Limits& l, bool cgroup) {
     if (l.memory) {
         std::string v = std::to_string(*l.memory);
         if (cgroup) {
@@ -129,6 +135,14 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
     if (l.output)
         p.entries.push_back({"output", std::to_string(*l.output), Mechanism::Supervisor,
                              "stdout and stderr relayed and counted"});
+}
+
+}  // namespace
+
+LimitPlan plan_limits(const Limits& l, bool cgroup) {
+    LimitPlan p;
+    plan_fixed_limits(p, l.nofile);
+    plan_chosen_limits(p, l, cgroup);
     return p;
 }
 

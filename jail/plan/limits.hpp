@@ -59,7 +59,7 @@ struct LimitPlan {
     std::vector<LimitEntry> entries;                                 // for the report/explain
 };
 
-// Fixed limits of every jail (see plan_limits for why each).
+// Fixed limits of every jail (see plan_fixed_limits in limits.cpp for why each).
 constexpr std::uint64_t kMemlockLimit = 64 * 1024;
 constexpr std::uint64_t kSigpendingLimit = 1024;
 constexpr std::uint64_t kInotifyInstances = 16;

@@ -1,13 +1,15 @@
 #include "options.hpp"
 
 #include <algorithm>
+#include <iterator>
 #include <stdexcept>
 
 namespace pyjail {
 
-const std::vector<OptionSpec>& option_table() {
-    // Kept in the order --help and --explain show them.
-    static const std::vector<OptionSpec> table = {
+namespace {
+// A table, not code: constant (so usable before main), kept in the order --help and
+// --explain show them.
+constexpr OptionSpec kOptions[] = {
         {"profile", OptKind::Text, "strict", "NAME|FILE",
          "Profile to start from: strict, standard, batch, or a path to a profile file", false},
         {"rootfs", OptKind::Text, "", "NAME|DIR",
@@ -112,7 +114,11 @@ const std::vector<OptionSpec>& option_table() {
         {"quiet", OptKind::Flag, "false", "",
          "Print nothing of pyjail's own on stderr but errors (how the run ended and the limits' "
          "mechanisms are still in the report)", false},
-    };
+};
+}  // namespace
+
+const std::vector<OptionSpec>& option_table() {
+    static const std::vector<OptionSpec> table(std::begin(kOptions), std::end(kOptions));
     return table;
 }
 

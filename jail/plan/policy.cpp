@@ -246,14 +246,28 @@ void check_sensitive_binds(const Policy& policy, const std::vector<BindSpec>& bi
     }
 }
 
-Policy make_policy(const Settings& settings, std::vector<std::string> command,
-                   const std::string& cwd) {
-    Policy p;
-    p.settings = settings;
-    p.command = std::move(command);
-    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
+namespace {
 
-    p.profile = item("profile").value;
+// One of a few words, e.g. --net's none, loopback or allow.
+template <typename T>
+T one_of(const SettingItem& it, std::string_view key, std::string_view what,
+         std::initializer_list<std::pair<std::string_view, T>> choices) {
+    std::string words;
+    std::size_t i = 0;
+    for (const auto& [word, value] : choices) {
+        if (it.value == word) return value;
+        words += i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ";
+        words += word;
+        ++i;
+    }
+    throw UsageError(fmt::format("{}: '{}' is not a {}", where(it, key), it.value, what), "use " + words);
+}
+
+bool is_name_char(char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; }
+
+// What the jail sees of the host's files: the rootfs, the binds, the work directory, /tmp.
+void make_file_policy(Policy& p, const Settings& settings, const std::string& cwd) {
+    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
     p.rootfs = item("rootfs").value;
     // A name ("data", no '/') is looked up later among the named rootfses (rootfs_name.hpp).
     if (!p.rootfs.empty() && !is_rootfs_name(p.rootfs)) p.rootfs = absolute_path(p.rootfs, cwd);
@@ -281,148 +295,145 @@ Policy make_policy(const Settings& settings, std::vector<std::string> command,
                                              b.origin),
                                  "use one of them");
     }
+    const auto& s = item("tmpfs-size");
+    p.tmpfs_size = parse_size(s.value, where(s, "tmpfs-size"));
+}
 
-    {
-        const auto& s = item("tmpfs-size");
-        p.tmpfs_size = parse_size(s.value, where(s, "tmpfs-size"));
-    }
-    {
-        const auto& n = item("net");
-        if (n.value == "none") p.net = NetMode::None;
-        else if (n.value == "loopback") p.net = NetMode::Loopback;
-        else if (n.value == "allow") p.net = NetMode::Allow;
-        else
-            throw UsageError(fmt::format("{}: '{}' is not a network mode", where(n, "net"), n.value),
-                             "use none, loopback or allow");
-        make_egress_policy(p, settings, n);
-    }
+// The program's environment: --env KEY=VALUE and the host's variables --env-pass names.
+void make_env_policy(Policy& p, const Settings& settings) {
     for (const auto& it : settings.at("env")) {
         auto eq = it.value.find('=');
         std::string key = it.value.substr(0, eq);
-        bool ok = eq != std::string::npos && !key.empty();
-        for (char c : key)
-            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) ok = false;
+        bool ok = eq != std::string::npos && !key.empty() && std::all_of(key.begin(), key.end(), is_name_char);
         if (!ok)
             throw UsageError(fmt::format("{}: '{}' is not KEY=VALUE", where(it, "env"), it.value),
                              "the host's environment is never passed; give the value");
         p.env.emplace_back(key, it.value.substr(eq + 1));
     }
     for (const auto& it : settings.at("env-pass")) {
-        bool ok = !it.value.empty();
-        for (char c : it.value)
-            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) ok = false;
+        bool ok = !it.value.empty() && std::all_of(it.value.begin(), it.value.end(), is_name_char);
         if (!ok)
             throw UsageError(fmt::format("{}: '{}' is not a variable name", where(it, "env-pass"), it.value),
                              "--env-pass NAME passes the host's NAME; --env NAME=VALUE sets one");
         if (std::find(p.env_pass.begin(), p.env_pass.end(), it.value) == p.env_pass.end())
             p.env_pass.push_back(it.value);
     }
-    {
-        const auto& w = item("wall-time");
-        p.wall_time = parse_seconds(w.value, where(w, "wall-time"));
+}
+
+std::string parse_hostname(const SettingItem& h) {
+    bool ok = !h.value.empty() && h.value.size() <= 64;
+    for (char c : h.value)
+        if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.')) ok = false;
+    if (!ok)
+        throw UsageError(fmt::format("{}: '{}' is not a valid host name", where(h, "hostname"), h.value),
+                         "use up to 64 letters, digits, '-' and '.'");
+    return h.value;
+}
+
+// The resource limits (not the times: those are the supervisor's).
+Limits make_limits(const Settings& settings) {
+    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
+    auto optional_size = [&](std::string_view key) -> std::optional<std::uint64_t> {
+        const auto& it = item(key);
+        if (it.value.empty()) return std::nullopt;
+        return parse_size(it.value, where(it, key));
+    };
+    auto count = [&](std::string_view key, bool allow_empty) -> std::optional<std::uint64_t> {
+        const auto& it = item(key);
+        if (it.value.empty() && allow_empty) return std::nullopt;
+        auto n = parse_small_number(it.value);
+        if (!n || *n == 0)
+            throw UsageError(fmt::format("{}: '{}' is not a whole number above 0", where(it, key), it.value));
+        return *n;
+    };
+    Limits limits;
+    limits.memory = optional_size("memory");
+    limits.fsize = optional_size("fsize");
+    limits.output = optional_size("output-limit");
+    limits.pids = count("pids", true);
+    limits.nofile = *count("nofile", false);
+    const auto& c = item("cpus");
+    if (!c.value.empty()) {
+        double v = parse_seconds(c.value, where(c, "cpus"));
+        if (v < 0.01 || v > 4096)
+            throw UsageError(fmt::format("{}: '{}' CPUs is out of range", where(c, "cpus"), c.value),
+                             "give a number of CPUs from 0.01 up, e.g. 0.5 or 2");
+        limits.cpus = v;
     }
-    {
-        const auto& g = item("kill-grace");
-        p.kill_grace = parse_seconds(g.value, where(g, "kill-grace"), "kill at once");
+    const auto& t = item("cpu-time");
+    limits.cpu_time = parse_seconds(t.value, where(t, "cpu-time"));
+    return limits;
+}
+
+// How the limits are enforced: the cgroup, who creates it, and the fallback notice.
+void make_cgroup_policy(Policy& p, const Settings& settings, const std::string& cwd) {
+    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
+    p.cgroup = one_of<CgroupMode>(
+        item("cgroup"), "cgroup", "cgroup mode",
+        {{"auto", CgroupMode::Auto}, {"require", CgroupMode::Require}, {"off", CgroupMode::Off}});
+    p.cgroup_manager = one_of<CgroupManager>(
+        item("cgroup-manager"), "cgroup-manager", "cgroup manager",
+        {{"auto", CgroupManager::Auto}, {"systemd", CgroupManager::Systemd}, {"none", CgroupManager::None}});
+    const auto& cp = item("cgroup-parent");
+    if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
+    p.cgroup_notice = one_of<NoticeMode>(
+        item("cgroup-notice"), "cgroup-notice", "notice mode",
+        {{"daily", NoticeMode::Daily}, {"always", NoticeMode::Always}, {"off", NoticeMode::Off}});
+}
+
+// --host-user NAME or UID[:GID]: who the jailed program is on the host, never root.
+HostUser parse_host_user(const SettingItem& u) {
+    HostUser user;
+    user.name = u.value;
+    auto colon = u.value.find(':');
+    std::string uid_text = u.value.substr(0, colon);
+    user.uid = parse_small_number(uid_text);
+    if (colon != std::string::npos) {
+        user.gid = parse_small_number(std::string_view(u.value).substr(colon + 1));
+        if (!user.uid || !user.gid)
+            throw UsageError(fmt::format("{}: '{}' is not UID:GID", where(u, "host-user"), u.value));
     }
-    {
-        const auto& h = item("hostname");
-        bool ok = !h.value.empty() && h.value.size() <= 64;
-        for (char c : h.value)
-            if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.')) ok = false;
-        if (!ok)
-            throw UsageError(fmt::format("{}: '{}' is not a valid host name", where(h, "hostname"),
-                                         h.value),
-                             "use up to 64 letters, digits, '-' and '.'");
-        p.hostname = h.value;
-    }
-    {
-        auto optional_size = [&](std::string_view key) -> std::optional<std::uint64_t> {
-            const auto& it = item(key);
-            if (it.value.empty()) return std::nullopt;
-            return parse_size(it.value, where(it, key));
-        };
-        auto count = [&](std::string_view key, bool allow_empty) -> std::optional<std::uint64_t> {
-            const auto& it = item(key);
-            if (it.value.empty() && allow_empty) return std::nullopt;
-            auto n = parse_small_number(it.value);
-            if (!n || *n == 0)
-                throw UsageError(fmt::format("{}: '{}' is not a whole number above 0",
-                                             where(it, key), it.value));
-            return *n;
-        };
-        p.limits.memory = optional_size("memory");
-        p.limits.fsize = optional_size("fsize");
-        p.limits.output = optional_size("output-limit");
-        p.limits.pids = count("pids", true);
-        p.limits.nofile = *count("nofile", false);
-        const auto& c = item("cpus");
-        if (!c.value.empty()) {
-            double v = parse_seconds(c.value, where(c, "cpus"));
-            if (v < 0.01 || v > 4096)
-                throw UsageError(fmt::format("{}: '{}' CPUs is out of range", where(c, "cpus"), c.value),
-                                 "give a number of CPUs from 0.01 up, e.g. 0.5 or 2");
-            p.limits.cpus = v;
-        }
-        const auto& t = item("cpu-time");
-        p.limits.cpu_time = parse_seconds(t.value, where(t, "cpu-time"));
-        const auto& m = item("cgroup");
-        if (m.value == "auto") p.cgroup = CgroupMode::Auto;
-        else if (m.value == "require") p.cgroup = CgroupMode::Require;
-        else if (m.value == "off") p.cgroup = CgroupMode::Off;
-        else
-            throw UsageError(fmt::format("{}: '{}' is not a cgroup mode", where(m, "cgroup"), m.value),
-                             "use auto, require or off");
-        const auto& mg = item("cgroup-manager");
-        if (mg.value == "auto") p.cgroup_manager = CgroupManager::Auto;
-        else if (mg.value == "systemd") p.cgroup_manager = CgroupManager::Systemd;
-        else if (mg.value == "none") p.cgroup_manager = CgroupManager::None;
-        else
-            throw UsageError(fmt::format("{}: '{}' is not a cgroup manager", where(mg, "cgroup-manager"),
-                                         mg.value),
-                             "use auto, systemd or none");
-        const auto& cp = item("cgroup-parent");
-        if (!cp.value.empty()) p.cgroup_parent = absolute_path(cp.value, cwd);
-        const auto& r = item("report");
-        if (!r.value.empty()) p.report_path = absolute_path(r.value, cwd);
-        const auto& a = item("audit-log");
-        if (!a.value.empty()) p.audit_log = absolute_path(a.value, cwd);
-        const auto& n = item("cgroup-notice");
-        if (n.value == "daily") p.cgroup_notice = NoticeMode::Daily;
-        else if (n.value == "always") p.cgroup_notice = NoticeMode::Always;
-        else if (n.value == "off") p.cgroup_notice = NoticeMode::Off;
-        else
-            throw UsageError(fmt::format("{}: '{}' is not a notice mode", where(n, "cgroup-notice"),
-                                         n.value),
-                             "use daily, always or off");
-    }
-    {
-        const auto& sc = item("seccomp");
-        if (sc.value.empty())
-            throw UsageError(fmt::format("{}: empty", where(sc, "seccomp")),
-                             "name a set (python), a set file, or off");
-        p.seccomp = sc.value;
-    }
-    {
-        const auto& u = item("host-user");
-        p.host_user.name = u.value;
-        auto colon = u.value.find(':');
-        std::string uid_text = u.value.substr(0, colon);
-        p.host_user.uid = parse_small_number(uid_text);
-        if (colon != std::string::npos) {
-            p.host_user.gid = parse_small_number(std::string_view(u.value).substr(colon + 1));
-            if (!p.host_user.uid || !p.host_user.gid)
-                throw UsageError(fmt::format("{}: '{}' is not UID:GID", where(u, "host-user"),
-                                             u.value));
-        }
-        if (uid_text.empty())
-            throw UsageError(fmt::format("{}: empty user", where(u, "host-user")));
-        if ((p.host_user.uid && *p.host_user.uid == 0) || (p.host_user.gid && *p.host_user.gid == 0) ||
-            uid_text == "root")
-            throw UsageError(fmt::format("{}: the jailed program must never be host root",
-                                         where(u, "host-user")),
-                             "name an unprivileged user such as nobody");
-    }
+    if (uid_text.empty()) throw UsageError(fmt::format("{}: empty user", where(u, "host-user")));
+    if ((user.uid && *user.uid == 0) || (user.gid && *user.gid == 0) || uid_text == "root")
+        throw UsageError(fmt::format("{}: the jailed program must never be host root", where(u, "host-user")),
+                         "name an unprivileged user such as nobody");
+    return user;
+}
+
+}  // namespace
+
+// Each setting is checked in this order, so that of two bad ones the first is named.
+Policy make_policy(const Settings& settings, std::vector<std::string> command,
+                   const std::string& cwd) {
+    Policy p;
+    p.settings = settings;
+    p.command = std::move(command);
+    auto item = [&](std::string_view k) -> const SettingItem& { return setting(settings, k); };
+
+    p.profile = item("profile").value;
+    make_file_policy(p, settings, cwd);
+    const auto& net = item("net");
+    p.net = one_of<NetMode>(
+        net, "net", "network mode",
+        {{"none", NetMode::None}, {"loopback", NetMode::Loopback}, {"allow", NetMode::Allow}});
+    make_egress_policy(p, settings, net);
+    make_env_policy(p, settings);
+    const auto& w = item("wall-time");
+    p.wall_time = parse_seconds(w.value, where(w, "wall-time"));
+    const auto& g = item("kill-grace");
+    p.kill_grace = parse_seconds(g.value, where(g, "kill-grace"), "kill at once");
+    p.hostname = parse_hostname(item("hostname"));
+    p.limits = make_limits(settings);
+    make_cgroup_policy(p, settings, cwd);
+    if (const auto& r = item("report"); !r.value.empty()) p.report_path = absolute_path(r.value, cwd);
+    if (const auto& a = item("audit-log"); !a.value.empty()) p.audit_log = absolute_path(a.value, cwd);
+
+    const auto& sc = item("seccomp");
+    if (sc.value.empty())
+        throw UsageError(fmt::format("{}: empty", where(sc, "seccomp")),
+                         "name a set (python), a set file, or off");
+    p.seccomp = sc.value;
+    p.host_user = parse_host_user(item("host-user"));
     p.host_user_explicit = item("host-user").source != Source::Default;
     p.host_ids = parse_host_ids(item("host-ids").value, where(item("host-ids"), "host-ids"));
     p.allow_sensitive_bind = parse_bool(item("allow-sensitive-bind"), "allow-sensitive-bind");

@@ -310,6 +310,53 @@ void wipe_request(RunRequest& r) {
     for (auto& p : r.egress.pins) wipe(p.name);
 }
 
+namespace {
+
+// The mount ops, each held to the run's own directories.
+void decode_mount_ops(Reader& in, RunRequest& r) {
+    r.mounts.ops.resize(in.count("mounts", kMaxItems));
+    for (auto& op : r.mounts.ops) {
+        std::uint32_t kind = in.u32();
+        if (kind > static_cast<std::uint32_t>(OpKind::Copy)) throw BadRequest("an unknown mount op");
+        op.kind = static_cast<OpKind>(kind);
+        op.target = in.str("a mount target");
+        op.source_path = in.str("a mount source");
+        op.flags = in.u64();
+        op.data = in.str("mount options");
+        op.mode = in.u32() & 07777;
+        op.if_exists = in.u32() != 0;
+        // A run mounts only over its own directories, and binds only from within the jail:
+        // whatever sent this cannot make the template's run cover or expose anything else.
+        if (!run_target_ok(op.target) || !is_run_private(op.target))
+            throw BadRequest("a mount outside the run's own directories: /" + op.target);
+        // Bind sources are the template's own paths (its root is all a run can name): one
+        // of the run's directories, or a device the template has (the /proc masks); or none,
+        // a tree the client hands over (checked with the list of them, below).
+        if (op.kind == OpKind::Bind && op.source_path.find("..") != std::string::npos)
+            throw BadRequest("a bind from an unusable source: " + op.source_path);
+        if (op.kind == OpKind::Symlink) throw BadRequest("a symlink op in a run");
+        op.source_slot = op.kind == OpKind::Copy ? 1 : -1;
+    }
+}
+
+// The host binds: which of the binds from nothing take the trees the client hands over.
+void decode_host_binds(Reader& in, RunRequest& r) {
+    r.binds = in.count("host binds", kMaxRunBinds);
+    // Slot 0 (the rootfs) and 1 (the script) are never opened by a run (kFirstHandedSlot).
+    r.mounts.sources.assign(kFirstHandedSlot, SourceRef{"", true});
+    for (std::uint32_t k = 0; k < r.binds; ++k) {
+        std::uint32_t i = in.u32();
+        if (i >= r.mounts.ops.size()) throw BadRequest("a host bind of no mount op");
+        MountOp& op = r.mounts.ops[i];
+        if (op.kind != OpKind::Bind || !op.source_path.empty() || op.source_slot >= 0)
+            throw BadRequest("a host bind of an op that is not a bind from nothing, or of one twice");
+        op.source_slot = kFirstHandedSlot + static_cast<int>(k);
+        r.mounts.sources.push_back(SourceRef{"", false});
+    }
+}
+
+}  // namespace
+
 RunRequest decode_request(std::string_view bytes) {
     if (bytes.size() > kMaxRequestBytes) throw BadRequest("the request is larger than its limit");
     Reader in(bytes);
@@ -335,29 +382,7 @@ RunRequest decode_request(std::string_view bytes) {
         l.value = in.u64();
         l.hard = in.u64();
     }
-    r.mounts.ops.resize(in.count("mounts", kMaxItems));
-    for (auto& op : r.mounts.ops) {
-        std::uint32_t kind = in.u32();
-        if (kind > static_cast<std::uint32_t>(OpKind::Copy)) throw BadRequest("an unknown mount op");
-        op.kind = static_cast<OpKind>(kind);
-        op.target = in.str("a mount target");
-        op.source_path = in.str("a mount source");
-        op.flags = in.u64();
-        op.data = in.str("mount options");
-        op.mode = in.u32() & 07777;
-        op.if_exists = in.u32() != 0;
-        // A run mounts only over its own directories, and binds only from within the jail:
-        // whatever sent this cannot make the template's run cover or expose anything else.
-        if (!run_target_ok(op.target) || !is_run_private(op.target))
-            throw BadRequest("a mount outside the run's own directories: /" + op.target);
-        // Bind sources are the template's own paths (its root is all a run can name): one
-        // of the run's directories, or a device the template has (the /proc masks); or none,
-        // a tree the client hands over (checked with the list of them, below).
-        if (op.kind == OpKind::Bind && op.source_path.find("..") != std::string::npos)
-            throw BadRequest("a bind from an unusable source: " + op.source_path);
-        if (op.kind == OpKind::Symlink) throw BadRequest("a symlink op in a run");
-        op.source_slot = op.kind == OpKind::Copy ? 1 : -1;
-    }
+    decode_mount_ops(in, r);
     lock.seccomp_filter.resize(in.count("filter instructions", kMaxFilter));
     for (auto& f : lock.seccomp_filter) {
         f.code = static_cast<std::uint16_t>(in.u32());
@@ -384,18 +409,7 @@ RunRequest decode_request(std::string_view bytes) {
     r.output = in.u64();
     r.files_uid = in.u32();
     r.files_gid = in.u32();
-    r.binds = in.count("host binds", kMaxRunBinds);
-    // Slot 0 (the rootfs) and 1 (the script) are never opened by a run (kFirstHandedSlot).
-    r.mounts.sources.assign(kFirstHandedSlot, SourceRef{"", true});
-    for (std::uint32_t k = 0; k < r.binds; ++k) {
-        std::uint32_t i = in.u32();
-        if (i >= r.mounts.ops.size()) throw BadRequest("a host bind of no mount op");
-        MountOp& op = r.mounts.ops[i];
-        if (op.kind != OpKind::Bind || !op.source_path.empty() || op.source_slot >= 0)
-            throw BadRequest("a host bind of an op that is not a bind from nothing, or of one twice");
-        op.source_slot = kFirstHandedSlot + static_cast<int>(k);
-        r.mounts.sources.push_back(SourceRef{"", false});
-    }
+    decode_host_binds(in, r);
     decode_egress(in, r);
     if (!in.done()) throw BadRequest("bytes after the end of the request");
     for (const auto& op : r.mounts.ops)

@@ -67,42 +67,36 @@ void check(int rc, const std::string& what) {
     if (rc < 0) throw JailError("seccomp", "cannot build the filter: " + what, -rc);
 }
 
-Ctx build(const SeccompSet& set, NetMode net) {
-    Ctx ctx(seccomp_init(SCMP_ACT_NOTIFY), seccomp_release);
-    if (!ctx) throw JailError("seccomp", "cannot build the filter (libseccomp init)", ENOMEM);
-    // Another architecture's entry points (int 0x80, x32) would bypass a filter written for
-    // x86-64's syscall numbers: those calls kill the process.
-    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
-    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2), "binary tree");
+bool allows(const SeccompSet& set, const char* name) {
+    return std::binary_search(set.allow.begin(), set.allow.end(), std::string(name));
+}
 
-    auto allowed = [&](const char* name) {
-        return std::binary_search(set.allow.begin(), set.allow.end(), std::string(name));
-    };
-    for (const auto& name : set.allow) {
-        if (is_checked_by_arguments(name)) continue;
-        int nr = seccomp_syscall_resolve_name(name.c_str());
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 0), name);
-    }
-    if (allowed("clone"))
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
+// Threads and processes, but no namespaces; sockets only of the families the network mode has.
+void add_clone_and_socket_rules(scmp_filter_ctx ctx, const SeccompSet& set, NetMode net) {
+    if (allows(set, "clone"))
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1,
                                SCMP_A0_64(SCMP_CMP_MASKED_EQ, kCloneNewFlags, 0)),
               "clone");
     // glibc's fork and pthread_create try clone3 first and fall back to clone on ENOSYS.
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
-    if (allowed("socket")) {
+    check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0), "clone3");
+    if (allows(set, "socket")) {
         std::vector<int> families = {AF_UNIX};
         if (net == NetMode::Loopback) families.insert(families.end(), {AF_INET, AF_INET6});
         for (int f : families)
-            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
+            check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socket), 1,
                                    SCMP_A0_64(SCMP_CMP_EQ, static_cast<std::uint64_t>(f))),
                   "socket");
     }
-    if (allowed("socketpair"))
+    if (allows(set, "socketpair"))
         // Only AF_UNIX, in every network mode: AF_INET has no socketpair (EOPNOTSUPP), and the
         // families that do (AF_TIPC) are kernel surface a Python program has no use for.
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(socketpair), 1,
                                SCMP_A0_64(SCMP_CMP_EQ, static_cast<std::uint64_t>(AF_UNIX))),
               "socketpair");
+}
+
+// Files' modes: no call that sets a mode may set the setuid or setgid bits.
+void add_file_mode_rules(scmp_filter_ctx ctx, const SeccompSet& set) {
     // chmod and friends only without the setuid/setgid bits (see kSetIdBits). The kernel reads
     // the mode as 16 bits; the mask looks at bits inside them, so junk in the high half
     // cannot hide a setuid bit.
@@ -110,8 +104,8 @@ Ctx build(const SeccompSet& set, NetMode net) {
         {"chmod", 1}, {"fchmod", 1}, {"fchmodat", 2}, {"fchmodat2", 2}, {"creat", 1},
         {"mknod", 1}, {"mknodat", 2}};
     for (const auto& [name, arg] : mode_args) {
-        if (!allowed(name)) continue;
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, seccomp_syscall_resolve_name(name), 1,
+        if (!allows(set, name)) continue;
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, seccomp_syscall_resolve_name(name), 1,
                                scmp_arg_cmp{arg, SCMP_CMP_MASKED_EQ, kSetIdBits, 0}),
               name);
     }
@@ -121,26 +115,31 @@ Ctx build(const SeccompSet& set, NetMode net) {
     // mode without the set-id bits.
     const std::pair<const char*, unsigned> open_args[] = {{"open", 1}, {"openat", 2}};
     for (const auto& [name, flags_arg] : open_args) {
-        if (!allowed(name)) continue;
+        if (!allows(set, name)) continue;
         int nr = seccomp_syscall_resolve_name(name);
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 1,
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
                                scmp_arg_cmp{flags_arg, SCMP_CMP_MASKED_EQ, kOpenCreates, 0}),
               name);
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 1,
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, nr, 1,
                                scmp_arg_cmp{flags_arg + 1, SCMP_CMP_MASKED_EQ, kSetIdBits, 0}),
               name);
     }
     // openat2's mode is in a struct the filter cannot read: ENOSYS, and callers (glibc never
     // uses it) fall back to openat, which is checked above.
-    if (allowed("openat2"))
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0), "openat2");
-    if (allowed("ioctl")) {
+    if (allows(set, "openat2"))
+        check(seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(openat2), 0), "openat2");
+}
+
+// ioctl, NUMA memory policy and personality: allowed for what programs use, not for the
+// requests that reach other processes' terminals, pages or execution domain.
+void add_ioctl_numa_personality_rules(scmp_filter_ctx ctx, const SeccompSet& set) {
+    if (allows(set, "ioctl")) {
         // Every request but TIOCSTI and TIOCLINUX. The kernel reads the request as 32 bits,
         // and libseccomp's range checks see all 64, so "anything but these two" is spelt
         // as masked matches of aligned blocks of 32-bit values with the high half zero: a
         // request with junk in the high half (still TIOCSTI to the kernel) matches none.
         for (const auto& [mask, value] : ioctl_allowed_blocks())
-            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
+            check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(ioctl), 1,
                                    SCMP_A1_64(SCMP_CMP_MASKED_EQ, mask, value)),
                   "ioctl");
     }
@@ -152,22 +151,41 @@ Ctx build(const SeccompSet& set, NetMode net) {
     // reads mbind's flags as an unsigned int, and callers leave junk above it (OpenBLAS passes
     // them through syscall(2)'s varargs): the rule compares the low 32 bits, all the kernel
     // sees.
-    if (allowed("mbind"))
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(mbind), 1,
+    if (allows(set, "mbind"))
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(mbind), 1,
                                SCMP_A5_32(SCMP_CMP_MASKED_EQ, ~static_cast<std::uint32_t>(MPOL_MF_STRICT), 0)),
               "mbind");
     // Its flags must be 0 today; a flag added later is refused until this rule names it.
-    if (allowed("set_mempolicy_home_node"))
-        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(set_mempolicy_home_node), 1,
+    if (allows(set, "set_mempolicy_home_node"))
+        check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(set_mempolicy_home_node), 1,
                                SCMP_A3_64(SCMP_CMP_EQ, 0)),
               "set_mempolicy_home_node");
-    if (allowed("personality")) {
+    if (allows(set, "personality")) {
         // Querying is fine; switching (e.g. to READ_IMPLIES_EXEC or ADDR_NO_RANDOMIZE) is not.
         for (std::uint64_t v : {0xffffffffULL, 0ULL})
-            check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
+            check(seccomp_rule_add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1,
                                    SCMP_A0_64(SCMP_CMP_EQ, v)),
                   "personality");
     }
+}
+
+Ctx build(const SeccompSet& set, NetMode net) {
+    Ctx ctx(seccomp_init(SCMP_ACT_NOTIFY), seccomp_release);
+    if (!ctx) throw JailError("seccomp", "cannot build the filter (libseccomp init)", ENOMEM);
+    // Another architecture's entry points (int 0x80, x32) would bypass a filter written for
+    // x86-64's syscall numbers: those calls kill the process.
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS), "badarch");
+    check(seccomp_attr_set(ctx.get(), SCMP_FLTATR_CTL_OPTIMIZE, 2), "binary tree");
+
+    for (const auto& name : set.allow) {
+        if (is_checked_by_arguments(name)) continue;
+        int nr = seccomp_syscall_resolve_name(name.c_str());
+        check(seccomp_rule_add(ctx.get(), SCMP_ACT_ALLOW, nr, 0), name);
+    }
+    // The rest of the allowed calls, each with the checks of its arguments.
+    add_clone_and_socket_rules(ctx.get(), set, net);
+    add_file_mode_rules(ctx.get(), set);
+    add_ioctl_numa_personality_rules(ctx.get(), set);
     return ctx;
 }
 

@@ -62,6 +62,44 @@ PyObject* str_list(const std::vector<std::string>& v) {
     return list;
 }
 
+// In the run's program: its jail is complete (fork_run), the template's descriptors are
+// closed. serve() hands the interpreter its command: (argv, env).
+PyObject* program_command(const RunRequest& request) {
+    PyObject* argv = str_list(request.argv);
+    PyObject* env = argv != nullptr ? str_list(request.env) : nullptr;
+    if (env == nullptr) {
+        Py_XDECREF(argv);
+        return nullptr;
+    }
+    return Py_BuildValue("(NN)", argv, env);
+}
+
+// In the template, once it forked a run (pid > 0) or could not (pid < 0, `error` says why):
+// the request forgotten, and the server told the run's pid with a pidfd, or the refusal.
+void answer_request(int ctl, pid_t pid, const std::string& error, RunRequest& request, std::string& buf,
+                    std::size_t n, const int* fds, int got) {
+    // The template: every later run is a fork of this process, and can read its memory
+    // (its own copy). This request's bytes (the run's command line and environment) are
+    // cleared here, in the receive buffer and decoded, not merely freed: a later run
+    // scanning its memory finds nothing of an earlier run's request.
+    wipe_request(request);
+    ::explicit_bzero(buf.data(), n);
+    for (int k = 0; k < got; ++k) ::close(fds[k]);
+    if (pid < 0) {
+        reply(ctl, TemplateReplyKind::Refused, 0, error, -1);
+        return;
+    }
+    // The server supervises the run through this: it is never the run's parent.
+    int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    if (pidfd < 0) {
+        ::kill(pid, SIGKILL);
+        reply(ctl, TemplateReplyKind::Refused, 0, std::string("pidfd_open: ") + std::strerror(errno), -1);
+        return;
+    }
+    reply(ctl, TemplateReplyKind::Started, pid, "", pidfd);
+    ::close(pidfd);
+}
+
 PyObject* serve(PyObject*, PyObject* args) {
     int ctl = -1;
     const char* reaper = nullptr;
@@ -115,37 +153,8 @@ PyObject* serve(PyObject*, PyObject* args) {
         } catch (const std::exception& e) {
             error = e.what();
         }
-        if (pid == 0) {
-            // The run's program: its jail is complete (fork_run), the template's descriptors
-            // are closed. Hand the interpreter its command.
-            PyObject* argv = str_list(request.argv);
-            PyObject* env = argv != nullptr ? str_list(request.env) : nullptr;
-            if (env == nullptr) {
-                Py_XDECREF(argv);
-                return nullptr;
-            }
-            return Py_BuildValue("(NN)", argv, env);
-        }
-        // The template: every later run is a fork of this process, and can read its memory
-        // (its own copy). This request's bytes (the run's command line and environment) are
-        // cleared here, in the receive buffer and decoded, not merely freed: a later run
-        // scanning its memory finds nothing of an earlier run's request.
-        wipe_request(request);
-        ::explicit_bzero(buf.data(), static_cast<std::size_t>(n));
-        for (int k = 0; k < got; ++k) ::close(fds[k]);
-        if (pid < 0) {
-            reply(ctl, TemplateReplyKind::Refused, 0, error, -1);
-            continue;
-        }
-        // The server supervises the run through this: it is never the run's parent.
-        int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-        if (pidfd < 0) {
-            ::kill(pid, SIGKILL);
-            reply(ctl, TemplateReplyKind::Refused, 0, std::string("pidfd_open: ") + std::strerror(errno), -1);
-            continue;
-        }
-        reply(ctl, TemplateReplyKind::Started, pid, "", pidfd);
-        ::close(pidfd);
+        if (pid == 0) return program_command(request);
+        answer_request(ctl, pid, error, request, buf, static_cast<std::size_t>(n), fds, got);
     }
 }
 

@@ -142,30 +142,55 @@ def test_an_unwritable_report_fails_before_running(run_jail, as_user):
     assert r.stderr.startswith("pyjail: report: cannot write /proc/nonexistent/report.json")
 
 
-def test_memory_limit_stops_an_allocation(run_jail, world_tmp, as_user):
-    r = run_with_report(run_jail, world_tmp,
-                        ["--memory", "64M", "--", "python3", "-c", "x = bytearray(256 << 20)"], as_user)
-    assert r.returncode != 0
-    if r.report["cgroup"] is None:
-        assert "MemoryError" in r.stderr
+def test_memory_limit_allows_what_is_under_it_and_stops_more(run_jail, world_tmp, as_user):
+    # Under the limit: a third of it touched (bytearray zero-fills every page), and the program
+    # ends normally; an interpreter that could not start under 64M would fail here, not pass
+    # the over-the-limit half below.
+    under = run_with_report(run_jail, world_tmp, ["--memory", "64M", "--", "python3", "-c",
+                                                  "x = bytearray(24 << 20); print('survived', len(x) >> 20)"],
+                            as_user)
+    assert under.returncode == 0 and under.stdout == "survived 24\n", under.stderr
+    assert under.report["status"] == "ok"
+    over = run_with_report(run_jail, world_tmp, ["--memory", "64M", "--", "python3", "-c",
+                                                 "x = bytearray(256 << 20); print('survived')"], as_user)
+    assert over.returncode != 0 and "survived" not in over.stdout
+    if over.report["cgroup"] is None:
+        assert "MemoryError" in over.stderr
     else:
-        assert r.report["status"] == "oom"
+        assert over.report["status"] == "oom"
 
 
-def test_pids_limit_stops_a_fork_bomb(run_jail, world_tmp, as_user):
-    program = ("import os, time\n"
-               "n = 0\n"
-               "try:\n"
-               "    for _ in range(200):\n"
-               "        if os.fork() == 0:\n"
-               "            time.sleep(3); os._exit(0)\n"
-               "        n += 1\n"
-               "except OSError:\n"
-               "    pass\n"
-               "print(n)\n")
-    r = run_with_report(run_jail, world_tmp, ["--pids", "16", "--", "python3", "-c", program], as_user)
+# Forks until one fails (at most 200), printing how many worked and why the last did not.
+FORK_BOMB = ("import os, time\n"
+             "n, why = 0, 'none failed'\n"
+             "try:\n"
+             "    for _ in range(200):\n"
+             "        if os.fork() == 0:\n"
+             "            time.sleep(3); os._exit(0)\n"
+             "        n += 1\n"
+             "except OSError as e:\n"
+             "    why = type(e).__name__\n"
+             "print(n, why)\n")
+
+
+def test_pids_limit_allows_what_is_under_it_and_stops_more(run_jail, world_tmp, as_user):
+    # Under the limit: eight children at once, each exits normally.
+    under = run_with_report(run_jail, world_tmp, ["--pids", "16", "--", "python3", "-c",
+                                                  "import os, time\n"
+                                                  "kids = []\n"
+                                                  "for _ in range(8):\n"
+                                                  "    kid = os.fork()\n"
+                                                  "    if kid == 0: time.sleep(1); os._exit(0)\n"
+                                                  "    kids.append(kid)\n"
+                                                  "print(sum(os.waitpid(k, 0)[1] == 0 for k in kids))\n"],
+                            as_user)
+    assert under.returncode == 0 and under.stdout == "8\n", under.stderr
+    # Over it: fork fails with EAGAIN near the limit, not at the first fork (a fork that always
+    # failed would pass an upper bound alone): 16 tasks, less the jail's pid 1 and the program.
+    r = run_with_report(run_jail, world_tmp, ["--pids", "16", "--", "python3", "-c", FORK_BOMB], as_user)
     assert r.returncode == 0, r.stderr
-    assert int(r.stdout) < 16
+    forked, why = r.stdout.split()
+    assert why == "BlockingIOError" and 10 <= int(forked) <= 14, r.stdout
 
 
 def test_fsize_limits_files(run_jail, as_user):
