@@ -44,21 +44,27 @@ sockaddr_in socket_address(const dns::Ipv4& a, std::uint16_t port) {
 }
 
 constexpr std::size_t kPipeCapacity = 64 * 1024;  // a pipe's default size
+// Downloads go through a larger pipe: each relay wake-up then moves up to this much, so a
+// 100 MB download costs the supervisor a quarter of the wake-ups (on a busy 2-CPU host,
+// fewer switches between server, relay and client are what throughput is made of). Bound:
+// kMaxConnections of them, 32 x (256 + 64) KiB = 10 MiB of pipe pages at most, and only
+// while full.
+constexpr std::size_t kDownloadPipeCapacity = 256 * 1024;
 
 struct Pipe {
     UniqueFd r, w;
     std::size_t fill = 0;  // bytes in it
     std::size_t capacity = kPipeCapacity;
 
-    // Its real size. Attack: a jail that shares the invoking user's host uid (no id range of
-    // its own) spends the user's pipe budget (fs.pipe-user-pages-soft) on pipes of its own,
-    // so the supervisor's new pipes get two pages; waiting to fill more than that, the relay
-    // would poll a full pipe without end and spin the supervisor's CPU. (Growing pipes buys
-    // nothing measurable: the supervisor spends about 0.04 s of CPU per 100 MB relayed with
-    // the default size.)
-    void size_up() {
+    // Asks for `want` bytes, then uses its real size. Attack: a jail that shares the
+    // invoking user's host uid (no id range of its own) spends the user's pipe budget
+    // (fs.pipe-user-pages-soft) on pipes of its own, so the supervisor's new pipes get two
+    // pages (and F_SETPIPE_SZ fails); waiting to fill more than it holds, the relay would
+    // poll a full pipe without end and spin the supervisor's CPU.
+    void size_up(std::size_t want) {
+        if (want > kPipeCapacity) (void)::fcntl(w.get(), F_SETPIPE_SZ, static_cast<int>(want));
         int got = ::fcntl(w.get(), F_GETPIPE_SZ);
-        if (got > 0) capacity = std::min(static_cast<std::size_t>(got), kPipeCapacity);
+        if (got > 0) capacity = std::min(static_cast<std::size_t>(got), want);
     }
 };
 
@@ -471,8 +477,8 @@ void EgressRelay::connect_upstream(Conn& c) {
     if (::pipe2(p2, O_NONBLOCK | O_CLOEXEC) != 0) return c.upstream.reset();
     c.down.r.reset(p2[0]);
     c.down.w.reset(p2[1]);
-    c.up.size_up();
-    c.down.size_up();
+    c.up.size_up(kPipeCapacity);
+    c.down.size_up(kDownloadPipeCapacity);
     sockaddr_in to = socket_address(slot.address, c.port);
     if (::connect(c.upstream.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
         c.state = Conn::State::Open;
