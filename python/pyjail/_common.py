@@ -25,13 +25,62 @@ class BinaryNotFoundError(PyjailError, FileNotFoundError):
 
 
 class JailError(PyjailError):
-    """pyjail could not set up the jail (exit status 125): ``message`` is its
-    one-line explanation, ``report`` the result report when there is one."""
+    """pyjail could not set up the jail (exit status 125).
 
-    def __init__(self, message: str, report: Optional["Report"] = None) -> None:
+    ``message`` (also ``str()``) is pyjail's one line: what failed, why, and
+    how to fix it. When pyjail wrote a report, its structured ``error`` is
+    here as it is: ``step`` (``"usage"`` for a bad option value,
+    ``"rootfs"``, ``"bind"``, ``"serve"``, ...), ``errno`` and
+    ``errno_name`` (0 and None when no system call failed), ``detail`` (the
+    report's message, without step, errno or hint) and ``hint``; ``report``
+    is the whole report. Without a report (the command line itself was
+    refused, or the failure was the driver's) those are None."""
+
+    def __init__(self, message: str, report: Optional["Report"] = None, *,
+                 step: Optional[str] = None, errno: Optional[int] = None,
+                 errno_name: Optional[str] = None, detail: Optional[str] = None,
+                 hint: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
         self.report = report
+        self.step = step
+        self.errno = errno
+        self.errno_name = errno_name
+        self.detail = detail
+        self.hint = hint
+
+    @classmethod
+    def from_report(cls, report: "Report", context: str = "") -> "JailError":
+        """The error of a report whose ``error`` is set, its line written as
+        pyjail writes it on stderr (``context``, if any, is added after it)."""
+        e = report.error or {}
+        step = e.get("step") if isinstance(e.get("step"), str) else None
+        code = e.get("errno") if type(e.get("errno")) is int else None
+        name = e.get("errno_name") if isinstance(e.get("errno_name"), str) else None
+        detail = str(e.get("message") or "")
+        hint = e.get("hint") if isinstance(e.get("hint"), str) and e.get("hint") else None
+        line = "pyjail: " + ("%s: " % step if step and step != "usage" else "") + detail
+        if code:
+            line += ": " + os.strerror(code)
+        if hint:
+            line += " (%s)" % hint
+        return cls(line + context, report, step=step, errno=code, errno_name=name,
+                   detail=detail, hint=hint)
+
+
+def setup_error(stderr: bytes, report: Optional["Report"], context: str = "") -> JailError:
+    """The JailError of a pyjail that exited with status 125: from its
+    report's structured ``error`` when it wrote one; only without a report
+    (a command line refused before there is one) from its stderr: the last
+    ``pyjail: `` line, else the last line."""
+    if report is not None and report.error:
+        return JailError.from_report(report, context)
+    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.startswith("pyjail: ")]
+    if lines:
+        return JailError(lines[-1] + context, report)
+    text = stderr.decode("utf-8", "replace").strip()
+    return JailError((text.splitlines()[-1] if text else
+                      "pyjail failed (exit status 125) without a message") + context, report)
 
 
 def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
@@ -285,20 +334,6 @@ class Report:
         if s == "setup-error":
             return "could not be set up: %s" % ((self.error or {}).get("message") or "")
         return "ended with status %r" % s
-
-
-def pyjail_message(stderr: bytes, report: Optional[Report]) -> str:
-    """pyjail's own explanation of a failure: its 'pyjail: ' line, else the report's."""
-    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.startswith("pyjail: ")]
-    if lines:
-        return lines[-1]
-    if report is not None and report.error:
-        e = report.error
-        hint = e.get("hint")
-        return "pyjail: %s: %s%s" % (e.get("step"), e.get("message"),
-                                     " (%s)" % hint if hint else "")
-    text = stderr.decode("utf-8", "replace").strip()
-    return text.splitlines()[-1] if text else "pyjail failed (exit status 125) without a message"
 
 
 def render_output(head: bytes, tail: bytes, omitted: int) -> str:

@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from ._common import JailError, find_binary, option_args
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, find_binary, option_args,
+                      setup_error)
 from ._run import Result, run
 from ._session import Session
 
@@ -46,9 +47,11 @@ class _Server:
     def __init__(self, binary: str, socket: str, args: List[str], timeout: float) -> None:
         self.socket = socket
         self._err = tempfile.TemporaryFile(prefix="pyjail-serve-")
-        self.proc = subprocess.Popen([binary, "serve", "--socket", socket] + args,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self._err, close_fds=True,
+        self._report = tempfile.TemporaryFile(prefix="pyjail-serve-report-")
+        fd = self._report.fileno()
+        self.proc = subprocess.Popen([binary, "serve", "--socket", socket, "--report-fd", str(fd)]
+                                     + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._err, close_fds=True, pass_fds=(fd,),
                                      start_new_session=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -62,9 +65,27 @@ class _Server:
             chunk = os.read(self.proc.stdout.fileno(), 4096)
             if not chunk:
                 self.proc.wait()
-                raise JailError(self.stderr().strip() or
-                                "pyjail: pyjail serve exited with status %s" % self.proc.returncode)
+                raise self._start_error()
             line += chunk
+
+    def _start_error(self) -> JailError:
+        """Why the server ended before it was ready: its report's error, with the last
+        line the template itself wrote (a module the rootfs lacks, say), which pyjail's
+        line refers to ("its error is above")."""
+        try:
+            report = Report.parse(os.pread(self._report.fileno(), 4 << 20, 0))
+        except OSError:
+            report = None
+        err = self.stderr()
+        if report is not None and report.error:
+            own = [l.strip() for l in err.splitlines()
+                   if l.strip() and not l.startswith("pyjail: ")]
+            return JailError.from_report(
+                report, "; the template said: %s" % own[-1][:500] if own else "")
+        if self.proc.returncode == EXIT_PYJAIL_ERROR:
+            return setup_error(err.encode(), report)
+        return JailError(err.strip() or
+                         "pyjail: pyjail serve exited with status %s" % self.proc.returncode)
 
     def stderr(self) -> str:
         self._err.seek(0)
@@ -81,6 +102,7 @@ class _Server:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._err.close()
+        self._report.close()
 
 
 class Pool:

@@ -15,7 +15,7 @@ from . import _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
                        ServerRefused)
 from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, check_name, find_binary,
-                      jail_args, pyjail_message, render_output)
+                      jail_args, render_output, setup_error)
 from ._launch import Launched, handshake, launch, server_command
 from ._stream import OutputCallback, Streams
 
@@ -299,7 +299,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
             jail.close()
     report = jail.report()
     if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
-        raise JailError(pyjail_message(pyjail_err, report), report)
+        raise setup_error(pyjail_err, report)
     if streams is not None:
         streams.finish()
     return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),

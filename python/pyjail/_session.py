@@ -17,7 +17,7 @@ from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
                        ServerRefused)
 from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
-                      egress_of, find_binary, jail_args, pyjail_message, render_output)
+                      egress_of, find_binary, jail_args, render_output, setup_error)
 from ._launch import Launched, handshake, launch, server_command
 from ._stream import OutputCallback, Streams
 
@@ -300,7 +300,7 @@ class Session:
             rep = self._stop()
             stderr = self._last_stderr
             if proc.returncode == EXIT_PYJAIL_ERROR and (rep is None or rep.status == "setup-error"):
-                raise JailError(pyjail_message(stderr, rep), rep) from None
+                raise setup_error(stderr, rep) from None
             detail = stderr.decode("utf-8", "replace").strip()
             raise SessionError("the session's interpreter did not start (%s; %s)%s"
                                % (e, self._why(rep), (": " + detail[-2000:]) if detail else "")
