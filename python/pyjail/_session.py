@@ -559,98 +559,103 @@ class Session:
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
               name: Optional[str], streams: Optional[Streams] = None,
               want_formats: bool = False) -> CellResult:
+        """Runs one cell: sends it, reads its frames until its result, and
+        escalates when it runs past ``timeout`` (see _CellClock)."""
         chan = self._chan
         assert chan is not None
         rid = self._new_id()
         start = time.monotonic()
+        clock = _CellClock(start, timeout, self.interrupt_grace)
+        self._final_values.clear()
+        try:
+            chan.send(self._exec_header(rid, code, want_data, want_str, name,
+                                        streams is not None, want_formats),
+                      b"", start + self.io_timeout)
+            res = self._await_result(rid, streams, clock, start)
+        except (ChannelClosed, ProtocolError, ChannelTimeout) as e:
+            return self._cell_failed(e, clock, start)
+        if res is None:
+            return self._killed_for_timeout(timeout, start)
+        return res
+
+    def _exec_header(self, rid: str, code: str, want_data: bool, want_str: bool,
+                     name: Optional[str], stream: bool, want_formats: bool) -> Dict[str, Any]:
+        """The ``exec`` request of a cell (see _wire.OPS)."""
         header: Dict[str, Any] = {"op": "exec", "id": rid, "code": code,
                                   "output_limit": self.output_limit,
                                   "kill_failed": self.kill_failed_cell_processes}
-        if want_data:
-            header["data"] = True
-        if want_str:
-            header["str"] = True
-        if want_formats:
-            header["formats"] = True
+        for key, wanted in (("data", want_data), ("str", want_str), ("formats", want_formats),
+                            ("stream", stream)):
+            if wanted:
+                header[key] = True
         if name:
             header["name"] = name
-        if streams is not None:
-            header["stream"] = True
         if self.max_image_bytes != 8 << 20:
             header["image_limit"] = self.max_image_bytes
-        deadline = start + timeout if timeout is not None else None
-        interrupted_at: Optional[float] = None
-        descendants_killed = False
-        next_action = deadline
-        self._final_values.clear()
-        try:
-            chan.send(header, b"", start + self.io_timeout)
-            while True:
-                try:
-                    reply: Optional[Dict[str, Any]]
-                    reply, body = chan.recv(next_action)
-                except ChannelTimeout:
-                    reply = None
-                if reply is not None:
-                    op = reply.get("op")
-                    if op == "result" and reply.get("id") == rid:
-                        res = self._cell_result(reply, body, start, header["output_limit"])
-                        # Interrupted, unless it finished on its own just as time ran out.
-                        res.timed_out = interrupted_at is not None and res.error is not None
-                        return res
-                    if op == "output" and streams is not None and reply.get("id") == rid:
-                        streams.add(reply.get("stream"), body)
-                    elif op != "call":
-                        raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
-                    else:
-                        # An answer the jail does not read in time (it floods
-                        # us with calls) ends the cell no later than a kill would.
-                        if interrupted_at is not None:
-                            send_by = interrupted_at + self.interrupt_grace
-                        elif deadline is not None:
-                            send_by = deadline + self.interrupt_grace
-                        else:
-                            send_by = time.monotonic() + self.io_timeout
-                        self._serve_call(reply, send_by)
-                # Checked after every frame too: a jail that keeps the channel
-                # readable (a flood of calls) must not stop the deadline.
-                if next_action is None or time.monotonic() < next_action:
-                    continue
-                now = time.monotonic()
-                if interrupted_at is None:
-                    interrupted_at = now
-                elif now - interrupted_at >= self.interrupt_grace:
-                    return self._killed_for_timeout(timeout, start)
-                elif not descendants_killed and now - interrupted_at >= self.interrupt_grace / 2:
-                    # Still no answer: the cell's processes (a fork bomb) may be
-                    # starving the interpreter of CPU. Killing every process it
-                    # started costs less than killing it with the session's state.
-                    descendants_killed = True
-                    self._kill_interpreter_descendants()
-                # Again every half second: code may swallow one interrupt.
-                self._interrupt()
-                step = self.interrupt_grace if descendants_killed else self.interrupt_grace / 2
-                next_action = min(now + 0.5, interrupted_at + step)
-        except ChannelClosed:
+        return header
+
+    def _await_result(self, rid: str, streams: Optional[Streams], clock: "_CellClock",
+                      start: float) -> Optional[CellResult]:
+        """Reads the cell's frames until its result; None when the cell ran out
+        of time and the interpreter did not answer the interrupts."""
+        chan = self._chan
+        assert chan is not None
+        while True:
+            try:
+                reply: Optional[Dict[str, Any]]
+                reply, body = chan.recv(clock.next_action)
+            except ChannelTimeout:
+                reply = None
+            if reply is not None:
+                res = self._cell_frame(reply, body, rid, streams, clock, start)
+                if res is not None:
+                    return res
+            # Checked after every frame too: a jail that keeps the channel
+            # readable (a flood of calls) must not stop the deadline.
+            if clock.due() and clock.escalate(self._interrupt,
+                                              self._kill_interpreter_descendants):
+                return None
+
+    def _cell_frame(self, reply: Dict[str, Any], body: bytes, rid: str,
+                    streams: Optional[Streams], clock: "_CellClock",
+                    start: float) -> Optional[CellResult]:
+        """Handles one frame from a running cell: its result (returned), its
+        output, or a host-function call; anything else breaks the protocol."""
+        op = reply.get("op")
+        if op == "result" and reply.get("id") == rid:
+            res = self._cell_result(reply, body, start, self.output_limit)
+            # Interrupted, unless it finished on its own just as time ran out.
+            res.timed_out = clock.interrupted_at is not None and res.error is not None
+            return res
+        if op == "output" and streams is not None and reply.get("id") == rid:
+            streams.add(reply.get("stream"), body)
+        elif op == "call":
+            self._serve_call(reply, clock.send_by(self.io_timeout))
+        else:
+            raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
+        return None
+
+    def _cell_failed(self, e: ChannelError, clock: "_CellClock", start: float) -> CellResult:
+        """The result of a cell whose channel failed: the interpreter died,
+        broke the protocol or did not take the cell; a fresh one replaces it."""
+        if isinstance(e, ChannelClosed):
             note = self._died("while running the cell")
             return CellResult(error=CellError("InterpreterDied", note), restarted=True,
-                              timed_out=interrupted_at is not None, report=self.last_report,
-                              duration_s=time.monotonic() - start)
-        except ProtocolError as e:
-            self._restart()
+                              timed_out=clock.interrupted_at is not None,
+                              report=self.last_report, duration_s=time.monotonic() - start)
+        self._restart()
+        if isinstance(e, ProtocolError):
             return CellResult(
                 error=CellError("ProtocolError",
                                 "the jail broke the protocol (%s); the interpreter was ended and "
                                 "a fresh one started: every variable and file is lost" % e),
                 restarted=True, report=self.last_report, duration_s=time.monotonic() - start)
-        except ChannelTimeout:
-            # Sending the cell itself did not finish: the server is stuck.
-            self._restart()
-            return CellResult(
-                error=CellError("InterpreterDied",
-                                "the interpreter did not accept the cell; it was killed and a "
-                                "fresh one started: every variable and file is lost"),
-                restarted=True, duration_s=time.monotonic() - start)
+        # A ChannelTimeout: sending the cell itself did not finish, the server is stuck.
+        return CellResult(
+            error=CellError("InterpreterDied",
+                            "the interpreter did not accept the cell; it was killed and a "
+                            "fresh one started: every variable and file is lost"),
+            restarted=True, duration_s=time.monotonic() - start)
 
     def _kill_interpreter_descendants(self) -> int:
         """SIGKILLs, from the host, every process of the jail but its pid 1 and the
@@ -998,6 +1003,52 @@ def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:
                 a >= 0 and b >= 0 and c >= 0:
             return a, b, c
     raise ProtocolError("bad %s lengths" % key)
+
+
+class _CellClock:
+    """When a cell that runs past its timeout is interrupted, and what follows:
+    a KeyboardInterrupt, again every half second (code may swallow one); halfway
+    through the interrupt grace without an answer, every process the cells
+    started killed from the host (a fork bomb may be starving the interpreter of
+    CPU, and that costs less than the session's state); at its end, the
+    interpreter itself."""
+
+    def __init__(self, start: float, timeout: Optional[float], grace: float) -> None:
+        self.deadline = start + timeout if timeout is not None else None
+        self.grace = grace
+        self.interrupted_at: Optional[float] = None
+        self.descendants_killed = False
+        self.next_action = self.deadline
+        """When escalate() is next due (None: never, the cell has no timeout)."""
+
+    def due(self) -> bool:
+        return self.next_action is not None and time.monotonic() >= self.next_action
+
+    def send_by(self, io_timeout: float) -> float:
+        """When the answer to a host-function call must have been sent: an answer
+        the jail does not read in time (it floods the driver with calls) ends
+        the cell no later than a kill would."""
+        if self.interrupted_at is not None:
+            return self.interrupted_at + self.grace
+        if self.deadline is not None:
+            return self.deadline + self.grace
+        return time.monotonic() + io_timeout
+
+    def escalate(self, interrupt: Callable[[], None],
+                 kill_descendants: Callable[[], int]) -> bool:
+        """The next step, once due; True when the interpreter must be killed."""
+        now = time.monotonic()
+        if self.interrupted_at is None:
+            self.interrupted_at = now
+        elif now - self.interrupted_at >= self.grace:
+            return True
+        elif not self.descendants_killed and now - self.interrupted_at >= self.grace / 2:
+            self.descendants_killed = True
+            kill_descendants()
+        interrupt()
+        step = self.grace if self.descendants_killed else self.grace / 2
+        self.next_action = min(now + 0.5, self.interrupted_at + step)
+        return False
 
 
 def _fmt(x: Optional[float]) -> str:
