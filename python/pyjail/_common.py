@@ -6,8 +6,9 @@ import decimal
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import warnings
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 Size = Union[int, str]
 """A size: bytes as an int, or a string with a suffix such as ``"512M"``."""
@@ -83,6 +84,136 @@ def setup_error(stderr: bytes, report: Optional["Report"], context: str = "") ->
                       "pyjail failed (exit status 125) without a message") + context, report)
 
 
+@dataclass(frozen=True)
+class Limits:
+    """The jail's rarer limits, as pyjail's options of the same names (None:
+    the profile's); ``timeout`` and ``memory`` are keywords of their own, and
+    any other limit (``cpus``, ``fsize``, ``nofile``, ...) goes by name
+    through ``options=``. Taken by run(), Session, AsyncSession, Pool and
+    the agent adapters::
+
+        pyjail.run(code, limits=pyjail.Limits(cpu_time=5, pids=32))
+    """
+
+    cpu_time: Optional[float] = None
+    """CPU seconds (``--cpu-time``): a program that uses more is killed."""
+    pids: Optional[int] = None
+    """Processes and threads at once (``--pids``)."""
+    tmpfs_size: Optional[Size] = None
+    """The size of the writable /work and /tmp (``--tmpfs-size``), e.g. ``"256M"``."""
+    output_limit: Optional[Size] = None
+    """Bytes of output (``--output-limit``): a program that writes more is stopped
+    (status ``output-limit``). A Session's output includes its channel."""
+    wall_time: Optional[float] = None
+    """Seconds of the jail's whole life (``--wall-time``): a Session's, a Pool's
+    runs'; run()'s is its ``timeout``."""
+
+    def as_options(self) -> Dict[str, Any]:
+        """These limits as ``options=`` takes them (None: left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class OutputCaps:
+    """How much of what a jail sends back the driver keeps (None: the call's
+    default). These are the host's caps on the jail's answers, not limits of
+    the jail: output past ``max_output`` is left out of the result (its start
+    and end kept), and a jail that sends more than the other caps allow
+    breaks the protocol. A call refuses a cap it has no use for::
+
+        pyjail.run(code, outputs=True, caps=pyjail.OutputCaps(max_output_files=10))
+        pyjail.Session(caps=pyjail.OutputCaps(max_output=4 << 20))
+    """
+
+    max_output: Optional[int] = None
+    """Bytes of each stream kept: of a run (run(): 16 MiB) or of one cell (Session: 1 MiB)."""
+    max_output_files: Optional[int] = None
+    """run(): files collected from /work (``outputs=``), 100."""
+    max_output_bytes: Optional[int] = None
+    """run(): bytes of collected files in all, 64 MiB."""
+    max_file_bytes: Optional[int] = None
+    """Session: the largest upload or download, 64 MiB."""
+    max_image_bytes: Optional[int] = None
+    """Session: the images of one cell in all, 8 MiB (CellResult.images)."""
+
+    def resolved(self, call: str, defaults: Mapping[str, int]) -> Dict[str, int]:
+        """The caps ``call`` uses (``defaults``: their values when not given);
+        ValueError for one it has no use for."""
+        out = dict(defaults)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name not in defaults:
+                raise ValueError("OutputCaps.%s does not apply to %s (it takes %s)"
+                                 % (f.name, call, ", ".join(sorted(defaults))))
+            if type(value) is not int or value < 0:
+                raise ValueError("OutputCaps.%s must be an int >= 0, not %r" % (f.name, value))
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """Functions that receive a run's output as the program writes it (str,
+    decoded as UTF-8), up to ``max_output`` bytes per stream; for arun() and
+    a Pool's ``arun`` they may be coroutine functions::
+
+        pyjail.run(code, callbacks=pyjail.Callbacks(on_stdout=print))
+
+    (Session.run takes ``on_stdout``/``on_stderr`` per cell.)"""
+
+    on_stdout: Optional[Callable[[str], Any]] = None
+    on_stderr: Optional[Callable[[str], Any]] = None
+
+
+#: Replacement of each keyword that moved into a group, for its DeprecationWarning.
+_GROUP_CLASSES = {"limits": Limits, "caps": OutputCaps, "callbacks": Callbacks}
+
+
+def moved_keywords(call: str, old: Mapping[str, Any], moved: Mapping[str, Tuple[str, str]],
+                   groups: Dict[str, Any]) -> List[str]:
+    """Takes keywords of an earlier release that moved into ``groups``
+    (``{"limits": Limits or None, "caps": ..., "callbacks": ...,
+    "options": dict or None}``, updated here): ``moved`` maps each old name to
+    (group, field); ``extra_args`` is returned as it is. Each one warns with
+    a DeprecationWarning naming its replacement; a name that is not in
+    ``moved`` is a TypeError, as Python's own; a setting given both ways a
+    ValueError; a group that is not of its class a TypeError."""
+    for group, cls in _GROUP_CLASSES.items():
+        if groups.get(group) is not None and not isinstance(groups[group], cls):
+            raise TypeError("%s: %s must be a pyjail.%s, not %s"
+                            % (call, group, cls.__name__, type(groups[group]).__name__))
+    extra: List[str] = []
+    for key, value in old.items():
+        if key not in moved:
+            raise TypeError("%s() got an unexpected keyword argument %r" % (call, key))
+        group, name = moved[key]
+        if group == "extra_args":
+            new = "options={...} (pyjail's options by name, e.g. {'verbose': True})"
+        elif group == "options":
+            new = "options={%r: ...}" % name
+        else:
+            new = "%s=pyjail.%s(%s=...)" % (group, _GROUP_CLASSES[group].__name__, name)
+        warnings.warn("%s(%s=...) is deprecated and goes in the next release: use %s"
+                      % (call, key, new), DeprecationWarning, stacklevel=3)
+        if group == "extra_args":
+            extra += [str(a) for a in value]
+            continue
+        if group == "options":
+            options = dict(groups.get("options") or {})
+            if any(k.replace("-", "_") == name for k in options):
+                raise ValueError("%s: %s given twice, as %s= and in options=" % (call, name, key))
+            options[name] = value
+            groups["options"] = options
+            continue
+        current = groups.get(group) or _GROUP_CLASSES[group]()
+        if getattr(current, name) is not None:
+            raise ValueError("%s: %s given twice, as %s= and in %s=" % (call, name, key, group))
+        groups[group] = replace(current, **{name: value})
+    return extra
+
+
 def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
     """The pyjail binary to run: ``binary`` if given, else ``$PYJAIL_BIN``, else
     ``pyjail`` on ``PATH``. Raises BinaryNotFoundError saying where it looked."""
@@ -136,6 +267,10 @@ def _number(v: Union[int, float]) -> str:
     return format(decimal.Decimal(repr(float(v))), "f")
 
 
+#: The options whose items a mapping gives as KEY:VALUE (the others: KEY=VALUE).
+_COLON_ITEMS = frozenset({"net-resolve"})
+
+
 def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
     """pyjail command-line arguments for options by name: the one mapping of
     ``options=`` for run(), Session and Pool. A name is pyjail's option with
@@ -143,8 +278,9 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
     ``--cpu-time``); a flag (``quiet``, ``verbose``, ...) is given for True and
     left out for False; None leaves an option out; a list or tuple repeats it
     (``{"ro_bind": ["/data", "/models"]}``); a mapping gives KEY=VALUE items
-    (``{"env": {"LANG": "C"}}``); other bools are ``true``/``false``; numbers
-    are written as pyjail reads them (``{"cpus": 0.5}``)."""
+    (``{"env": {"LANG": "C"}}``; HOST:ADDRESS for ``{"net_resolve":
+    {"db.internal": "10.0.0.5"}}``); other bools are ``true``/``false``;
+    numbers are written as pyjail reads them (``{"cpus": 0.5}``)."""
     args: List[str] = []
     for key, value in (options or {}).items():
         if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
@@ -160,7 +296,8 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
                 args.append("--" + name)
             continue
         if isinstance(value, Mapping):
-            values: List[Any] = ["%s=%s" % (k, v) for k, v in value.items()]
+            sep = ":" if name in _COLON_ITEMS else "="
+            values: List[Any] = ["%s%s%s" % (k, sep, v) for k, v in value.items()]
         elif isinstance(value, (list, tuple)):
             values = list(value)
         else:
@@ -177,28 +314,24 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
 
 
 def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = None,
-              cpu_time: Optional[float] = None, memory: Optional[Size] = None,
-              pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
-              net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-              ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-              allow_hosts: Sequence[str] = (),
-              net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
-              output_limit: Optional[Size] = None,
+              memory: Optional[Size] = None, net: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None,
+              rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+              allow_hosts: Sequence[str] = (), limits: Optional[Limits] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
               audit_log: Optional[Union[str, "os.PathLike[str]"]] = None,
               defaults: Sequence[str] = ()) -> List[str]:
     """pyjail command-line options for the given settings (None: the profile's).
 
+    ``wall_time`` is run()'s ``timeout`` (None: ``limits.wall_time``).
     ``audit_log``: the file pyjail appends one JSON line per run to
     (``--audit-log``); None means ``$PYJAIL_AUDIT_LOG`` when that is set, so
     one variable points every run and session of a process at one log (a
     session is one run: its line is written when it ends). A relative path is
     made absolute here, against this process's current directory.
     ``defaults``: arguments (option_args's) that the others override: a
-    Pool's options for its runs.
-    ``net_resolve``: names pinned to addresses (``--net-resolve``), as
-    ``{"index.internal": "10.0.0.5"}`` or ``["index.internal:10.0.0.5"]``."""
+    Pool's options for its runs."""
     args: List[str] = []
     if profile is not None:
         args += ["--profile", os.fspath(profile)]
@@ -206,20 +339,19 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     args += list(defaults)
     if isinstance(allow_hosts, str):
         raise TypeError("allow_hosts is a list of host names, not a str")
-    if isinstance(net_resolve, str):
-        raise TypeError("net_resolve is a dict {host: address} or a list of 'HOST:ADDR', not a str")
-    if isinstance(net_resolve, Mapping):
-        net_resolve = ["%s:%s" % (h, a) for h, a in net_resolve.items()]
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
     for key in env or {}:
         if "=" in key or not key:
             raise ValueError("bad environment variable name %r" % key)
-    args += option_args({"wall-time": wall_time, "cpu-time": cpu_time, "memory": memory,
-                         "pids": pids, "tmpfs-size": tmpfs_size, "net": net,
-                         "output-limit": output_limit,
+    rare = (limits or Limits()).as_options()
+    if wall_time is not None:
+        rare["wall_time"] = wall_time
+    args += option_args({"wall-time": rare.pop("wall_time"), "memory": memory, "net": net,
                          "allow-host": [str(h) for h in allow_hosts],
-                         "net-resolve": [str(r) for r in net_resolve],
                          "rootfs": None if rootfs is None else os.fspath(rootfs),
-                         "env": dict(env or {}), "ro-bind": [os.fspath(s) for s in ro_bind]})
+                         "env": dict(env or {})})
+    args += option_args(rare)
     args += option_args(options)
     if audit_log is None and not any(k.replace("_", "-") == "audit-log" for k in (options or {})):
         audit_log = os.environ.get("PYJAIL_AUDIT_LOG") or None

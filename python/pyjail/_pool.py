@@ -30,7 +30,7 @@ import threading
 import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, find_binary, option_args,
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Limits, Report, find_binary, option_args,
                       setup_error)
 from ._run import Result, run
 from ._session import Session
@@ -111,14 +111,15 @@ class Pool:
     ``preload``: modules to import from the rootfs (e.g. ``["numpy",
     "pandas"]``); ``size``: templates (each forks one run at a time; runs
     themselves are concurrent either way); ``profile`` and ``rootfs`` as for
-    ``pyjail.run``; ``options``: other pyjail options by name, as
-    ``pyjail.run`` takes them (e.g. ``{"memory": "64M", "wall_time": 3}``).
-    The profile and options are every run's and session's settings (a run
-    may give smaller ones of its own) and their upper bound: the server
-    refuses a run that asks for more (a larger limit, another ``net``, a
-    filter that allows more), and the call raises JailError saying which.
-    Raises JailError when a template cannot start (a module the rootfs
-    lacks, say), with pyjail's explanation.
+    ``pyjail.run``; ``limits`` (pyjail.Limits, e.g. ``Limits(cpu_time=5,
+    wall_time=3)``) and ``options``, other pyjail options by name, as
+    ``pyjail.run`` takes them (e.g. ``{"memory": "64M"}``). The profile,
+    limits and options are every run's and session's settings (a run may
+    give smaller ones of its own) and their upper bound: the server refuses
+    a run that asks for more (a larger limit, another ``net``, a filter that
+    allows more), and the call raises JailError saying which. Raises
+    JailError when a template cannot start (a module the rootfs lacks, say),
+    with pyjail's explanation.
 
     ``net="allow"`` with ``allow_hosts=["pypi.org", "@pypi", ...]``: every
     run reaches those hosts by name, through pyjail (``--net allow``,
@@ -130,13 +131,15 @@ class Pool:
 
     def __init__(self, preload: Sequence[str] = (), size: int = 1, *, profile: str = "strict",
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 options: Optional[Mapping[str, Any]] = None, binary: Optional[str] = None,
-                 start_timeout: float = 300.0, net: Optional[str] = None,
-                 allow_hosts: Sequence[str] = ()) -> None:
+                 net: Optional[str] = None, allow_hosts: Sequence[str] = (),
+                 limits: Optional[Limits] = None, options: Optional[Mapping[str, Any]] = None,
+                 binary: Optional[str] = None, start_timeout: float = 300.0) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
         if isinstance(allow_hosts, str):
             raise TypeError("allow_hosts is a list of host names, not a str")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
         self._allow_hosts = [str(h) for h in allow_hosts]
         self._binary = find_binary(binary)
         self._profile = profile
@@ -146,6 +149,8 @@ class Pool:
         self._closed = False
         self._lock = threading.Lock()
         self._turn = itertools.count()
+        # The limits are options like the others (a later one wins, as on pyjail's command line).
+        options = dict((limits or Limits()).as_options(), **(options or {}))
         args = ["--profile", profile]
         if self._rootfs is not None:
             args += ["--rootfs", self._rootfs]
@@ -157,13 +162,14 @@ class Pool:
         # binds among the options) need a server that takes them; each run's client opens
         # its binds itself, with its own rights.
         if profile in ("standard", "batch") or any(
-                k.replace("_", "-") in ("bind", "ro-bind", "workdir") for k in (options or {})):
+                k.replace("_", "-") in ("bind", "ro-bind", "workdir") and v is not None
+                for k, v in options.items()):
             args.append("--allow-binds")
         # The runs' defaults: the same options, but those of the server alone. The allowlist
         # is a run's unless it gives its own (a list given twice would be joined, not
         # replaced: _through_template).
         self._defaults = option_args({"net": net})
-        self._defaults += option_args({k: v for k, v in (options or {}).items()
+        self._defaults += option_args({k: v for k, v in options.items()
                                        if k.replace("_", "-") not in _SERVER_ONLY})
         try:
             for i in range(size):
@@ -187,15 +193,14 @@ class Pool:
             kwargs["allow_hosts"] = list(self._allow_hosts)
         if self._rootfs is not None:
             kwargs.setdefault("rootfs", self._rootfs)
-        kwargs["_defaults"] = self._defaults
+        kwargs["_defaults"] = self._defaults + ["--via", self._socket()]
         kwargs["binary"] = self._binary
-        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
         return kwargs
 
     def run(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
         a template: the same arguments (``files``, ``outputs``, ``stdin``,
-        ``timeout``, ``memory``, ...) and the same Result."""
+        ``timeout``, ``memory``, ``limits``, ...) and the same Result."""
         return run(code, **self._through_template(kwargs))
 
     def session(self, **kwargs: Any) -> Session:
@@ -211,7 +216,7 @@ class Pool:
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
-        async ``on_stdout``/``on_stderr``); cancelling it ends the run."""
+        async callbacks); cancelling it ends the run."""
         from ._async import arun
         return await arun(code, **self._through_template(kwargs))
 
