@@ -18,7 +18,7 @@ from ._common import (EXIT_PYJAIL_ERROR, Callbacks, JailError, Limits, OutputCap
                       check_name, find_binary, jail_args, moved_keywords, render_output,
                       setup_error)
 from ._launch import Launched, handshake, launch, server_command
-from ._stream import OutputCallback, Streams
+from ._stream import Streams
 
 __all__ = ["run", "Result"]
 

@@ -371,3 +371,12 @@ def test_as_a_route_of_a_composite_backend(sandbox, tmp_path):
     assert not os.path.exists(str(tmp_path / "work"))     # nothing went to the host backend
     # Attack: climbing out of the route's directory inside the jail.
     assert "'..'" in c.read("/jail/work/../../etc/passwd").error
+
+
+def test_the_limits_keywords_of_the_previous_release_still_work(pyjail_bin, data_rootfs):
+    with pytest.warns(DeprecationWarning, match=r"PyjailSandbox\(pids=\.\.\.\) is deprecated .* "
+                                                r"use limits=pyjail\.Limits\(pids=\.\.\.\)"):
+        sb = PyjailSandbox(pids=32)
+    with sb:
+        assert ["--pids", "32"] == [a for a in sb.session._args if a in ("--pids", "32")]
+        assert sb.execute("echo hi").output == "hi\n"
