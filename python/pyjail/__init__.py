@@ -11,8 +11,13 @@ runs outside the jail.
   out.
 - :class:`AsyncSession` and :func:`arun` are the same for asyncio programs
   (coroutine methods; one call at a time per session, sessions in parallel).
-- ``on_stdout``/``on_stderr`` callbacks receive output as it is written; a
-  cell's ``images`` hold the figures it showed (PNG bytes and MIME type);
+- The rarer settings come in small typed groups, the same for run(),
+  Session, AsyncSession and Pool: :class:`Limits` (CPU time, processes,
+  tmpfs size, output limit, a session's wall time), :class:`OutputCaps`
+  (how much of the output and files the driver keeps) and, for run(),
+  :class:`Callbacks` (``on_stdout``/``on_stderr``, which receive output as
+  it is written; Session.run takes them per cell).
+- A cell's ``images`` hold the figures it showed (PNG bytes and MIME type);
   cells may ``await`` at the top level.
 - :mod:`pyjail.langchain` and :mod:`pyjail.smolagents` plug sessions into
   LangChain and smolagents.
@@ -26,7 +31,8 @@ counts, frames): a jail that breaks the protocol is ended, and run() raises
 """
 
 from ._channel import ProtocolError
-from ._common import (BinaryNotFoundError, JailError, PyjailError, Report, find_binary)
+from ._common import (BinaryNotFoundError, Callbacks, JailError, Limits, OutputCaps, PyjailError,
+                      Report, find_binary)
 from ._async import AsyncSession, arun
 from ._pool import Pool
 from ._run import Result, run
@@ -36,7 +42,7 @@ from ._session import (CellError, CellResult, FinalCall, Image, JailObject, Sess
 __version__ = "0.1.0"
 
 __all__ = [
-    "run", "arun", "Result", "Report", "Pool",
+    "run", "arun", "Result", "Report", "Pool", "Limits", "OutputCaps", "Callbacks",
     "Session", "AsyncSession", "CellResult", "CellError", "FinalCall", "Image", "JailObject",
     "PyjailError", "BinaryNotFoundError", "JailError", "ProtocolError",
     "SessionError", "SessionClosedError", "SessionDiedError",

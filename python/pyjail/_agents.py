@@ -102,7 +102,7 @@ def open_session(rootfs: Optional[Any], options: Mapping[str, Any]) -> "tuple[Se
     try:
         return Session(rootfs=DATA_ROOTFS, **options), DATA_ROOTFS
     except JailError as e:
-        if "no rootfs named %r" % DATA_ROOTFS not in e.message:
+        if e.step != "rootfs" or "no rootfs named %r" % DATA_ROOTFS not in e.message:
             raise
     return Session(**options), "default"
 

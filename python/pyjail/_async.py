@@ -32,7 +32,7 @@ import time
 from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
                     TypeVar, Union)
 
-from ._common import egress_of, jail_args
+from ._common import Callbacks, egress_of, jail_args, moved_keywords
 from ._run import Result, run
 from ._session import _NOT_GIVEN, CellResult, Session, SessionClosedError
 
@@ -139,7 +139,7 @@ class AsyncSession:
     cancellation).
 
     ``AsyncSession(**options)`` takes Session's options (controlled egress
-    included: ``net="allow"``, ``allow_hosts``, ``net_resolve``) and starts
+    included: ``net="allow"``, ``allow_hosts``; ``limits``, ``caps``) and starts
     the jail on first use, or at ``await session.start()`` / ``async with``;
     ``AsyncSession.wrap(session)`` drives an existing Session (a LangChain
     tool's, so that ``invoke`` and ``ainvoke`` share its variables)."""
@@ -207,9 +207,9 @@ class AsyncSession:
         allowed hosts, known before the jail starts."""
         if self._session is not None:
             return self._session.egress
-        known = inspect.signature(jail_args).parameters
-        return egress_of(jail_args(**{k: v for k, v in self._options.items()
-                                      if k in known and k != "defaults"}))
+        o = self._options
+        return egress_of(jail_args(net=o.get("net"), allow_hosts=o.get("allow_hosts", ()),
+                                   options=o.get("options"), extra_args=o.get("extra_args", ())))
 
     @property
     def pid(self) -> Optional[int]:
@@ -329,12 +329,18 @@ class AsyncSession:
         return await self._call("ping", timeout)
 
 
-async def arun(code: Optional[str] = None, *, on_stdout: Optional[AsyncOutputCallback] = None,
-               on_stderr: Optional[AsyncOutputCallback] = None, **options: Any) -> Result:
-    """pyjail.run, awaited: the same arguments and Result. ``on_stdout`` and
-    ``on_stderr`` are called on the event loop (a coroutine function's result
-    is awaited). Cancelling it kills the jail (nothing is left behind)."""
-    relay = _Relay(on_stdout, on_stderr) if (on_stdout or on_stderr) else None
+async def arun(code: Optional[str] = None, *, callbacks: Optional[Callbacks] = None,
+               **options: Any) -> Result:
+    """pyjail.run, awaited: the same arguments and Result. ``callbacks``'
+    ``on_stdout`` and ``on_stderr`` are called on the event loop (a coroutine
+    function's result is awaited). Cancelling it kills the jail (nothing is
+    left behind)."""
+    moved = {k: options.pop(k) for k in ("on_stdout", "on_stderr") if k in options}
+    groups: Dict[str, Any] = {"callbacks": callbacks}
+    moved_keywords("arun", moved, {k: ("callbacks", k) for k in moved}, groups)
+    given = groups["callbacks"] or Callbacks()
+    relay = _Relay(given.on_stdout, given.on_stderr) if (given.on_stdout or given.on_stderr) \
+        else None
     launched: List[Any] = []
     cancelled = threading.Event()
 
@@ -344,9 +350,8 @@ async def arun(code: Optional[str] = None, *, on_stdout: Optional[AsyncOutputCal
             jail.proc.kill()
 
     try:
-        result = await _in_thread(run, code, _started=started,
-                                  on_stdout=relay.on_stdout if relay else None,
-                                  on_stderr=relay.on_stderr if relay else None, **options)
+        result = await _in_thread(run, code, _started=started, callbacks=Callbacks(
+            relay.on_stdout, relay.on_stderr) if relay else None, **options)
     except asyncio.CancelledError:
         cancelled.set()
         for jail in launched:

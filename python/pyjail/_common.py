@@ -6,8 +6,9 @@ import decimal
 import json
 import os
 import shutil
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+import warnings
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 Size = Union[int, str]
 """A size: bytes as an int, or a string with a suffix such as ``"512M"``."""
@@ -25,13 +26,192 @@ class BinaryNotFoundError(PyjailError, FileNotFoundError):
 
 
 class JailError(PyjailError):
-    """pyjail could not set up the jail (exit status 125): ``message`` is its
-    one-line explanation, ``report`` the result report when there is one."""
+    """pyjail could not set up the jail (exit status 125).
 
-    def __init__(self, message: str, report: Optional["Report"] = None) -> None:
+    ``message`` (also ``str()``) is pyjail's one line: what failed, why, and
+    how to fix it. When pyjail wrote a report, its structured ``error`` is
+    here as it is: ``step`` (``"usage"`` for a bad option value,
+    ``"rootfs"``, ``"bind"``, ``"serve"``, ...), ``errno`` and
+    ``errno_name`` (0 and None when no system call failed), ``detail`` (the
+    report's message, without step, errno or hint) and ``hint``; ``report``
+    is the whole report. Without a report (the command line itself was
+    refused, or the failure was the driver's) those are None."""
+
+    def __init__(self, message: str, report: Optional["Report"] = None, *,
+                 step: Optional[str] = None, errno: Optional[int] = None,
+                 errno_name: Optional[str] = None, detail: Optional[str] = None,
+                 hint: Optional[str] = None) -> None:
         super().__init__(message)
         self.message = message
         self.report = report
+        self.step = step
+        self.errno = errno
+        self.errno_name = errno_name
+        self.detail = detail
+        self.hint = hint
+
+    @classmethod
+    def from_report(cls, report: "Report", context: str = "") -> "JailError":
+        """The error of a report whose ``error`` is set, its line written as
+        pyjail writes it on stderr (``context``, if any, is added after it)."""
+        e = report.error or {}
+        step = e.get("step") if isinstance(e.get("step"), str) else None
+        code = e.get("errno") if type(e.get("errno")) is int else None
+        name = e.get("errno_name") if isinstance(e.get("errno_name"), str) else None
+        detail = str(e.get("message") or "")
+        hint = e.get("hint") if isinstance(e.get("hint"), str) and e.get("hint") else None
+        line = "pyjail: " + ("%s: " % step if step and step != "usage" else "") + detail
+        if code:
+            line += ": " + os.strerror(code)
+        if hint:
+            line += " (%s)" % hint
+        return cls(line + context, report, step=step, errno=code, errno_name=name,
+                   detail=detail, hint=hint)
+
+
+def setup_error(stderr: bytes, report: Optional["Report"], context: str = "") -> JailError:
+    """The JailError of a pyjail that exited with status 125: from its
+    report's structured ``error`` when it wrote one; only without a report
+    (a command line refused before there is one) from its stderr: the last
+    ``pyjail: `` line, else the last line."""
+    if report is not None and report.error:
+        return JailError.from_report(report, context)
+    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.startswith("pyjail: ")]
+    if lines:
+        return JailError(lines[-1] + context, report)
+    text = stderr.decode("utf-8", "replace").strip()
+    return JailError((text.splitlines()[-1] if text else
+                      "pyjail failed (exit status 125) without a message") + context, report)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The jail's rarer limits, as pyjail's options of the same names (None:
+    the profile's); ``timeout`` and ``memory`` are keywords of their own, and
+    any other limit (``cpus``, ``fsize``, ``nofile``, ...) goes by name
+    through ``options=``. Taken by run(), Session, AsyncSession, Pool and
+    the agent adapters::
+
+        pyjail.run(code, limits=pyjail.Limits(cpu_time=5, pids=32))
+    """
+
+    cpu_time: Optional[float] = None
+    """CPU seconds (``--cpu-time``): a program that uses more is killed."""
+    pids: Optional[int] = None
+    """Processes and threads at once (``--pids``)."""
+    tmpfs_size: Optional[Size] = None
+    """The size of the writable /work and /tmp (``--tmpfs-size``), e.g. ``"256M"``."""
+    output_limit: Optional[Size] = None
+    """Bytes of output (``--output-limit``): a program that writes more is stopped
+    (status ``output-limit``). A Session's output includes its channel."""
+    wall_time: Optional[float] = None
+    """Seconds of the jail's whole life (``--wall-time``): a Session's, a Pool's
+    runs'; run()'s is its ``timeout``."""
+
+    def as_options(self) -> Dict[str, Any]:
+        """These limits as ``options=`` takes them (None: left out)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class OutputCaps:
+    """How much of what a jail sends back the driver keeps (None: the call's
+    default). These are the host's caps on the jail's answers, not limits of
+    the jail: output past ``max_output`` is left out of the result (its start
+    and end kept), and a jail that sends more than the other caps allow
+    breaks the protocol. A call refuses a cap it has no use for::
+
+        pyjail.run(code, outputs=True, caps=pyjail.OutputCaps(max_output_files=10))
+        pyjail.Session(caps=pyjail.OutputCaps(max_output=4 << 20))
+    """
+
+    max_output: Optional[int] = None
+    """Bytes of each stream kept: of a run (run(): 16 MiB) or of one cell (Session: 1 MiB)."""
+    max_output_files: Optional[int] = None
+    """run(): files collected from /work (``outputs=``), 100."""
+    max_output_bytes: Optional[int] = None
+    """run(): bytes of collected files in all, 64 MiB."""
+    max_file_bytes: Optional[int] = None
+    """Session: the largest upload or download, 64 MiB."""
+    max_image_bytes: Optional[int] = None
+    """Session: the images of one cell in all, 8 MiB (CellResult.images)."""
+
+    def resolved(self, call: str, defaults: Mapping[str, int]) -> Dict[str, int]:
+        """The caps ``call`` uses (``defaults``: their values when not given);
+        ValueError for one it has no use for."""
+        out = dict(defaults)
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            if f.name not in defaults:
+                raise ValueError("OutputCaps.%s does not apply to %s (it takes %s)"
+                                 % (f.name, call, ", ".join(sorted(defaults))))
+            if type(value) is not int or value < 0:
+                raise ValueError("OutputCaps.%s must be an int >= 0, not %r" % (f.name, value))
+            out[f.name] = value
+        return out
+
+
+@dataclass(frozen=True)
+class Callbacks:
+    """Functions that receive a run's output as the program writes it (str,
+    decoded as UTF-8), up to ``max_output`` bytes per stream; for arun() and
+    a Pool's ``arun`` they may be coroutine functions::
+
+        pyjail.run(code, callbacks=pyjail.Callbacks(on_stdout=print))
+
+    (Session.run takes ``on_stdout``/``on_stderr`` per cell.)"""
+
+    on_stdout: Optional[Callable[[str], Any]] = None
+    on_stderr: Optional[Callable[[str], Any]] = None
+
+
+#: Replacement of each keyword that moved into a group, for its DeprecationWarning.
+_GROUP_CLASSES = {"limits": Limits, "caps": OutputCaps, "callbacks": Callbacks}
+
+
+def moved_keywords(call: str, old: Mapping[str, Any], moved: Mapping[str, Tuple[str, str]],
+                   groups: Dict[str, Any]) -> List[str]:
+    """Takes keywords of an earlier release that moved into ``groups``
+    (``{"limits": Limits or None, "caps": ..., "callbacks": ...,
+    "options": dict or None}``, updated here): ``moved`` maps each old name to
+    (group, field); ``extra_args`` is returned as it is. Each one warns with
+    a DeprecationWarning naming its replacement; a name that is not in
+    ``moved`` is a TypeError, as Python's own; a setting given both ways a
+    ValueError; a group that is not of its class a TypeError."""
+    for group, cls in _GROUP_CLASSES.items():
+        if groups.get(group) is not None and not isinstance(groups[group], cls):
+            raise TypeError("%s: %s must be a pyjail.%s, not %s"
+                            % (call, group, cls.__name__, type(groups[group]).__name__))
+    extra: List[str] = []
+    for key, value in old.items():
+        if key not in moved:
+            raise TypeError("%s() got an unexpected keyword argument %r" % (call, key))
+        group, name = moved[key]
+        if group == "extra_args":
+            new = "options={...} (pyjail's options by name, e.g. {'verbose': True})"
+        elif group == "options":
+            new = "options={%r: ...}" % name
+        else:
+            new = "%s=pyjail.%s(%s=...)" % (group, _GROUP_CLASSES[group].__name__, name)
+        warnings.warn("%s(%s=...) is deprecated and goes in the next release: use %s"
+                      % (call, key, new), DeprecationWarning, stacklevel=3)
+        if group == "extra_args":
+            extra += [str(a) for a in value]
+            continue
+        if group == "options":
+            options = dict(groups.get("options") or {})
+            if any(k.replace("-", "_") == name for k in options):
+                raise ValueError("%s: %s given twice, as %s= and in options=" % (call, name, key))
+            options[name] = value
+            groups["options"] = options
+            continue
+        current = groups.get(group) or _GROUP_CLASSES[group]()
+        if getattr(current, name) is not None:
+            raise ValueError("%s: %s given twice, as %s= and in %s=" % (call, name, key, group))
+        groups[group] = replace(current, **{name: value})
+    return extra
 
 
 def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
@@ -87,6 +267,10 @@ def _number(v: Union[int, float]) -> str:
     return format(decimal.Decimal(repr(float(v))), "f")
 
 
+#: The options whose items a mapping gives as KEY:VALUE (the others: KEY=VALUE).
+_COLON_ITEMS = frozenset({"net-resolve"})
+
+
 def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
     """pyjail command-line arguments for options by name: the one mapping of
     ``options=`` for run(), Session and Pool. A name is pyjail's option with
@@ -94,8 +278,9 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
     ``--cpu-time``); a flag (``quiet``, ``verbose``, ...) is given for True and
     left out for False; None leaves an option out; a list or tuple repeats it
     (``{"ro_bind": ["/data", "/models"]}``); a mapping gives KEY=VALUE items
-    (``{"env": {"LANG": "C"}}``); other bools are ``true``/``false``; numbers
-    are written as pyjail reads them (``{"cpus": 0.5}``)."""
+    (``{"env": {"LANG": "C"}}``; HOST:ADDRESS for ``{"net_resolve":
+    {"db.internal": "10.0.0.5"}}``); other bools are ``true``/``false``;
+    numbers are written as pyjail reads them (``{"cpus": 0.5}``)."""
     args: List[str] = []
     for key, value in (options or {}).items():
         if not isinstance(key, str) or not key or key.startswith("-") or "=" in key:
@@ -111,7 +296,8 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
                 args.append("--" + name)
             continue
         if isinstance(value, Mapping):
-            values: List[Any] = ["%s=%s" % (k, v) for k, v in value.items()]
+            sep = ":" if name in _COLON_ITEMS else "="
+            values: List[Any] = ["%s%s%s" % (k, sep, v) for k, v in value.items()]
         elif isinstance(value, (list, tuple)):
             values = list(value)
         else:
@@ -128,28 +314,24 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
 
 
 def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = None,
-              cpu_time: Optional[float] = None, memory: Optional[Size] = None,
-              pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
-              net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-              ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-              allow_hosts: Sequence[str] = (),
-              net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
-              output_limit: Optional[Size] = None,
+              memory: Optional[Size] = None, net: Optional[str] = None,
+              env: Optional[Mapping[str, str]] = None,
+              rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+              allow_hosts: Sequence[str] = (), limits: Optional[Limits] = None,
               options: Optional[Mapping[str, Any]] = None,
               extra_args: Sequence[str] = (),
               audit_log: Optional[Union[str, "os.PathLike[str]"]] = None,
               defaults: Sequence[str] = ()) -> List[str]:
     """pyjail command-line options for the given settings (None: the profile's).
 
+    ``wall_time`` is run()'s ``timeout`` (None: ``limits.wall_time``).
     ``audit_log``: the file pyjail appends one JSON line per run to
     (``--audit-log``); None means ``$PYJAIL_AUDIT_LOG`` when that is set, so
     one variable points every run and session of a process at one log (a
     session is one run: its line is written when it ends). A relative path is
     made absolute here, against this process's current directory.
     ``defaults``: arguments (option_args's) that the others override: a
-    Pool's options for its runs.
-    ``net_resolve``: names pinned to addresses (``--net-resolve``), as
-    ``{"index.internal": "10.0.0.5"}`` or ``["index.internal:10.0.0.5"]``."""
+    Pool's options for its runs."""
     args: List[str] = []
     if profile is not None:
         args += ["--profile", os.fspath(profile)]
@@ -157,20 +339,19 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     args += list(defaults)
     if isinstance(allow_hosts, str):
         raise TypeError("allow_hosts is a list of host names, not a str")
-    if isinstance(net_resolve, str):
-        raise TypeError("net_resolve is a dict {host: address} or a list of 'HOST:ADDR', not a str")
-    if isinstance(net_resolve, Mapping):
-        net_resolve = ["%s:%s" % (h, a) for h, a in net_resolve.items()]
+    if limits is not None and not isinstance(limits, Limits):
+        raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
     for key in env or {}:
         if "=" in key or not key:
             raise ValueError("bad environment variable name %r" % key)
-    args += option_args({"wall-time": wall_time, "cpu-time": cpu_time, "memory": memory,
-                         "pids": pids, "tmpfs-size": tmpfs_size, "net": net,
-                         "output-limit": output_limit,
+    rare = (limits or Limits()).as_options()
+    if wall_time is not None:
+        rare["wall_time"] = wall_time
+    args += option_args({"wall-time": rare.pop("wall_time"), "memory": memory, "net": net,
                          "allow-host": [str(h) for h in allow_hosts],
-                         "net-resolve": [str(r) for r in net_resolve],
                          "rootfs": None if rootfs is None else os.fspath(rootfs),
-                         "env": dict(env or {}), "ro-bind": [os.fspath(s) for s in ro_bind]})
+                         "env": dict(env or {})})
+    args += option_args(rare)
     args += option_args(options)
     if audit_log is None and not any(k.replace("_", "-") == "audit-log" for k in (options or {})):
         audit_log = os.environ.get("PYJAIL_AUDIT_LOG") or None
@@ -285,20 +466,6 @@ class Report:
         if s == "setup-error":
             return "could not be set up: %s" % ((self.error or {}).get("message") or "")
         return "ended with status %r" % s
-
-
-def pyjail_message(stderr: bytes, report: Optional[Report]) -> str:
-    """pyjail's own explanation of a failure: its 'pyjail: ' line, else the report's."""
-    lines = [l for l in stderr.decode("utf-8", "replace").splitlines() if l.startswith("pyjail: ")]
-    if lines:
-        return lines[-1]
-    if report is not None and report.error:
-        e = report.error
-        hint = e.get("hint")
-        return "pyjail: %s: %s%s" % (e.get("step"), e.get("message"),
-                                     " (%s)" % hint if hint else "")
-    text = stderr.decode("utf-8", "replace").strip()
-    return text.splitlines()[-1] if text else "pyjail failed (exit status 125) without a message"
 
 
 def render_output(head: bytes, tail: bytes, omitted: int) -> str:

@@ -1,6 +1,7 @@
 """The host's processes, as the driver sees them in the host's /proc: what a
 Session needs to kill, from the host, what its cells started (see
-Session._kill_interpreter_descendants). Host side only."""
+Session._kill_interpreter_descendants). Host side only; /proc/PID/stat is read
+by _wire.proc_stat, which the in-jail server uses too."""
 
 from __future__ import annotations
 
@@ -8,21 +9,12 @@ import os
 import signal
 from typing import Dict, Iterable, List, Optional, Set
 
-
-def _stat_fields(pid: int) -> Optional[List[bytes]]:
-    """The fields of /proc/PID/stat after the command name (state, parent pid, ...),
-    as bytes; None if the process is gone or the file cannot be read."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            return f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
+from . import _wire
 
 
 def parent_of(pid: int) -> Optional[int]:
     """The parent pid of host process `pid`; None if it is gone."""
-    fields = _stat_fields(pid)
+    fields = _wire.proc_stat(pid)
     if fields is None:
         return None
     try:
@@ -33,22 +25,7 @@ def parent_of(pid: int) -> Optional[int]:
 
 def process_parents() -> Dict[int, int]:
     """pid -> parent pid of every process on the host (none if /proc cannot be read)."""
-    out: Dict[int, int] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields is None:
-            continue
-        try:
-            out[int(entry)] = int(fields[1])
-        except (IndexError, ValueError):
-            continue
-    return out
+    return {pid: parent for pid, _state, parent, _start in _wire.processes()}
 
 
 def is_jail_pid(pid: int, jail_pid: int) -> bool:

@@ -30,7 +30,8 @@ import threading
 import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
-from ._common import JailError, find_binary, option_args
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Limits, Report, find_binary, option_args,
+                      setup_error)
 from ._run import Result, run
 from ._session import Session
 
@@ -46,9 +47,11 @@ class _Server:
     def __init__(self, binary: str, socket: str, args: List[str], timeout: float) -> None:
         self.socket = socket
         self._err = tempfile.TemporaryFile(prefix="pyjail-serve-")
-        self.proc = subprocess.Popen([binary, "serve", "--socket", socket] + args,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=self._err, close_fds=True,
+        self._report = tempfile.TemporaryFile(prefix="pyjail-serve-report-")
+        fd = self._report.fileno()
+        self.proc = subprocess.Popen([binary, "serve", "--socket", socket, "--report-fd", str(fd)]
+                                     + args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                     stderr=self._err, close_fds=True, pass_fds=(fd,),
                                      start_new_session=True)
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -62,9 +65,27 @@ class _Server:
             chunk = os.read(self.proc.stdout.fileno(), 4096)
             if not chunk:
                 self.proc.wait()
-                raise JailError(self.stderr().strip() or
-                                "pyjail: pyjail serve exited with status %s" % self.proc.returncode)
+                raise self._start_error()
             line += chunk
+
+    def _start_error(self) -> JailError:
+        """Why the server ended before it was ready: its report's error, with the last
+        line the template itself wrote (a module the rootfs lacks, say), which pyjail's
+        line refers to ("its error is above")."""
+        try:
+            report = Report.parse(os.pread(self._report.fileno(), 4 << 20, 0))
+        except OSError:
+            report = None
+        err = self.stderr()
+        if report is not None and report.error:
+            own = [l.strip() for l in err.splitlines()
+                   if l.strip() and not l.startswith("pyjail: ")]
+            return JailError.from_report(
+                report, "; the template said: %s" % own[-1][:500] if own else "")
+        if self.proc.returncode == EXIT_PYJAIL_ERROR:
+            return setup_error(err.encode(), report)
+        return JailError(err.strip() or
+                         "pyjail: pyjail serve exited with status %s" % self.proc.returncode)
 
     def stderr(self) -> str:
         self._err.seek(0)
@@ -81,6 +102,7 @@ class _Server:
         if self.proc.stdout is not None:
             self.proc.stdout.close()
         self._err.close()
+        self._report.close()
 
 
 class Pool:
@@ -89,14 +111,15 @@ class Pool:
     ``preload``: modules to import from the rootfs (e.g. ``["numpy",
     "pandas"]``); ``size``: templates (each forks one run at a time; runs
     themselves are concurrent either way); ``profile`` and ``rootfs`` as for
-    ``pyjail.run``; ``options``: other pyjail options by name, as
-    ``pyjail.run`` takes them (e.g. ``{"memory": "64M", "wall_time": 3}``).
-    The profile and options are every run's and session's settings (a run
-    may give smaller ones of its own) and their upper bound: the server
-    refuses a run that asks for more (a larger limit, another ``net``, a
-    filter that allows more), and the call raises JailError saying which.
-    Raises JailError when a template cannot start (a module the rootfs
-    lacks, say), with pyjail's explanation.
+    ``pyjail.run``; ``limits`` (pyjail.Limits, e.g. ``Limits(cpu_time=5,
+    wall_time=3)``) and ``options``, other pyjail options by name, as
+    ``pyjail.run`` takes them (e.g. ``{"memory": "64M"}``). The profile,
+    limits and options are every run's and session's settings (a run may
+    give smaller ones of its own) and their upper bound: the server refuses
+    a run that asks for more (a larger limit, another ``net``, a filter that
+    allows more), and the call raises JailError saying which. Raises
+    JailError when a template cannot start (a module the rootfs lacks, say),
+    with pyjail's explanation.
 
     ``net="allow"`` with ``allow_hosts=["pypi.org", "@pypi", ...]``: every
     run reaches those hosts by name, through pyjail (``--net allow``,
@@ -108,13 +131,15 @@ class Pool:
 
     def __init__(self, preload: Sequence[str] = (), size: int = 1, *, profile: str = "strict",
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 options: Optional[Mapping[str, Any]] = None, binary: Optional[str] = None,
-                 start_timeout: float = 300.0, net: Optional[str] = None,
-                 allow_hosts: Sequence[str] = ()) -> None:
+                 net: Optional[str] = None, allow_hosts: Sequence[str] = (),
+                 limits: Optional[Limits] = None, options: Optional[Mapping[str, Any]] = None,
+                 binary: Optional[str] = None, start_timeout: float = 300.0) -> None:
         if size < 1:
             raise ValueError("size must be at least 1")
         if isinstance(allow_hosts, str):
             raise TypeError("allow_hosts is a list of host names, not a str")
+        if limits is not None and not isinstance(limits, Limits):
+            raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
         self._allow_hosts = [str(h) for h in allow_hosts]
         self._binary = find_binary(binary)
         self._profile = profile
@@ -124,6 +149,8 @@ class Pool:
         self._closed = False
         self._lock = threading.Lock()
         self._turn = itertools.count()
+        # The limits are options like the others (a later one wins, as on pyjail's command line).
+        options = dict((limits or Limits()).as_options(), **(options or {}))
         args = ["--profile", profile]
         if self._rootfs is not None:
             args += ["--rootfs", self._rootfs]
@@ -135,13 +162,14 @@ class Pool:
         # binds among the options) need a server that takes them; each run's client opens
         # its binds itself, with its own rights.
         if profile in ("standard", "batch") or any(
-                k.replace("_", "-") in ("bind", "ro-bind", "workdir") for k in (options or {})):
+                k.replace("_", "-") in ("bind", "ro-bind", "workdir") and v is not None
+                for k, v in options.items()):
             args.append("--allow-binds")
         # The runs' defaults: the same options, but those of the server alone. The allowlist
         # is a run's unless it gives its own (a list given twice would be joined, not
         # replaced: _through_template).
         self._defaults = option_args({"net": net})
-        self._defaults += option_args({k: v for k, v in (options or {}).items()
+        self._defaults += option_args({k: v for k, v in options.items()
                                        if k.replace("_", "-") not in _SERVER_ONLY})
         try:
             for i in range(size):
@@ -165,15 +193,14 @@ class Pool:
             kwargs["allow_hosts"] = list(self._allow_hosts)
         if self._rootfs is not None:
             kwargs.setdefault("rootfs", self._rootfs)
-        kwargs["_defaults"] = self._defaults
+        kwargs["_defaults"] = self._defaults + ["--via", self._socket()]
         kwargs["binary"] = self._binary
-        kwargs["extra_args"] = list(kwargs.get("extra_args", ())) + ["--via", self._socket()]
         return kwargs
 
     def run(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
         a template: the same arguments (``files``, ``outputs``, ``stdin``,
-        ``timeout``, ``memory``, ...) and the same Result."""
+        ``timeout``, ``memory``, ``limits``, ...) and the same Result."""
         return run(code, **self._through_template(kwargs))
 
     def session(self, **kwargs: Any) -> Session:
@@ -189,7 +216,7 @@ class Pool:
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
-        async ``on_stdout``/``on_stderr``); cancelling it ends the run."""
+        async callbacks); cancelling it ends the run."""
         from ._async import arun
         return await arun(code, **self._through_template(kwargs))
 

@@ -14,10 +14,11 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from . import _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
                        ServerRefused)
-from ._common import (EXIT_PYJAIL_ERROR, JailError, Report, Size, check_name, find_binary,
-                      jail_args, pyjail_message, render_output)
+from ._common import (EXIT_PYJAIL_ERROR, Callbacks, JailError, Limits, OutputCaps, Report, Size,
+                      check_name, find_binary, jail_args, moved_keywords, render_output,
+                      setup_error)
 from ._launch import Launched, handshake, launch, server_command
-from ._stream import OutputCallback, Streams
+from ._stream import Streams
 
 __all__ = ["run", "Result"]
 
@@ -175,114 +176,108 @@ def _file_bytes(value: FileData) -> bytes:
                     "(os.PathLike), not %s" % type(value).__name__)
 
 
+#: Keywords of run() of the previous release, and where they went.
+_MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
+          "tmpfs_size": ("limits", "tmpfs_size"), "output_limit": ("limits", "output_limit"),
+          "max_output": ("caps", "max_output"), "max_output_files": ("caps", "max_output_files"),
+          "max_output_bytes": ("caps", "max_output_bytes"),
+          "on_stdout": ("callbacks", "on_stdout"), "on_stderr": ("callbacks", "on_stderr"),
+          "ro_bind": ("options", "ro_bind"), "net_resolve": ("options", "net_resolve"),
+          "extra_args": ("extra_args", "")}
+
+#: The caps run() uses, and their defaults.
+RUN_CAPS = {"max_output": 16 << 20, "max_output_files": 100, "max_output_bytes": 64 << 20}
+
+
 def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[str]"]] = None,
-        args: Sequence[str] = (), profile: str = "strict",
-        files: Optional[Mapping[str, FileData]] = None,
-        stdin: Optional[Union[bytes, str]] = None, timeout: Optional[float] = None,
-        memory: Optional[Size] = None, cpu_time: Optional[float] = None,
-        pids: Optional[int] = None, tmpfs_size: Optional[Size] = None,
-        net: Optional[str] = None, env: Optional[Mapping[str, str]] = None,
-        ro_bind: Sequence[str] = (), rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-        allow_hosts: Sequence[str] = (),
-        net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
-        options: Optional[Mapping[str, Any]] = None, extra_args: Sequence[str] = (),
-        binary: Optional[str] = None, outputs: Union[bool, Sequence[str]] = False,
-        max_output_files: int = 100, max_output_bytes: int = 64 << 20,
-        max_output: int = 16 << 20, output_limit: Optional[Size] = None,
-        python_args: Sequence[str] = (), on_stdout: Optional[OutputCallback] = None,
-        on_stderr: Optional[OutputCallback] = None,
+        args: Sequence[str] = (), stdin: Optional[Union[bytes, str]] = None,
+        files: Optional[Mapping[str, FileData]] = None, outputs: Union[bool, Sequence[str]] = False,
+        profile: str = "strict", rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
+        timeout: Optional[float] = None, memory: Optional[Size] = None,
+        net: Optional[str] = None, allow_hosts: Sequence[str] = (),
+        env: Optional[Mapping[str, str]] = None, options: Optional[Mapping[str, Any]] = None,
+        limits: Optional[Limits] = None, caps: Optional[OutputCaps] = None,
+        callbacks: Optional[Callbacks] = None, python_args: Sequence[str] = (),
+        binary: Optional[str] = None,
         _started: Optional[Callable[[Launched], None]] = None,
-        _defaults: Sequence[str] = ()) -> Result:
+        _defaults: Sequence[str] = (), **_deprecated: Any) -> Result:
     """Run Python code (or a script file) in a fresh jail and wait for it.
 
     ``code`` is the program's source, or ``script`` a host path to it; ``args``
-    are its arguments and ``stdin`` its input. ``profile`` and the jail options
-    (``timeout`` is ``--wall-time``; ``memory``, ``pids``, ``net``, ...; any
-    other pyjail option by name through ``options``) set the jail.
-    ``net="allow"`` with ``allow_hosts=["pypi.org", "api.example.com:8443"]``
-    lets the program reach those hosts by name, through pyjail (``--net
-    allow``, ``--allow-host``); ``net_resolve={"index.internal": "10.0.0.5"}``
-    pins a name to an address (``--net-resolve``); ``options={"net_bytes":
-    "100M"}`` and the like for the rest. With the package index allowed
-    (``allow_hosts=["pypi.org", "files.pythonhosted.org"]``), a program on the
-    ``data`` rootfs can ``python -m pip install --target /tmp/site NAME`` (or
-    ``--user``: HOME is /tmp) and import what it installed.
+    are its arguments, ``stdin`` its input and ``python_args`` the
+    interpreter's own options (``["-X", "dev"]``). ``files`` puts inputs into
+    the work directory: {relative name: bytes, str (text) or a host path}.
+    ``outputs`` collects files from it when the program has ended: True for
+    every file it created or changed, or glob patterns (``["*.csv",
+    "out/*"]``).
 
-    ``files`` puts inputs into the work directory: {relative name: bytes, str
-    (text) or a host path}. ``outputs`` collects files from it when the program
-    has ended: True for every file it created or changed, or glob patterns
-    (``["*.csv", "out/*"]``), capped at ``max_output_files`` files and
-    ``max_output_bytes`` bytes in all. Output beyond ``max_output`` bytes per
-    stream is left out of the result (its start and end are kept);
-    ``output_limit`` instead stops the program (pyjail's ``--output-limit``).
-    ``rootfs`` is the root filesystem to run in, as ``pyjail --rootfs`` takes
-    it: the name of one built with ``pyjail rootfs build`` (e.g. ``"data"``;
-    ``pyjail rootfs list`` shows them) or a path (None: the profile's, by
-    default the installed one). A name that does not exist raises JailError.
+    The jail: ``profile``; ``rootfs``, the root filesystem as ``pyjail
+    --rootfs`` takes it: the name of one built with ``pyjail rootfs build``
+    (e.g. ``"data"``; ``pyjail rootfs list`` shows them) or a path (None: the
+    profile's); ``timeout`` (``--wall-time``) and ``memory``; ``env``;
+    ``net``: ``net="allow"`` with ``allow_hosts=["pypi.org",
+    "api.example.com:8443"]`` lets the program reach those hosts by name,
+    through pyjail (``--net allow``, ``--allow-host``). With the package index
+    allowed (``allow_hosts=["pypi.org", "files.pythonhosted.org"]``), a
+    program on the ``data`` rootfs can ``python -m pip install --target
+    /tmp/site NAME`` and import what it installed. ``options`` takes any
+    other pyjail option by name (``{"cpus": 2, "net_resolve":
+    {"index.internal": "10.0.0.5"}, "ro_bind": ["/data"]}``).
 
+    The rarer settings come in groups: ``limits`` (pyjail.Limits: CPU time,
+    processes, the tmpfs's size, ``output_limit`` which stops a program that
+    writes more); ``caps`` (pyjail.OutputCaps: output beyond ``max_output``
+    bytes per stream, 16 MiB, is left out of the result, its start and end
+    kept; collected files are capped at ``max_output_files``, 100, and
+    ``max_output_bytes``, 64 MiB, in all); ``callbacks`` (pyjail.Callbacks:
     ``on_stdout`` and ``on_stderr`` are called, in this thread, with the text
-    the program writes to that stream (str, decoded as UTF-8) as it writes it,
-    up to ``max_output`` bytes per stream. An exception a callback raises ends
-    its calls and is raised once the program has ended and the jail is gone.
+    the program writes to that stream as it writes it, up to ``max_output``
+    bytes per stream; an exception a callback raises ends its calls and is
+    raised once the program has ended and the jail is gone). The keywords
+    these replaced (``cpu_time=``, ``max_output=``, ``on_stdout=``,
+    ``net_resolve=``, ``ro_bind=``, ``extra_args=``, ...) still work, with a
+    DeprecationWarning, until the next release.
 
     Returns a Result; the program's failures are in it, never raised. Raises
     BinaryNotFoundError without a pyjail binary, JailError when pyjail cannot
-    set up the jail (exit status 125, with pyjail's explanation), and
-    ProtocolError when the jail broke the protocol of ``files``/``outputs``
-    (e.g. sent back a name outside the work directory; the jail is ended and
-    nothing it sent is returned).
+    set up the jail (exit status 125: its step, errno and hint from pyjail's
+    report), and ProtocolError when the jail broke the protocol of
+    ``files``/``outputs`` (e.g. sent back a name outside the work directory;
+    the jail is ended and nothing it sent is returned).
     """
-    if (code is None) == (script is None):
-        raise ValueError("pass exactly one of code and script")
-    if code is not None and not isinstance(code, str):
-        raise TypeError("code must be a str")
+    groups: Dict[str, Any] = {"limits": limits, "caps": caps, "callbacks": callbacks,
+                              "options": options}
+    extra_args = moved_keywords("run", _deprecated, _MOVED, groups)
+    limits, options = groups["limits"], groups["options"]
+    cap = (groups["caps"] or OutputCaps()).resolved("run()", RUN_CAPS)
+    callbacks = groups["callbacks"] or Callbacks()
+    if limits is not None and limits.wall_time is not None:
+        if timeout is not None:
+            raise ValueError("give run()'s wall time once: timeout= or limits.wall_time")
+        timeout = limits.wall_time
+    script_name, source = _program(code, script)
     exe = find_binary(binary)
     if isinstance(stdin, str):
         stdin = stdin.encode("utf-8")
     inputs = {check_name(k): _file_bytes(v) for k, v in (files or {}).items()}
-    if script is not None:
-        script_name = os.path.basename(os.fspath(script))
-        with open(script, "rb") as f:
-            source = f.read()
-    else:
-        assert code is not None
-        script_name = "main.py"
-        source = code.encode("utf-8")
     if script_name in inputs:
         raise ValueError("files: %r is the program's own name" % script_name)
-    opts = jail_args(profile=profile, wall_time=timeout, cpu_time=cpu_time, memory=memory,
-                     pids=pids, tmpfs_size=tmpfs_size, net=net, env=env, ro_bind=ro_bind,
-                     rootfs=rootfs, allow_hosts=allow_hosts, net_resolve=net_resolve,
-                     options=options,
-                     extra_args=extra_args, output_limit=output_limit, defaults=_defaults)
+    opts = jail_args(profile=profile, wall_time=timeout, memory=memory, net=net, env=env,
+                     rootfs=rootfs, allow_hosts=allow_hosts, limits=limits, options=options,
+                     extra_args=extra_args, defaults=_defaults)
     # pyjail's own backstop is --wall-time; this one only guards against a
     # pyjail that does not end (it never should).
     backstop = None if timeout is None else time.monotonic() + float(timeout) + 30.0
+    max_output = cap["max_output"]
     streams = None
-    if on_stdout is not None or on_stderr is not None:
-        streams = Streams(on_stdout, on_stderr, max_output, strict=False)
+    if callbacks.on_stdout is not None or callbacks.on_stderr is not None:
+        streams = Streams(callbacks.on_stdout, callbacks.on_stderr, max_output, strict=False)
+    collected: Dict[str, bytes] = {}
+    skipped: Dict[str, str] = {}
     if not inputs and not outputs:
-        # The script is bound into the jail from a host path: the one named
-        # file of a run, removed however the run ends (but a SIGKILL of this
-        # process).
-        tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
-        try:
-            path = os.path.join(tmpdir, script_name)
-            with open(path, "wb") as f:
-                f.write(source)
-            jail = launch(exe, opts, ["python"] + list(python_args) + [path] + list(args),
-                          stderr_to_file=False)
-            try:
-                if _started is not None:
-                    _started(jail)   # arun: a cancelled call kills it
-                out, err, rc, pyjail_err = _run_direct(jail, stdin, max_output, backstop,
-                                                       streams)
-            finally:
-                jail.close()
-        finally:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-        collected: Dict[str, bytes] = {}
-        skipped: Dict[str, str] = {}
+        jail, (out, err, rc, pyjail_err) = _run_script_file(
+            exe, opts, list(python_args), script_name, source, list(args), stdin, max_output,
+            backstop, streams, _started)
     else:
         collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
         jail = launch(exe, opts, server_command())
@@ -292,14 +287,14 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
             out, err, rc, collected, skipped = _run_served(
                 jail, inputs, script_name, source,
                 ["{python}"] + list(python_args) + [script_name] + list(args),
-                stdin, collect, max_output_files, max_output_bytes, max_output, backstop,
-                streams)
+                stdin, collect, cap["max_output_files"], cap["max_output_bytes"], max_output,
+                backstop, streams)
             pyjail_err = jail.stderr()
         finally:
             jail.close()
     report = jail.report()
     if rc == EXIT_PYJAIL_ERROR and (report is None or report.status == "setup-error"):
-        raise JailError(pyjail_message(pyjail_err, report), report)
+        raise setup_error(pyjail_err, report)
     if streams is not None:
         streams.finish()
     return Result(exit_code=rc, stdout_bytes=bytes(out.head) + bytes(out.tail),
@@ -307,6 +302,44 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
                   stdout_omitted=out.omitted, stderr_omitted=err.omitted, report=report,
                   files=collected, skipped_files=skipped, _stdout_split=len(out.head),
                   _stderr_split=len(err.head))
+
+
+def _program(code: Optional[str], script: Optional[Union[str, "os.PathLike[str]"]]
+             ) -> Tuple[str, bytes]:
+    """The program's file name in the jail and its source: ``script``'s, or
+    ``code`` as main.py."""
+    if (code is None) == (script is None):
+        raise ValueError("pass exactly one of code and script")
+    if script is not None:
+        with open(script, "rb") as f:
+            return os.path.basename(os.fspath(script)), f.read()
+    if not isinstance(code, str):
+        raise TypeError("code must be a str")
+    return "main.py", code.encode("utf-8")
+
+
+def _run_script_file(exe: str, opts: List[str], python_args: List[str], script_name: str,
+                     source: bytes, args: List[str], stdin: Optional[bytes], max_output: int,
+                     backstop: Optional[float], streams: Optional[Streams],
+                     started: Optional[Callable[[Launched], None]]
+                     ) -> Tuple[Launched, Tuple[_wire.Capture, _wire.Capture, int, bytes]]:
+    """A run without files: the script is bound into the jail from a host
+    path, the one named file of a run, removed however the run ends (but a
+    SIGKILL of this process)."""
+    tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
+    try:
+        path = os.path.join(tmpdir, script_name)
+        with open(path, "wb") as f:
+            f.write(source)
+        jail = launch(exe, opts, ["python"] + python_args + [path] + args, stderr_to_file=False)
+        try:
+            if started is not None:
+                started(jail)   # arun: a cancelled call kills it
+            return jail, _run_direct(jail, stdin, max_output, backstop, streams)
+        finally:
+            jail.close()
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
 
 
 def _finish(proc: "subprocess.Popen[bytes]", backstop: Optional[float]) -> int:

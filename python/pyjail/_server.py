@@ -27,20 +27,20 @@ import os
 import select
 import sys
 import time
-from typing import TYPE_CHECKING, List, Optional, Tuple
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
     from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
-                        parse_frame)
+                        parse_frame, processes)
     from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
-                             encode_value, list_files, parse_frame)
+                             encode_value, list_files, parse_frame, processes)
     from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     import pyjail_spawn as spawn
 
@@ -1270,38 +1270,6 @@ def _ticks_now():
         return None
 
 
-def _stat(pid: int) -> "Optional[List[bytes]]":
-    """The fields of /proc/PID/stat after the command name (state, parent pid, ...),
-    as bytes; None if the process is gone or the file cannot be read."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-            return f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def _processes() -> "List[Tuple[int, str, int, int]]":
-    """(pid, state, parent pid, start time in ticks) of every process in /proc: the
-    jail's inside the jail, the host's when the driver calls it."""
-    out: "List[Tuple[int, str, int, int]]" = []
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return out
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        fields = _stat(int(entry))
-        if fields is None:
-            continue
-        try:
-            out.append((int(entry), fields[0].decode(), int(fields[1]), int(fields[19])))
-        except (IndexError, ValueError):
-            continue
-    return out
-
-
 def _pids():
     try:
         return {int(e) for e in os.listdir("/proc") if e.isdigit()}
@@ -1319,7 +1287,7 @@ def _kill_started_since(since):
     killed = set()
     for _ in range(200):
         alive = []
-        for pid, state, ppid, started in _processes():
+        for pid, state, ppid, started in processes():
             # A pid that was there already is new only if it was reused: its
             # start time is clearly (two ticks, for rounding) after the start.
             if pid in (1, me) or (pid in before and (start is None or started <= start + 1)):
@@ -1351,7 +1319,7 @@ def _kill_others():
     me = os.getpid()
     killed = set()
     for _ in range(50):
-        alive = [pid for pid, state, _parent, _start in _processes()
+        alive = [pid for pid, state, _parent, _start in processes()
                  if pid not in (1, me) and state not in ("Z", "X")]
         if not alive:
             break

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+import warnings
 import weakref
 from dataclasses import dataclass, field
 from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
@@ -16,8 +17,9 @@ from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequ
 from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
                        ServerRefused)
-from ._common import (EXIT_PYJAIL_ERROR, JailError, PyjailError, Report, Size, check_name,
-                      egress_of, find_binary, jail_args, pyjail_message, render_output)
+from ._common import (EXIT_PYJAIL_ERROR, JailError, Limits, OutputCaps, PyjailError, Report, Size,
+                      check_name, egress_of, find_binary, jail_args, moved_keywords,
+                      render_output, setup_error)
 from ._launch import Launched, handshake, launch, server_command
 from ._stream import OutputCallback, Streams
 
@@ -115,7 +117,7 @@ class CellResult:
     every variable (and file) of the session is gone."""
     duration_s: float = 0.0
     stdout_omitted: int = 0
-    """Bytes of stdout left out of ``stdout`` (past ``output_limit``)."""
+    """Bytes of stdout left out of ``stdout`` (past the session's ``max_output``)."""
     stderr_omitted: int = 0
     value_str: Optional[str] = None
     """str() of the trailing expression, when asked for (``run(..., want_str=True)``)."""
@@ -177,6 +179,17 @@ class CellResult:
 
 _NOT_GIVEN: Any = object()
 
+#: Keywords of Session() of the previous release, and where they went.
+_MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
+          "tmpfs_size": ("limits", "tmpfs_size"), "wall_time": ("limits", "wall_time"),
+          "output_limit": ("caps", "max_output"), "max_file_bytes": ("caps", "max_file_bytes"),
+          "max_image_bytes": ("caps", "max_image_bytes"),
+          "ro_bind": ("options", "ro_bind"), "net_resolve": ("options", "net_resolve"),
+          "extra_args": ("extra_args", "")}
+
+#: The caps a Session uses, and their defaults.
+SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
+
 
 class Session:
     """A persistent Python interpreter in a pyjail jail (the ``repl`` profile).
@@ -206,49 +219,53 @@ class Session:
     replaced, and the call says so (a CellResult's ``error.type`` is
     ``"ProtocolError"``; other calls raise SessionError).
 
-    The jail options (``memory``, ``pids``, ``net``, ...) are pyjail's, on top
-    of ``profile``; ``options`` takes any other pyjail option by name, e.g.
-    ``{"cpus": 2}``. ``net="allow"``, ``allow_hosts`` and ``net_resolve`` are
-    controlled egress, as for run(): with the package index allowed, a cell on
-    the ``data`` rootfs can pip install into a directory it then puts on
+    The jail: ``profile``; ``rootfs``, the root filesystem as ``pyjail
+    --rootfs`` takes it: a name (``"data"``, see ``pyjail rootfs list``) or a
+    path (None: the profile's; a name that does not exist raises JailError);
+    ``memory``, ``env``; ``net="allow"`` with ``allow_hosts`` is controlled
+    egress, as for run(): with the package index allowed, a cell on the
+    ``data`` rootfs can pip install into a directory it then puts on
     ``sys.path`` (``python -m pip install --target /tmp/site NAME``).
-    ``rootfs`` is the root filesystem, as ``pyjail --rootfs`` takes it: a name (``"data"``, see ``pyjail rootfs list``) or a path (None:
-    the profile's); a name that does not exist raises JailError. ``timeout`` is the default time limit of one cell
-    (None: no limit); ``wall_time`` limits the whole session's life.
-    ``max_image_bytes`` caps the images one cell's result holds (see
-    CellResult.images).
+    ``options`` takes any other pyjail option by name, e.g. ``{"cpus": 2,
+    "net_resolve": {"index.internal": "10.0.0.5"}}``. ``limits``
+    (pyjail.Limits) holds the rarer limits, ``wall_time`` among them: the
+    whole session's life. ``timeout`` is the default time limit of one cell
+    (None: no limit). ``caps`` (pyjail.OutputCaps): ``max_output`` bytes of
+    each stream a cell's result holds (1 MiB), ``max_file_bytes`` the
+    largest upload or download (64 MiB), ``max_image_bytes`` the images of
+    one cell (8 MiB, see CellResult.images). The keywords these replaced
+    (``pids=``, ``wall_time=``, ``output_limit=``, ``max_file_bytes=``,
+    ``net_resolve=``, ...) still work, with a DeprecationWarning, until the
+    next release.
     """
 
-    def __init__(self, *, profile: str = "repl", timeout: Optional[float] = None,
-                 memory: Optional[Size] = None, pids: Optional[int] = None,
-                 cpu_time: Optional[float] = None, wall_time: Optional[float] = None,
-                 tmpfs_size: Optional[Size] = None, net: Optional[str] = None,
-                 env: Optional[Mapping[str, str]] = None, ro_bind: Sequence[str] = (),
+    def __init__(self, *, profile: str = "repl",
                  rootfs: Optional[Union[str, "os.PathLike[str]"]] = None,
-                 allow_hosts: Sequence[str] = (),
-                 net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
-                 options: Optional[Mapping[str, Any]] = None,
-                 extra_args: Sequence[str] = (), binary: Optional[str] = None,
-                 output_limit: int = 1 << 20, max_file_bytes: int = 64 << 20,
-                 max_image_bytes: int = 8 << 20,
+                 timeout: Optional[float] = None, memory: Optional[Size] = None,
+                 net: Optional[str] = None, allow_hosts: Sequence[str] = (),
+                 env: Optional[Mapping[str, str]] = None,
+                 options: Optional[Mapping[str, Any]] = None, limits: Optional[Limits] = None,
+                 caps: Optional[OutputCaps] = None, binary: Optional[str] = None,
                  interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
                  auto_restart: bool = True, start_timeout: float = 30.0,
-                 _defaults: Sequence[str] = ()) -> None:
+                 _defaults: Sequence[str] = (), **_deprecated: Any) -> None:
+        groups: Dict[str, Any] = {"limits": limits, "caps": caps, "options": options}
+        extra_args = moved_keywords("Session", _deprecated, _MOVED, groups)
+        cap = (groups["caps"] or OutputCaps()).resolved("a Session", SESSION_CAPS)
         self.binary = find_binary(binary)
         self.timeout = timeout
-        self.output_limit = int(output_limit)
-        self.max_file_bytes = int(max_file_bytes)
-        self.max_image_bytes = int(max_image_bytes)
+        self.max_output = cap["max_output"]
+        self.max_file_bytes = cap["max_file_bytes"]
+        self.max_image_bytes = cap["max_image_bytes"]
         self.interrupt_grace = float(interrupt_grace)
         self.kill_failed_cell_processes = kill_failed_cell_processes
         self.auto_restart = auto_restart
         self.start_timeout = start_timeout
         self.io_timeout = 120.0
-        self._args = jail_args(profile=profile, wall_time=wall_time, cpu_time=cpu_time,
-                               memory=memory, pids=pids, tmpfs_size=tmpfs_size, net=net,
-                               env=env, ro_bind=ro_bind, rootfs=rootfs, allow_hosts=allow_hosts,
-                               net_resolve=net_resolve,
-                               options=options, extra_args=extra_args, defaults=_defaults)
+        self._args = jail_args(profile=profile, memory=memory, net=net, env=env, rootfs=rootfs,
+                               allow_hosts=allow_hosts, limits=groups["limits"],
+                               options=groups["options"], extra_args=extra_args,
+                               defaults=_defaults)
         self._lock = threading.RLock()       # held by every call, for its whole length
         self._close_lock = threading.Lock()  # held only to set _closed
         self._busy = 0                       # calls in progress (nested: a host function's)
@@ -282,7 +299,7 @@ class Session:
         self._finalizer = weakref.finalize(self, jail.close)
         assert proc.stdin is not None and proc.stdout is not None
         max_body = max(self.max_file_bytes,
-                       4 * self.output_limit + self.max_image_bytes) + (1 << 20)
+                       4 * self.max_output + self.max_image_bytes) + (1 << 20)
         deadline = time.monotonic() + self.start_timeout
         try:
             self._chan = Channel(proc.stdin.fileno(), proc.stdout.fileno(), max_body)
@@ -300,7 +317,7 @@ class Session:
             rep = self._stop()
             stderr = self._last_stderr
             if proc.returncode == EXIT_PYJAIL_ERROR and (rep is None or rep.status == "setup-error"):
-                raise JailError(pyjail_message(stderr, rep), rep) from None
+                raise setup_error(stderr, rep) from None
             detail = stderr.decode("utf-8", "replace").strip()
             raise SessionError("the session's interpreter did not start (%s; %s)%s"
                                % (e, self._why(rep), (": " + detail[-2000:]) if detail else "")
@@ -403,6 +420,13 @@ class Session:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def output_limit(self) -> int:
+        """``max_output``, by its name of the previous release."""
+        warnings.warn("Session.output_limit is deprecated and goes in the next release: use "
+                      "Session.max_output", DeprecationWarning, stacklevel=2)
+        return self.max_output
 
     @property
     def egress(self) -> Tuple[Optional[str], List[str]]:
@@ -525,7 +549,7 @@ class Session:
 
         ``on_stdout`` and ``on_stderr`` are called, in this thread, with the
         text the cell writes to that stream (str, decoded as UTF-8) as it
-        writes it, up to ``output_limit`` bytes per stream (the result still
+        writes it, up to ``max_output`` bytes per stream (the result still
         holds the output's start and end). An exception a callback raises ends
         its calls for the cell and is raised by run() once the cell has ended
         (the session keeps its state). ``want_formats``: the trailing value's
@@ -541,7 +565,7 @@ class Session:
                                   report=self.last_report)
             streams = None
             if on_stdout is not None or on_stderr is not None:
-                streams = Streams(on_stdout, on_stderr, self.output_limit)
+                streams = Streams(on_stdout, on_stderr, self.max_output)
             res = self._exec(code, timeout, want_data, want_str, name, streams, want_formats)
         if streams is not None:
             streams.finish()
@@ -559,98 +583,103 @@ class Session:
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
               name: Optional[str], streams: Optional[Streams] = None,
               want_formats: bool = False) -> CellResult:
+        """Runs one cell: sends it, reads its frames until its result, and
+        escalates when it runs past ``timeout`` (see _CellClock)."""
         chan = self._chan
         assert chan is not None
         rid = self._new_id()
         start = time.monotonic()
-        header: Dict[str, Any] = {"op": "exec", "id": rid, "code": code,
-                                  "output_limit": self.output_limit,
-                                  "kill_failed": self.kill_failed_cell_processes}
-        if want_data:
-            header["data"] = True
-        if want_str:
-            header["str"] = True
-        if want_formats:
-            header["formats"] = True
-        if name:
-            header["name"] = name
-        if streams is not None:
-            header["stream"] = True
-        if self.max_image_bytes != 8 << 20:
-            header["image_limit"] = self.max_image_bytes
-        deadline = start + timeout if timeout is not None else None
-        interrupted_at: Optional[float] = None
-        descendants_killed = False
-        next_action = deadline
+        clock = _CellClock(start, timeout, self.interrupt_grace)
         self._final_values.clear()
         try:
-            chan.send(header, b"", start + self.io_timeout)
-            while True:
-                try:
-                    reply: Optional[Dict[str, Any]]
-                    reply, body = chan.recv(next_action)
-                except ChannelTimeout:
-                    reply = None
-                if reply is not None:
-                    op = reply.get("op")
-                    if op == "result" and reply.get("id") == rid:
-                        res = self._cell_result(reply, body, start, header["output_limit"])
-                        # Interrupted, unless it finished on its own just as time ran out.
-                        res.timed_out = interrupted_at is not None and res.error is not None
-                        return res
-                    if op == "output" and streams is not None and reply.get("id") == rid:
-                        streams.add(reply.get("stream"), body)
-                    elif op != "call":
-                        raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
-                    else:
-                        # An answer the jail does not read in time (it floods
-                        # us with calls) ends the cell no later than a kill would.
-                        if interrupted_at is not None:
-                            send_by = interrupted_at + self.interrupt_grace
-                        elif deadline is not None:
-                            send_by = deadline + self.interrupt_grace
-                        else:
-                            send_by = time.monotonic() + self.io_timeout
-                        self._serve_call(reply, send_by)
-                # Checked after every frame too: a jail that keeps the channel
-                # readable (a flood of calls) must not stop the deadline.
-                if next_action is None or time.monotonic() < next_action:
-                    continue
-                now = time.monotonic()
-                if interrupted_at is None:
-                    interrupted_at = now
-                elif now - interrupted_at >= self.interrupt_grace:
-                    return self._killed_for_timeout(timeout, start)
-                elif not descendants_killed and now - interrupted_at >= self.interrupt_grace / 2:
-                    # Still no answer: the cell's processes (a fork bomb) may be
-                    # starving the interpreter of CPU. Killing every process it
-                    # started costs less than killing it with the session's state.
-                    descendants_killed = True
-                    self._kill_interpreter_descendants()
-                # Again every half second: code may swallow one interrupt.
-                self._interrupt()
-                step = self.interrupt_grace if descendants_killed else self.interrupt_grace / 2
-                next_action = min(now + 0.5, interrupted_at + step)
-        except ChannelClosed:
+            chan.send(self._exec_header(rid, code, want_data, want_str, name,
+                                        streams is not None, want_formats),
+                      b"", start + self.io_timeout)
+            res = self._await_result(rid, streams, clock, start)
+        except (ChannelClosed, ProtocolError, ChannelTimeout) as e:
+            return self._cell_failed(e, clock, start)
+        if res is None:
+            return self._killed_for_timeout(timeout, start)
+        return res
+
+    def _exec_header(self, rid: str, code: str, want_data: bool, want_str: bool,
+                     name: Optional[str], stream: bool, want_formats: bool) -> Dict[str, Any]:
+        """The ``exec`` request of a cell (see _wire.OPS)."""
+        header: Dict[str, Any] = {"op": "exec", "id": rid, "code": code,
+                                  "output_limit": self.max_output,
+                                  "kill_failed": self.kill_failed_cell_processes}
+        for key, wanted in (("data", want_data), ("str", want_str), ("formats", want_formats),
+                            ("stream", stream)):
+            if wanted:
+                header[key] = True
+        if name:
+            header["name"] = name
+        if self.max_image_bytes != 8 << 20:
+            header["image_limit"] = self.max_image_bytes
+        return header
+
+    def _await_result(self, rid: str, streams: Optional[Streams], clock: "_CellClock",
+                      start: float) -> Optional[CellResult]:
+        """Reads the cell's frames until its result; None when the cell ran out
+        of time and the interpreter did not answer the interrupts."""
+        chan = self._chan
+        assert chan is not None
+        while True:
+            try:
+                reply: Optional[Dict[str, Any]]
+                reply, body = chan.recv(clock.next_action)
+            except ChannelTimeout:
+                reply = None
+            if reply is not None:
+                res = self._cell_frame(reply, body, rid, streams, clock, start)
+                if res is not None:
+                    return res
+            # Checked after every frame too: a jail that keeps the channel
+            # readable (a flood of calls) must not stop the deadline.
+            if clock.due() and clock.escalate(self._interrupt,
+                                              self._kill_interpreter_descendants):
+                return None
+
+    def _cell_frame(self, reply: Dict[str, Any], body: bytes, rid: str,
+                    streams: Optional[Streams], clock: "_CellClock",
+                    start: float) -> Optional[CellResult]:
+        """Handles one frame from a running cell: its result (returned), its
+        output, or a host-function call; anything else breaks the protocol."""
+        op = reply.get("op")
+        if op == "result" and reply.get("id") == rid:
+            res = self._cell_result(reply, body, start, self.max_output)
+            # Interrupted, unless it finished on its own just as time ran out.
+            res.timed_out = clock.interrupted_at is not None and res.error is not None
+            return res
+        if op == "output" and streams is not None and reply.get("id") == rid:
+            streams.add(reply.get("stream"), body)
+        elif op == "call":
+            self._serve_call(reply, clock.send_by(self.io_timeout))
+        else:
+            raise ProtocolError("a %r frame while a cell ran" % (str(op)[:40],))
+        return None
+
+    def _cell_failed(self, e: ChannelError, clock: "_CellClock", start: float) -> CellResult:
+        """The result of a cell whose channel failed: the interpreter died,
+        broke the protocol or did not take the cell; a fresh one replaces it."""
+        if isinstance(e, ChannelClosed):
             note = self._died("while running the cell")
             return CellResult(error=CellError("InterpreterDied", note), restarted=True,
-                              timed_out=interrupted_at is not None, report=self.last_report,
-                              duration_s=time.monotonic() - start)
-        except ProtocolError as e:
-            self._restart()
+                              timed_out=clock.interrupted_at is not None,
+                              report=self.last_report, duration_s=time.monotonic() - start)
+        self._restart()
+        if isinstance(e, ProtocolError):
             return CellResult(
                 error=CellError("ProtocolError",
                                 "the jail broke the protocol (%s); the interpreter was ended and "
                                 "a fresh one started: every variable and file is lost" % e),
                 restarted=True, report=self.last_report, duration_s=time.monotonic() - start)
-        except ChannelTimeout:
-            # Sending the cell itself did not finish: the server is stuck.
-            self._restart()
-            return CellResult(
-                error=CellError("InterpreterDied",
-                                "the interpreter did not accept the cell; it was killed and a "
-                                "fresh one started: every variable and file is lost"),
-                restarted=True, duration_s=time.monotonic() - start)
+        # A ChannelTimeout: sending the cell itself did not finish, the server is stuck.
+        return CellResult(
+            error=CellError("InterpreterDied",
+                            "the interpreter did not accept the cell; it was killed and a "
+                            "fresh one started: every variable and file is lost"),
+            restarted=True, duration_s=time.monotonic() - start)
 
     def _kill_interpreter_descendants(self) -> int:
         """SIGKILLs, from the host, every process of the jail but its pid 1 and the
@@ -691,7 +720,7 @@ class Session:
         if oh + ot + eh + et > len(body):
             raise ProtocolError("result body length mismatch")
         if oh + ot > output_limit or eh + et > output_limit:
-            raise ProtocolError("a cell's output over output_limit=%d" % output_limit)
+            raise ProtocolError("a cell's output over max_output=%d" % output_limit)
         images = _images(reply, len(body) - (oh + ot + eh + et), self.max_image_bytes)
         stdout = render_output(body[:oh], body[oh:oh + ot], oo)
         stderr = render_output(body[oh + ot:oh + ot + eh], body[oh + ot + eh:oh + ot + eh + et], eo)
@@ -998,6 +1027,52 @@ def _lengths(reply: Dict[str, Any], key: str) -> Tuple[int, int, int]:
                 a >= 0 and b >= 0 and c >= 0:
             return a, b, c
     raise ProtocolError("bad %s lengths" % key)
+
+
+class _CellClock:
+    """When a cell that runs past its timeout is interrupted, and what follows:
+    a KeyboardInterrupt, again every half second (code may swallow one); halfway
+    through the interrupt grace without an answer, every process the cells
+    started killed from the host (a fork bomb may be starving the interpreter of
+    CPU, and that costs less than the session's state); at its end, the
+    interpreter itself."""
+
+    def __init__(self, start: float, timeout: Optional[float], grace: float) -> None:
+        self.deadline = start + timeout if timeout is not None else None
+        self.grace = grace
+        self.interrupted_at: Optional[float] = None
+        self.descendants_killed = False
+        self.next_action = self.deadline
+        """When escalate() is next due (None: never, the cell has no timeout)."""
+
+    def due(self) -> bool:
+        return self.next_action is not None and time.monotonic() >= self.next_action
+
+    def send_by(self, io_timeout: float) -> float:
+        """When the answer to a host-function call must have been sent: an answer
+        the jail does not read in time (it floods the driver with calls) ends
+        the cell no later than a kill would."""
+        if self.interrupted_at is not None:
+            return self.interrupted_at + self.grace
+        if self.deadline is not None:
+            return self.deadline + self.grace
+        return time.monotonic() + io_timeout
+
+    def escalate(self, interrupt: Callable[[], None],
+                 kill_descendants: Callable[[], int]) -> bool:
+        """The next step, once due; True when the interpreter must be killed."""
+        now = time.monotonic()
+        if self.interrupted_at is None:
+            self.interrupted_at = now
+        elif now - self.interrupted_at >= self.grace:
+            return True
+        elif not self.descendants_killed and now - self.interrupted_at >= self.grace / 2:
+            self.descendants_killed = True
+            kill_descendants()
+        interrupt()
+        step = self.grace if self.descendants_killed else self.grace / 2
+        self.next_action = min(now + 0.5, self.interrupted_at + step)
+        return False
 
 
 def _fmt(x: Optional[float]) -> str:

@@ -36,7 +36,7 @@ class Streams:
         room = self.room[stream]
         if len(data) > room:
             if self.strict:
-                raise ProtocolError("a cell's streamed output over output_limit")
+                raise ProtocolError("a cell's streamed output over max_output")
             data = data[:room]
         self.room[stream] = room - len(data)
         self._call(stream, self.decoders[stream].decode(data))

@@ -946,6 +946,41 @@ class JailObject:
         return hash(self.text)
 
 
+# ---------------------------------------------------------------- processes
+
+def proc_stat(pid: int) -> "Optional[List[bytes]]":
+    """The fields of /proc/PID/stat after the command name (state, parent pid, ...),
+    as bytes; None if the process is gone or the file cannot be read. The jail's
+    server reads its jail's /proc with it, the driver the host's."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+            return f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def processes() -> "List[Tuple[int, str, int, int]]":
+    """(pid, state, parent pid, start time in ticks) of every process in /proc: the
+    jail's inside the jail, the host's when the driver calls it."""
+    out: "List[Tuple[int, str, int, int]]" = []
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return out
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        fields = proc_stat(int(entry))
+        if fields is None:
+            continue
+        try:
+            out.append((int(entry), fields[0].decode(), int(fields[1]), int(fields[19])))
+        except (IndexError, ValueError, UnicodeDecodeError):
+            continue
+    return out
+
+
 # ---------------------------------------------------------------- file names
 
 def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:

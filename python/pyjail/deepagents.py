@@ -11,10 +11,11 @@ filesystem, never the host's. ``/work`` is the working directory; it and
 to be restarted, which the command's output then says). Every path is an
 absolute path in the jail, without ``..``.
 
+    import pyjail
     from deepagents import create_deep_agent
     from pyjail.deepagents import PyjailSandbox
 
-    with PyjailSandbox(memory="1G", pids=64) as sandbox:
+    with PyjailSandbox(memory="1G", limits=pyjail.Limits(pids=64)) as sandbox:
         agent = create_deep_agent(model=model, backend=sandbox)
         agent.invoke({"messages": [{"role": "user", "content": "..."}]})
 
@@ -37,7 +38,7 @@ from deepagents.backends.protocol import (FILE_NOT_FOUND, INVALID_PATH, IS_DIREC
 from deepagents.backends.sandbox import BaseSandbox
 
 from ._agents import DATA_ROOTFS, egress, read_facts
-from ._common import JailError, Size
+from ._common import JailError, Limits, OutputCaps, Size, moved_keywords
 from ._async import AsyncSession
 from ._session import CellResult, Session, SessionError
 from ._shell import cut, exit_code, in_jail, run_shell, shell_code
@@ -58,6 +59,11 @@ GREP_MAX_MATCHES = 1000
 GREP_LINE_CHARS = 500
 GREP_BUDGET_CHARS = 60_000
 """What grep sends back at most (paths and lines): a cell's answer is bounded."""
+
+#: Keywords of PyjailSandbox() of the previous release, and where they went (as Session's).
+_MOVED = {"pids": ("limits", "pids"), "cpu_time": ("limits", "cpu_time"),
+          "wall_time": ("limits", "wall_time"), "tmpfs_size": ("limits", "tmpfs_size"),
+          "net_resolve": ("options", "net_resolve")}
 
 # busybox's grep has neither -Z nor --include: the literal search runs in Python,
 # in the jail, with bounds on the matches and the length of a line sent back.
@@ -190,32 +196,33 @@ class PyjailSandbox(BaseSandbox):
     replaces it and the output says that the files are gone.
 
     The jail: ``profile`` (``repl``), ``rootfs`` (None: ``data`` when
-    installed, else the default one), the limits (``memory``, ``pids``,
-    ``cpu_time``, ``wall_time``, ``tmpfs_size``), ``env``, and the network:
-    none by default, or controlled egress with ``net="allow"``,
-    ``allow_hosts`` and ``net_resolve`` (e.g. ``allow_hosts=["pypi.org",
+    installed, else the default one), ``memory``, ``limits`` (pyjail.Limits:
+    ``pids``, ``cpu_time``, ``wall_time``, ``tmpfs_size``, ...), ``env``, and
+    the network: none by default, or controlled egress with ``net="allow"``
+    and ``allow_hosts`` (e.g. ``allow_hosts=["pypi.org",
     "files.pythonhosted.org"]`` lets ``pip install --user`` work). ``options``
-    takes any other pyjail option by name. ``max_file_bytes`` caps one
-    upload or download. Or pass ``session=``: a Session of your own, which
-    the backend uses as it is (and closes with itself only if
-    ``close_session`` is true).
+    takes any other pyjail option by name (``{"net_resolve": {"index.internal":
+    "10.0.0.5"}}``), as Session does. ``max_file_bytes`` caps one upload or
+    download. Or pass ``session=``: a Session of your own, which the backend
+    uses as it is (and closes with itself only if ``close_session`` is
+    true). The keywords ``limits`` replaced (``pids=``, ``cpu_time=``, ...)
+    and ``net_resolve=`` still work, with a DeprecationWarning, until the
+    next release.
     """
 
     def __init__(self, *, session: Optional[Session] = None, profile: str = "repl",
                  rootfs: Optional[Union[str, Any]] = None,
                  timeout: Optional[float] = DEFAULT_TIMEOUT,
                  max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-                 memory: Optional[Size] = None, pids: Optional[int] = None,
-                 cpu_time: Optional[float] = None, wall_time: Optional[float] = None,
-                 tmpfs_size: Optional[Size] = None, net: Optional[str] = None,
-                 allow_hosts: Sequence[str] = (),
-                 net_resolve: Union[Mapping[str, str], Sequence[str]] = (),
-                 env: Optional[Mapping[str, str]] = None,
-                 options: Optional[Mapping[str, Any]] = None,
+                 memory: Optional[Size] = None, net: Optional[str] = None,
+                 allow_hosts: Sequence[str] = (), env: Optional[Mapping[str, str]] = None,
+                 options: Optional[Mapping[str, Any]] = None, limits: Optional[Limits] = None,
                  max_file_bytes: int = 64 << 20, binary: Optional[str] = None,
-                 close_session: Optional[bool] = None) -> None:
+                 close_session: Optional[bool] = None, **_deprecated: Any) -> None:
         if max_output_bytes < 1:
             raise ValueError("max_output_bytes must be at least 1")
+        groups: dict = {"limits": limits, "options": options}
+        moved_keywords("PyjailSandbox", _deprecated, _MOVED, groups)
         self.timeout = timeout
         self.max_output_bytes = int(max_output_bytes)
         self._id = "pyjail-" + uuid.uuid4().hex[:12]
@@ -224,12 +231,11 @@ class PyjailSandbox(BaseSandbox):
             self._rootfs_name = None
             self._close_session = bool(close_session)
             return
-        kwargs: dict = dict(profile=profile, memory=memory, pids=pids, cpu_time=cpu_time,
-                            wall_time=wall_time, tmpfs_size=tmpfs_size, net=net,
-                            allow_hosts=allow_hosts, net_resolve=net_resolve, env=env,
-                            options=options, binary=binary,
-                            output_limit=max(self.max_output_bytes, HELPER_OUTPUT_BYTES),
-                            max_file_bytes=max_file_bytes)
+        caps = OutputCaps(max_output=max(self.max_output_bytes, HELPER_OUTPUT_BYTES),
+                          max_file_bytes=max_file_bytes)
+        kwargs: dict = dict(profile=profile, memory=memory, net=net, allow_hosts=allow_hosts,
+                            env=env, options=groups["options"], limits=groups["limits"],
+                            binary=binary, caps=caps)
         if rootfs is not None:
             self._session = Session(rootfs=rootfs, **kwargs)
             self._rootfs_name: Optional[str] = str(rootfs)
@@ -238,7 +244,7 @@ class PyjailSandbox(BaseSandbox):
                 self._session = Session(rootfs=DATA_ROOTFS, **kwargs)
                 self._rootfs_name = DATA_ROOTFS
             except JailError as e:
-                if "no rootfs named %r" % DATA_ROOTFS not in e.message:
+                if e.step != "rootfs" or "no rootfs named %r" % DATA_ROOTFS not in e.message:
                     raise
                 self._session = Session(**kwargs)
                 self._rootfs_name = "default"

@@ -100,7 +100,7 @@ def _secs(x: Optional[float]) -> str:
 
 
 def _unseen(result: CellResult) -> int:
-    """Bytes of the cell's output the session already left out (past its output_limit)."""
+    """Bytes of the cell's output the session already left out (past its max_output)."""
     return result.stdout_omitted + result.stderr_omitted
 
 
@@ -164,8 +164,9 @@ class PythonREPL:
 
     The session starts on first use and ends with close() (or when the REPL
     is garbage-collected); ``session_options`` go to Session, e.g.
-    ``memory="2G"`` or ``binary="/opt/pyjail/bin/pyjail"``; with controlled
-    egress (``net="allow"``, ``allow_hosts=[...]``, ``net_resolve``) the tools'
+    ``memory="2G"``, ``limits=pyjail.Limits(pids=64)`` or
+    ``binary="/opt/pyjail/bin/pyjail"``; with controlled egress
+    (``net="allow"``, ``allow_hosts=[...]``) the tools'
     descriptions name the only hosts the code can reach. ``rootfs`` is the
     root filesystem, as ``pyjail --rootfs`` takes it: the name of one built
     with ``pyjail rootfs build`` or a path; None: ``data`` when it is

@@ -193,7 +193,7 @@ class PyjailExecutor(PythonExecutor):  # type: ignore[misc]
     ``pkg.*`` means ``pkg``; ``*`` is not checked). Each the rootfs lacks is
     pip-installed in the session when it has controlled egress
     (``net="allow"``, ``allow_hosts`` naming the package index, e.g.
-    ``["pypi.org", "files.pythonhosted.org"]``; ``net_resolve`` and
+    ``["pypi.org", "files.pythonhosted.org"]``; ``options={"net_resolve": ...}`` and
     ``env={"PIP_INDEX_URL": ...}`` for another index), into a directory on its
     ``sys.path``; otherwise, or when pip fails, MissingModuleError names it
     and the fix here. With egress, the model is told which hosts it can reach.

@@ -108,7 +108,7 @@ sys.path.insert(0, sys.argv[1])
 import pyjail
 opts = json.loads(sys.argv[2])
 with pyjail.Session(rootfs="data", net="allow", allow_hosts=[opts["host"]],
-                    net_resolve=opts["resolve"], env=opts["env"]) as s:
+                    options={"net_resolve": opts["resolve"]}, env=opts["env"]) as s:
     install = s.run("import subprocess, sys\\n"
                     "p = subprocess.run([sys.executable, '-m', 'pip', 'install', '--target', "
                     "'/tmp/site', %r], capture_output=True, text=True)\\n"

@@ -4,14 +4,15 @@ hello_server answers every GET with "hello HOST", HOST being the request's own H
 a test sees which name the jail's request carried:
 
     with hello_server() as port:
-        pyjail.run(..., allow_hosts=[f"web.test:{port}"], net_resolve={"web.test": "127.0.0.1"})
+        pyjail.run(..., allow_hosts=[f"web.test:{port}"],
+                   options={"net_resolve": {"web.test": "127.0.0.1"}})
 
 package_index serves a PEP 503 simple index of wheels the test builds itself (make_wheel: a
 module with one constant, no code from anywhere else), for pip in a jail:
 
     with package_index([make_wheel(tmp, "pj-tiny-widget", "tinywidget")]) as index:
-        pyjail.run(..., net="allow", allow_hosts=[index.host], net_resolve=index.resolve,
-                   env=index.pip_env)
+        pyjail.run(..., net="allow", allow_hosts=[index.host],
+                   options={"net_resolve": index.resolve}, env=index.pip_env)
 """
 
 from __future__ import annotations
@@ -107,7 +108,7 @@ class PackageIndex:
 
     @property
     def resolve(self) -> dict[str, str]:
-        """net_resolve= of the index's name (--net-resolve index.test:127.0.0.1)."""
+        """options={"net_resolve": ...} of the index's name (--net-resolve index.test:127.0.0.1)."""
         return {self.NAME: "127.0.0.1"}
 
     @property

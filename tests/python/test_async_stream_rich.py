@@ -22,12 +22,12 @@ from test_hostile_jail import drive, hostile  # noqa: F401  (a fixture)
     ("image-count", "bad list of images"),
     ("image-sizes", "body length mismatch"),
     ("image-over-cap", "over max_image_bytes"),
-    ("output-over-cap", "streamed output over output_limit"),
+    ("output-over-cap", "streamed output over max_output"),
     ("output-other-id", "'output' frame while a cell ran"),
 ])
 def test_forged_images_and_output_break_the_protocol(hostile, attack, why):
     out = drive("""
-        s = pyjail.Session(output_limit=1000, max_image_bytes=1 << 20)
+        s = pyjail.Session(caps=pyjail.OutputCaps(max_output=1000, max_image_bytes=1 << 20))
         got = []
         try:
             r = s.run("x", on_stdout=got.append)
@@ -187,7 +187,8 @@ def test_arun_is_run_awaited():
             pyjail.arun("print(6 * 7)", timeout=30),
             pyjail.arun("open('o.txt', 'w').write(open('i.txt').read() * 2)",
                         files={"i.txt": "ab"}, outputs=["*.txt"], timeout=30),
-            pyjail.arun("import sys\nprint('e', file=sys.stderr)", on_stderr=got.append))
+            pyjail.arun("import sys\nprint('e', file=sys.stderr)",
+                        callbacks=pyjail.Callbacks(on_stderr=got.append)))
         assert rs[0].stdout == "42\n" and rs[0].ok
         assert rs[1].files == {"o.txt": b"abab"}
         assert got == ["e\n"] and rs[2].stderr == "e\n"
@@ -208,7 +209,7 @@ def test_cancelling_arun_kills_the_jail():
             started.set()
         task = asyncio.ensure_future(pyjail.arun(
             "import time\nprint('going', flush=True)\ntime.sleep(600)",
-            on_stdout=on_stdout, timeout=600))
+            callbacks=pyjail.Callbacks(on_stdout=on_stdout), timeout=600))
         await asyncio.wait_for(started.wait(), 60)
         assert _pyjail_children()
         task.cancel()
@@ -242,7 +243,7 @@ def test_a_session_streams_output_as_the_cell_writes_it(session):
 
 
 def test_streamed_output_has_the_same_caps_and_whole_characters():
-    with pyjail.Session(output_limit=64 << 10) as s:
+    with pyjail.Session(caps=pyjail.OutputCaps(max_output=64 << 10)) as s:
         got = []
         r = s.run("import sys\nsys.stdout.write('x' * 1000000)", on_stdout=got.append)
         assert len("".join(got)) == 64 << 10
@@ -294,8 +295,9 @@ def test_run_streams_output_as_the_program_writes_it(sync_dir, served):
                    "for _ in range(1000):\n    if os.path.exists('/sync/go'): break\n"
                    "    time.sleep(0.02)\nelse:\n    sys.exit('never streamed')\n"
                    "print('went')\nprint('x' * 100000)",
-                   ro_bind=["%s:/sync" % sync], timeout=60, on_stdout=on_stdout,
-                   max_output=1000, **extra)
+                   options={"ro_bind": ["%s:/sync" % sync]}, timeout=60,
+                   callbacks=pyjail.Callbacks(on_stdout=on_stdout),
+                   caps=pyjail.OutputCaps(max_output=1000), **extra)
     assert r.ok, r.stderr
     text = "".join(got)
     assert text.startswith("ready\nwent\nxxx") and len(text) == 1000
@@ -346,7 +348,7 @@ def test_display_and_a_trailing_object_with_an_image(session):
 
 
 def test_images_are_capped():
-    with pyjail.Session(max_image_bytes=1000) as s:
+    with pyjail.Session(caps=pyjail.OutputCaps(max_image_bytes=1000)) as s:
         s.run(class_with_png)
         r = s.run("display(Picture(600), Picture(600), Picture(100))")
         assert [len(i.data) for i in r.images] == [608, 108]

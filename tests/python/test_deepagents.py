@@ -17,6 +17,7 @@ import_or_skip("deepagents")
 
 from deepagents import create_deep_agent  # noqa: E402
 from deepagents.backends import CompositeBackend, LocalShellBackend, StateBackend  # noqa: E402
+import pyjail  # noqa: E402
 from deepagents.backends.protocol import SandboxBackendProtocol  # noqa: E402
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, ToolMessage  # noqa: E402
@@ -247,7 +248,7 @@ def test_attack_host_processes_and_network_are_out_of_reach(sandbox, tmp_path):
 
 
 def test_egress_and_limits_come_from_the_constructor(pyjail_bin, data_rootfs):
-    with PyjailSandbox(memory="200M", pids=32) as sb:
+    with PyjailSandbox(memory="200M", limits=pyjail.Limits(pids=32)) as sb:
         assert sb.session.egress[0] in (None, "none")
         over = sb.execute("python3 -c 'b = bytearray(400 << 20); print(len(b))'")
         assert over.exit_code != 0 and "MemoryError" in over.output
@@ -262,7 +263,7 @@ def test_controlled_egress_from_the_constructor(pyjail_bin, data_rootfs):
     with hello_server() as port:
         host = "web.test:%d" % port
         with PyjailSandbox(net="allow", allow_hosts=[host],
-                           net_resolve={"web.test": "127.0.0.1"}) as sb:
+                           options={"net_resolve": {"web.test": "127.0.0.1"}}) as sb:
             assert sb.session.egress == ("allow", [host])
             allowed = sb.execute(fetch % host)
             assert (allowed.output, allowed.exit_code) == ("hello %s\n" % host, 0)
@@ -276,8 +277,8 @@ def test_pip_install_user_with_the_index_allowed(pyjail_bin, data_rootfs, tmp_pa
     from pyjail_testing.web import make_wheel, package_index
     wheel = make_wheel(tmp_path, "pj-deep-widget", "deepwidget")
     with package_index([wheel]) as index:
-        with PyjailSandbox(net="allow", allow_hosts=[index.host], net_resolve=index.resolve,
-                           env=index.pip_env) as sb:
+        with PyjailSandbox(net="allow", allow_hosts=[index.host],
+                           options={"net_resolve": index.resolve}, env=index.pip_env) as sb:
             r = sb.execute("python3 -m pip install -q --user pj-deep-widget", timeout=120)
             assert r.exit_code == 0, r.output
             r = sb.execute("python3 -c 'import deepwidget; print(deepwidget.VALUE)'")
@@ -370,3 +371,12 @@ def test_as_a_route_of_a_composite_backend(sandbox, tmp_path):
     assert not os.path.exists(str(tmp_path / "work"))     # nothing went to the host backend
     # Attack: climbing out of the route's directory inside the jail.
     assert "'..'" in c.read("/jail/work/../../etc/passwd").error
+
+
+def test_the_limits_keywords_of_the_previous_release_still_work(pyjail_bin, data_rootfs):
+    with pytest.warns(DeprecationWarning, match=r"PyjailSandbox\(pids=\.\.\.\) is deprecated .* "
+                                                r"use limits=pyjail\.Limits\(pids=\.\.\.\)"):
+        sb = PyjailSandbox(pids=32)
+    with sb:
+        assert ["--pids", "32"] == [a for a in sb.session._args if a in ("--pids", "32")]
+        assert sb.execute("echo hi").output == "hi\n"

@@ -23,7 +23,7 @@ def tiny_wheel():
 def test_an_async_session_takes_the_egress_options():
     async def main(port):
         async with pyjail.AsyncSession(net="allow", allow_hosts=[f"web.test:{port}"],
-                                       net_resolve={"web.test": "127.0.0.1"}) as s:
+                                       options={"net_resolve": {"web.test": "127.0.0.1"}}) as s:
             r = await s.run(f"import urllib.request\n"
                             f"urllib.request.urlopen('http://web.test:{port}/').read().decode()",
                             want_data=True)
@@ -36,12 +36,13 @@ def test_an_async_session_takes_the_egress_options():
     assert pyjail.AsyncSession(net="allow", allow_hosts=["a.test"]).egress == ("allow", ["a.test"])
 
 
-def test_net_resolve_takes_a_dict_or_a_list_but_not_a_str():
-    from pyjail._common import jail_args
-    assert jail_args(net_resolve={"a.test": "127.0.0.1"}) == ["--net-resolve", "a.test:127.0.0.1"]
-    assert jail_args(net_resolve=["a.test:10.0.0.1"]) == ["--net-resolve", "a.test:10.0.0.1"]
-    with pytest.raises(TypeError, match="net_resolve"):
-        jail_args(net_resolve="a.test:127.0.0.1")
+def test_net_resolve_takes_a_dict_a_list_or_one_pair():
+    from pyjail._common import option_args
+    assert option_args({"net_resolve": {"a.test": "127.0.0.1"}}) == [
+        "--net-resolve", "a.test:127.0.0.1"]
+    assert option_args({"net_resolve": ["a.test:10.0.0.1"]}) == [
+        "--net-resolve", "a.test:10.0.0.1"]
+    assert option_args({"net_resolve": "a.test:10.0.0.1"}) == ["--net-resolve", "a.test:10.0.0.1"]
 
 
 def test_langchain_tools_name_the_reachable_hosts():
@@ -50,8 +51,8 @@ def test_langchain_tools_name_the_reachable_hosts():
 
     with hello_server() as port:
         host = f"web.test:{port}"
-        tool = PythonREPLTool(python_repl=PythonREPL(net="allow", allow_hosts=[host],
-                                                     net_resolve={"web.test": "127.0.0.1"}))
+        tool = PythonREPLTool(python_repl=PythonREPL(
+            net="allow", allow_hosts=[host], options={"net_resolve": {"web.test": "127.0.0.1"}}))
         try:
             assert f"The network reaches only these hosts (a port after the colon; else 80 and " \
                    f"443): {host}. Nothing else is reachable" in tool.description
@@ -93,7 +94,7 @@ def test_smolagents_installs_a_missing_distribution_from_the_allowed_index(data_
     PyjailExecutor, MissingModuleError = _smolagents()
     with package_index([tiny_wheel]) as index:
         with PyjailExecutor([DIST, "pillow"], rootfs=data_rootfs, net="allow",
-                            allow_hosts=[index.host], net_resolve=index.resolve,
+                            allow_hosts=[index.host], options={"net_resolve": index.resolve},
                             env=index.pip_env) as ex:
             assert ex(f"import {MODULE}\n{MODULE}.VALUE").output == 42
             # A new interpreter (its /tmp gone with the old jail) gets it again.
@@ -110,7 +111,8 @@ def test_smolagents_installs_a_missing_distribution_from_the_allowed_index(data_
                                                      r"not install it in the session .*No matching "
                                                      r"distribution"):
             PyjailExecutor(["pj-no-such"], rootfs=data_rootfs, net="allow",
-                           allow_hosts=[index.host], net_resolve=index.resolve, env=index.pip_env)
+                           allow_hosts=[index.host], options={"net_resolve": index.resolve},
+                           env=index.pip_env)
 
 
 def test_a_missing_module_note_points_at_pip_only_with_an_index_in_reach():

@@ -287,7 +287,7 @@ def test_forged_exit_with_host_paths_is_refused(hostile):
 @pytest.mark.no_binary
 def test_forged_exit_past_the_patterns_and_caps_is_refused(hostile):
     out = drive("""
-        r = pyjail.run("pass", files={"in.txt": "x"}, outputs=["*.txt"], max_output_files=100)
+        r = pyjail.run("pass", files={"in.txt": "x"}, outputs=["*.txt"], caps=pyjail.OutputCaps(max_output_files=100))
         out["files"] = sorted(r.files)
     """, env=hostile("over-caps", "run"))
     assert out.get("raised") == "ProtocolError", out

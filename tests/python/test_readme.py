@@ -97,7 +97,7 @@ def test_pip_in_a_session_example(pyjail_bin, data_rootfs, tmp_path):
         "def naturalsize(n):\n    return '%.1f MB' % (n / 1e6)\n"))
     with package_index([wheel]) as index:
         code = code.replace(pypi, "pypi = [%r]" % index.host).replace(
-            "allow_hosts=pypi)", "allow_hosts=pypi, net_resolve=%r, env=%r)"
+            "allow_hosts=pypi)", "allow_hosts=pypi, options={'net_resolve': %r}, env=%r)"
             % (index.resolve, index.pip_env))
         r = run_example(code, pyjail_bin)
     assert r.returncode == 0, r.stderr

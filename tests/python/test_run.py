@@ -82,12 +82,12 @@ def test_files_from_host_path_and_patterns(tmp_path):
 
 def test_output_file_caps():
     r = pyjail.run("for i in range(5): open('f%d.txt' % i, 'w').write('x' * 1000 * (i + 1))",
-                   outputs=True, max_output_files=2, max_output_bytes=2500)
+                   outputs=True, caps=pyjail.OutputCaps(max_output_files=2, max_output_bytes=2500))
     assert r.ok
     assert list(r.files) == ["f0.txt"]            # f1 fits the count but not the bytes left
     assert set(r.skipped_files) == {"f1.txt", "f2.txt", "f3.txt", "f4.txt"}
     r = pyjail.run("for i in range(5): open('f%d.txt' % i, 'w').write('x')",
-                   outputs=True, max_output_files=2)
+                   outputs=True, caps=pyjail.OutputCaps(max_output_files=2))
     assert len(r.files) == 2 and len(r.skipped_files) == 3
 
 
@@ -120,7 +120,7 @@ def test_bad_file_names():
 def test_100mb_of_output_is_capped_not_a_hang():
     t = time.monotonic()
     r = pyjail.run("import sys\nsys.stdout.write('x' * 100_000_000)\nprint('END')",
-                   max_output=1 << 20)
+                   caps=pyjail.OutputCaps(max_output=1 << 20))
     assert time.monotonic() - t < 30
     assert r.ok
     assert len(r.stdout_bytes) == 1 << 20 and r.stdout_omitted == 100_000_004 - (1 << 20)
@@ -128,7 +128,7 @@ def test_100mb_of_output_is_capped_not_a_hang():
 
 
 def test_output_limit_stops_the_program():
-    r = pyjail.run("while True: print('y' * 1000)", output_limit="1M", timeout=20)
+    r = pyjail.run("while True: print('y' * 1000)", limits=pyjail.Limits(output_limit="1M"), timeout=20)
     assert r.status == "output-limit" and not r.ok
 
 

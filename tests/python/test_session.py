@@ -246,7 +246,7 @@ def test_files_up_and_down(session, tmp_path):
 
 
 def test_upload_past_the_tmpfs_is_an_error():
-    with pyjail.Session(tmpfs_size="2M") as s:
+    with pyjail.Session(limits=pyjail.Limits(tmpfs_size="2M")) as s:
         with pytest.raises(OSError):
             s.upload("huge", b"x" * (4 << 20))
         assert s.run("1").value == "1"
