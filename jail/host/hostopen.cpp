@@ -73,7 +73,44 @@ struct WalkRules {
     bool trusted_dirs = false;  // every directory on the way must be trusted (trust.hpp)
     bool resolve_last = false;  // open the last component too (else only its directory)
     Lookups* lookups = nullptr;  // where to note each directory a name is looked up in
+    TrustedWalks::Dirs* checked = nullptr;  // with trusted_dirs: directories checked before
 };
+
+}  // namespace
+
+// A directory a trusted walk checked (every directory from / to it trusted), held open.
+struct TrustedWalks::Dirs {
+    struct Dir {
+        std::string path;  // physical, as the walk reached it
+        UniqueFd fd;
+        NodeFacts facts;
+        std::vector<std::uint32_t> uids, gids;  // the trusted ids it was checked under
+    };
+    std::vector<Dir> dirs;
+
+    // The deepest directory `path` lies strictly under, checked under `trusted`.
+    const Dir* start_for(const std::string& path, const TrustedIds& trusted) const {
+        const Dir* best = nullptr;
+        for (const Dir& d : dirs)
+            if (d.uids == trusted.uids && d.gids == trusted.gids && path.size() > d.path.size() + 1 &&
+                path.compare(0, d.path.size(), d.path) == 0 && path[d.path.size()] == '/' &&
+                (best == nullptr || d.path.size() > best->path.size()))
+                best = &d;
+        return best;
+    }
+    // Takes a checked directory the walk is done with (one already kept is closed).
+    void keep(const std::string& path, UniqueFd fd, const NodeFacts& facts, const TrustedIds& trusted) {
+        if (path == "/" || !fd) return;
+        for (const Dir& d : dirs)
+            if (d.path == path && d.uids == trusted.uids && d.gids == trusted.gids) return;
+        dirs.push_back({path, std::move(fd), facts, trusted.uids, trusted.gids});
+    }
+};
+
+TrustedWalks::TrustedWalks() : dirs(std::make_unique<Dirs>()) {}
+TrustedWalks::~TrustedWalks() = default;
+
+namespace {
 
 FileId id_of(const struct stat& st) {
     return {static_cast<std::uint64_t>(st.st_dev), static_cast<std::uint64_t>(st.st_ino)};
@@ -161,17 +198,31 @@ struct Walked {
 // Resolves an absolute host path one component at a time, each opened O_NOFOLLOW from the
 // descriptor of the directory before it, so what is checked is what is used: no symlink is
 // followed behind our back, and nothing can be swapped between the check and the open.
+Walked walk_on(UniqueFd cur, NodeFacts cur_facts, std::string cur_path, std::deque<std::string> parts,
+               const std::string& path, const WalkRules& r);
+
 Walked walk(const std::string& path, const WalkRules& r) {
     if (path.empty() || path[0] != '/') throw Refused{fmt::format("{} is not an absolute path", path)};
+    // From a directory an earlier walk checked (every one above it trusted), when there is one.
+    const bool reuse = r.trusted_dirs && r.checked != nullptr && r.lookups == nullptr;
+    if (const TrustedWalks::Dirs::Dir* d = reuse ? r.checked->start_for(path, r.trusted) : nullptr) {
+        UniqueFd cur(::fcntl(d->fd.get(), F_DUPFD_CLOEXEC, 3));
+        if (cur) return walk_on(std::move(cur), d->facts, d->path, split_path(path.substr(d->path.size())), path, r);
+    }
     UniqueFd cur(::open("/", O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!cur) throw Refused{"cannot open /", errno};
     NodeFacts cur_facts = fstat_facts(cur.get(), "/");
-    std::string cur_path = "/";
     if (r.trusted_dirs)
         if (std::string why = untrusted_directory_on_the_way("/", cur_facts, "/", cur_facts, r.trusted);
             !why.empty())
             throw Refused{why};
-    std::deque<std::string> parts = split_path(path);
+    return walk_on(std::move(cur), cur_facts, "/", split_path(path), path, r);
+}
+
+// The walk's descent, from the directory `cur` (checked, at the physical path `cur_path`)
+// through `parts`.
+Walked walk_on(UniqueFd cur, NodeFacts cur_facts, std::string cur_path, std::deque<std::string> parts,
+               const std::string& path, const WalkRules& r) {
     if (parts.empty()) throw Refused{"/ is a directory"};
     int links = 0;
     while (!parts.empty()) {
@@ -227,6 +278,7 @@ Walked walk(const std::string& path, const WalkRules& r) {
             if (std::string why = untrusted_directory_on_the_way(cur_path, cur_facts, here, f, r.trusted);
                 !why.empty())
                 throw Refused{why};
+        if (r.trusted_dirs && r.checked != nullptr) r.checked->keep(cur_path, std::move(cur), cur_facts, r.trusted);
         cur = std::move(fd);
         cur_facts = f;
         cur_path = here;
@@ -643,9 +695,13 @@ std::vector<std::uint32_t> root_group_if_trusted(const TrustedIds& trusted) {
     return {0};
 }
 
-std::string trusted_data_path_for(const std::string& path, const TrustedIds& trusted) {
-    Walked w = walk(path, {trusted, Links::FollowUnplanted, true, true});
+std::string trusted_data_path_for(const std::string& path, const TrustedIds& trusted,
+                                  TrustedWalks::Dirs* checked) {
+    WalkRules rules{trusted, Links::FollowUnplanted, true, true};
+    rules.checked = checked;
+    Walked w = walk(path, rules);
     std::string here = join(w.dir_path, w.name);
+    if (checked != nullptr) checked->keep(w.dir_path, std::move(w.dir), w.dir_facts, trusted);
     if (!w.node) return path;  // missing: nobody else can create it in a trusted directory
     if (std::string why = untrusted_end(w.dir_path, w.dir_facts, here, w.node_facts, trusted, true);
         !why.empty())
@@ -656,14 +712,19 @@ std::string trusted_data_path_for(const std::string& path, const TrustedIds& tru
 }  // namespace
 
 std::string trusted_data_path(const std::string& path) {
+    TrustedWalks walks;
+    return trusted_data_path(path, walks);
+}
+
+std::string trusted_data_path(const std::string& path, TrustedWalks& walks) {
     TrustedIds trusted{0, ::geteuid()};
     try {
         try {
-            return trusted_data_path_for(path, trusted);
+            return trusted_data_path_for(path, trusted, walks.dirs.get());
         } catch (const Refused&) {
             trusted.gids = root_group_if_trusted(trusted);
             if (trusted.gids.empty()) throw;
-            return trusted_data_path_for(path, trusted);
+            return trusted_data_path_for(path, trusted, walks.dirs.get());
         }
     } catch (const Refused& r) {
         throw JailError("data",

@@ -68,12 +68,14 @@ DataDirs find_data_dirs() {
                                     exe, installed_profiles, PYJAIL_BUILD_DIR),
                         0, "run an installed pyjail (cmake --install), or the build's own binary");
     }
-    // Only root and the invoking user may choose the profiles, the filter and the rootfs.
-    d.profiles = trusted_data_path(d.profiles);
-    (void)trusted_data_path(d.profiles + "/seccomp");  // the syscall sets (and their groups)
-    d.rootfs = trusted_data_path(d.rootfs);
+    // Only root and the invoking user may choose the profiles, the filter and the rootfs. The
+    // four lie under one tree: each walk goes on from the directories the ones before checked.
+    TrustedWalks walks;
+    d.profiles = trusted_data_path(d.profiles, walks);
+    (void)trusted_data_path(d.profiles + "/seccomp", walks);  // the syscall sets (and their groups)
+    d.rootfs = trusted_data_path(d.rootfs, walks);
     if (d.compiled_filters.empty()) d.compiled_filters = d.profiles + "/seccomp/compiled";
-    d.compiled_filters = trusted_data_path(d.compiled_filters);
+    d.compiled_filters = trusted_data_path(d.compiled_filters, walks);
     // Both checked where a name is looked up (resolve_rootfs), not on every run: a home
     // others can write must not stop runs that do not use it.
     d.rootfs_user = user_rootfs_dir(std::getenv("XDG_DATA_HOME"), std::getenv("HOME"));

@@ -94,19 +94,22 @@ void set_userns_limits(const ChildPlan& p) {
     // are dropped; the program never can. /proc/sys/user shows the writer's own user
     // namespace's values, whichever procfs the path goes through (still the host's here).
     // A required counter that cannot be set fails the run: its limit would silently not hold.
-    char path[128];
+    // Each file is opened below the one directory, not looked up from / every time.
+    if (p.userns_limits.empty()) return;
+    int dir = ::open("/proc/sys/user", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open /proc/sys/user");
     char value[32];
     for (const auto& l : p.userns_limits) {
-        std::snprintf(path, sizeof path, "/proc/sys/user/%s", l.name);
-        int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+        int fd = ::openat(dir, l.name, O_WRONLY | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !l.required) continue;
-        if (fd < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open %s", path);
+        if (fd < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open /proc/sys/user/%s", l.name);
         int n = std::snprintf(value, sizeof value, "%llu\n", static_cast<unsigned long long>(l.value));
         if (::write(fd, value, static_cast<std::size_t>(n)) != n)
-            fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot set %s to %llu", path,
+            fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot set /proc/sys/user/%s to %llu", l.name,
                  static_cast<unsigned long long>(l.value));
         ::close(fd);
     }
+    ::close(dir);
 }
 
 }  // namespace

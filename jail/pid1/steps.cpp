@@ -48,6 +48,18 @@ void mkdirs(ChildStep step, const std::string& path, unsigned mode) {
     }
 }
 
+// A mask over a /proc entry this kernel does not have: nothing to hide. The mount's own ENOENT
+// says so (no lstat before each of the twenty masks); only then is the target looked at, so a
+// mount that fails for any other reason, or on a target that is there, still stops the run.
+// Keeps errno for the caller's message.
+bool absent(const MountOp& op, int err) {
+    if (!op.if_exists || err != ENOENT) return false;
+    struct stat st;
+    bool gone = ::lstat(op.target.c_str(), &st) != 0 && errno == ENOENT;
+    errno = err;
+    return gone;
+}
+
 void copy_in(const MountOp& op, int src_fd) {
     int out = ::open(op.target.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (out < 0) fail(ChildStep::CopyScript, errno, kExitJailError, "cannot create /%s", op.target.c_str());
@@ -96,13 +108,10 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
                     int content_fd, const char* where) {
     const char* t = op.target.c_str();
     const bool root = op.target.empty();
-    struct stat st;
-    // A mask over a /proc entry this kernel does not have: nothing to hide.
-    if (op.if_exists && ::lstat(t, &st) != 0 && errno == ENOENT) return;
     switch (op.kind) {
         case OpKind::Tmpfs:
-            do_mount(root ? ChildStep::MountRoot : ChildStep::MountTmpfs, "tmpfs", where, "tmpfs", op.flags,
-                     op.data.c_str());
+            if (::mount("tmpfs", where, "tmpfs", op.flags, op.data.c_str()) != 0 && !absent(op, errno))
+                fail(root ? ChildStep::MountRoot : ChildStep::MountTmpfs, errno, kExitJailError, "tmpfs on /%s", where);
             break;
         case OpKind::Proc: do_mount(ChildStep::MountProc, "proc", t, "proc", op.flags, nullptr); break;
         case OpKind::Devpts:
@@ -144,7 +153,7 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
                 src = sources[static_cast<std::size_t>(op.source_slot)];
                 if (!op.source_path.empty()) src += "/" + op.source_path;
             }
-            if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0)
+            if (::mount(src.c_str(), where, nullptr, op.flags, nullptr) != 0 && !absent(op, errno))
                 fail(op.source_slot == 0 ? ChildStep::RootfsBind : ChildStep::Bind, errno, kExitJailError,
                      "bind %s on /%s",
                      op.source_slot >= 0
@@ -153,7 +162,10 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
                      t);
             break;
         }
-        case OpKind::Remount: do_mount(ChildStep::Remount, nullptr, t, nullptr, op.flags, nullptr); break;
+        case OpKind::Remount:
+            if (::mount(nullptr, t, nullptr, op.flags, nullptr) != 0 && !absent(op, errno))
+                fail(ChildStep::Remount, errno, kExitJailError, "- on /%s", t);
+            break;
         case OpKind::Copy: copy_in(op, content_fd); break;
         case OpKind::Write: {
             int out = ::open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, op.mode);

@@ -110,6 +110,85 @@ const char* const kEgressEtcFiles[] = {"resolv.conf", "hosts", "nsswitch.conf", 
 
 namespace {
 
+// One op of the jail's fixed tree, its fields named (MountOp's own, as literals).
+struct Entry {
+    OpKind kind;
+    const char* target;
+    const char* source = "";
+    unsigned long flags = 0;
+    const char* data = "";
+    unsigned mode = 0;
+    bool if_exists = false;
+};
+
+void add(std::vector<MountOp>& ops, const Entry& e) {
+    ops.push_back({.kind = e.kind, .target = e.target, .source_path = e.source, .flags = e.flags, .data = e.data,
+                   .mode = e.mode, .if_exists = e.if_exists});
+}
+
+constexpr unsigned long kReadOnlyRemount = MS_BIND | MS_REMOUNT | MS_RDONLY;
+
+// A minimal /dev: a few harmless character devices bound from the host (a user namespace
+// cannot mknod), no disks, no ttys, no /dev/mem; made read-only once filled. Pseudo-terminals
+// come from a devpts instance of the jail's own (pty, pexpect): its terminals are not the
+// host's, so nothing typed into them reaches a host shell.
+constexpr Entry kDev[] = {
+    {.kind = OpKind::Tmpfs, .target = "dev", .flags = MS_NOSUID | MS_NOEXEC, .data = "mode=0755,size=64k,nr_inodes=64"},
+    {.kind = OpKind::MkFile, .target = "dev/null", .mode = 0666},
+    {.kind = OpKind::Bind, .target = "dev/null", .source = "/dev/null", .flags = MS_BIND},
+    {.kind = OpKind::MkFile, .target = "dev/zero", .mode = 0666},
+    {.kind = OpKind::Bind, .target = "dev/zero", .source = "/dev/zero", .flags = MS_BIND},
+    {.kind = OpKind::MkFile, .target = "dev/full", .mode = 0666},
+    {.kind = OpKind::Bind, .target = "dev/full", .source = "/dev/full", .flags = MS_BIND},
+    {.kind = OpKind::MkFile, .target = "dev/random", .mode = 0666},
+    {.kind = OpKind::Bind, .target = "dev/random", .source = "/dev/random", .flags = MS_BIND},
+    {.kind = OpKind::MkFile, .target = "dev/urandom", .mode = 0666},
+    {.kind = OpKind::Bind, .target = "dev/urandom", .source = "/dev/urandom", .flags = MS_BIND},
+    {.kind = OpKind::Symlink, .target = "dev/fd", .source = "/proc/self/fd"},
+    {.kind = OpKind::Symlink, .target = "dev/stdin", .source = "/proc/self/fd/0"},
+    {.kind = OpKind::Symlink, .target = "dev/stdout", .source = "/proc/self/fd/1"},
+    {.kind = OpKind::Symlink, .target = "dev/stderr", .source = "/proc/self/fd/2"},
+    {.kind = OpKind::Mkdir, .target = "dev/shm", .mode = 0755},
+    {.kind = OpKind::Mkdir, .target = "dev/pts", .mode = 0755},
+    {.kind = OpKind::Symlink, .target = "dev/ptmx", .source = "pts/ptmx"},
+    {.kind = OpKind::Remount, .target = "dev", .flags = kReadOnlyRemount | MS_NOSUID | MS_NOEXEC},
+    {.kind = OpKind::Bind, .target = "dev/shm", .source = "tmp/.shm", .flags = MS_BIND},
+    {.kind = OpKind::Devpts, .target = "dev/pts", .flags = MS_NOSUID | MS_NOEXEC, .data = "newinstance,ptmxmode=0666,mode=0620"},
+};
+
+// The empty directory the masked /proc directories show (made in the scratch tmpfs, whose
+// root /tmp later covers): a bind of it and a read-only remount cost a third of what an empty
+// tmpfs of their own did, and each mask stays read-only (EROFS for any write or chmod).
+constexpr const char* kEmptyDir = "tmp/.empty";
+
+// A fresh procfs for the jail's pid namespace (only the jail's processes are in it), and what
+// a program has no need to see in it (the masks of container runtimes, and more): the invoking
+// user's keys (/proc/keys, /proc/key-users name them, their serials and uid: keyrings are not
+// namespaced), the kernel's command line, kernel memory and symbols, timers and scheduler
+// internals of the whole host, hardware directories. What Python and numpy read stays:
+// /proc/self, cpuinfo, meminfo, stat. /proc/sys and the like stay readable but read-only.
+// The masks are mounts the jail's own user namespace made, so its root could unmount them;
+// the program is not that root: it holds no capabilities (dropped before exec, no_new_privs),
+// and the filter refuses mount, umount2 and the new mount API. A mask over an entry this
+// kernel lacks is skipped (if_exists), found by the mount's own ENOENT (steps.cpp).
+void plan_proc(std::vector<MountOp>& ops) {
+    add(ops, {.kind = OpKind::Proc, .target = "proc", .flags = kProcFlags});
+    std::string t;
+    for (const char* const* f = kProcMaskedFiles; *f != nullptr; ++f)
+        add(ops, {.kind = OpKind::Bind, .target = (t = std::string("proc/") + *f).c_str(),
+                  .source = "/dev/null", .flags = MS_BIND, .if_exists = true});
+    for (const char* const* d = kProcMaskedDirs; *d != nullptr; ++d) {
+        add(ops, {.kind = OpKind::Bind, .target = (t = std::string("proc/") + *d).c_str(), .source = kEmptyDir,
+                  .flags = MS_BIND, .if_exists = true});
+        add(ops, {.kind = OpKind::Remount, .target = t.c_str(), .flags = kReadOnlyRemount | kProcFlags, .if_exists = true});
+    }
+    for (const char* const* d = kProcReadOnly; *d != nullptr; ++d) {
+        t = std::string("proc/") + *d;
+        add(ops, {.kind = OpKind::Bind, .target = t.c_str(), .source = t.c_str(), .flags = MS_BIND, .if_exists = true});
+        add(ops, {.kind = OpKind::Remount, .target = t.c_str(), .flags = kReadOnlyRemount | kProcFlags, .if_exists = true});
+    }
+}
+
 // --net allow: the jail's resolver settings, written into the scratch tmpfs and bound
 // read-only over the rootfs's. resolv.conf names the supervisor's 127.0.0.1:53 (without one,
 // glibc and musl ask 127.0.0.1 too); nsswitch.conf adds DNS after the files (a rootfs for
@@ -117,7 +196,7 @@ namespace {
 // the rootfs sends an allowed name to an address that bypasses the supervisor's checks.
 void plan_egress_etc(std::vector<MountOp>& ops, const Policy& policy, const MountFacts& facts) {
     if (policy.net != NetMode::Allow) return;
-    ops.push_back({OpKind::Mkdir, "tmp/.net", -1, "", 0, "", 0755});
+    add(ops, {.kind = OpKind::Mkdir, .target = "tmp/.net", .mode = 0755});
     for (const auto& name : facts.rootfs_etc_files) {
         std::string content;
         if (name == "resolv.conf") content = "nameserver 127.0.0.1\noptions timeout:2 attempts:2\n";
@@ -125,211 +204,175 @@ void plan_egress_etc(std::vector<MountOp>& ops, const Policy& policy, const Moun
             content = fmt::format("127.0.0.1\tlocalhost\n::1\tlocalhost\n127.0.1.1\t{}\n", policy.hostname);
         else if (name == "nsswitch.conf") content = "passwd: files\ngroup: files\nhosts: files dns\n";
         else continue;
-        std::string staged = "tmp/.net/" + name;
-        MountOp write{OpKind::Write, staged, -1, "", 0, content, 0444};
-        ops.push_back(write);
-        ops.push_back({OpKind::Bind, "etc/" + name, -1, staged, MS_BIND, "", 0});
-        ops.push_back({OpKind::Remount, "etc/" + name, -1, "",
-                       MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "", 0});
+        std::string staged = "tmp/.net/" + name, target = "etc/" + name;
+        add(ops, {.kind = OpKind::Write, .target = staged.c_str(), .data = content.c_str(), .mode = 0444});
+        add(ops, {.kind = OpKind::Bind, .target = target.c_str(), .source = staged.c_str(), .flags = MS_BIND});
+        add(ops, {.kind = OpKind::Remount, .target = target.c_str(),
+                  .flags = kReadOnlyRemount | MS_NOSUID | MS_NODEV | MS_NOEXEC});
     }
+}
+
+// What every part of the plan needs to know about the run.
+struct PlanContext {
+    const Policy& policy;
+    const MountFacts& facts;
+    std::vector<BindSpec> binds{};       // all_binds(policy)
+    std::vector<std::size_t> order{};    // the binds, parents before children
+    bool work_is_bound = false;
+    std::string real_script{};           // the script's real path, if any
+    std::optional<std::string> script_via_bind{};  // where a bind already shows it
+    std::string scratch_opts{};          // size and inode cap of the writable tmpfs
+    bool rootfs_is_root = false;
+    std::vector<std::string> rootfs_dirs{};  // the rootfs's top-level directories, bound read-only
+};
+
+PlanContext plan_context(const Policy& policy, const MountFacts& facts,
+                         const std::optional<std::string>& script_host_path) {
+    PlanContext c{policy, facts, all_binds(policy)};
+    {
+        // No bind may expose a home or credentials unless the user named it and said so.
+        std::vector<BindExposure> exposures;
+        for (const auto& f : facts.binds) exposures.push_back({f.real_source, f.credentials});
+        check_sensitive_binds(policy, c.binds, exposures, facts.home_dirs);
+    }
+    c.work_is_bound = std::any_of(c.binds.begin(), c.binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
+    c.order.resize(c.binds.size());
+    for (std::size_t i = 0; i < c.order.size(); ++i) c.order[i] = i;
+    std::stable_sort(c.order.begin(), c.order.end(), [&](std::size_t a, std::size_t b) {
+        return depth(c.binds[a].target) < depth(c.binds[b].target);
+    });
+    if (script_host_path) {
+        c.real_script = facts.script_real_path.value_or(*script_host_path);
+        for (std::size_t i : c.order) {  // the innermost bind that shows it wins
+            const auto& f = facts.binds[i];
+            if (f.real_source == c.real_script) c.script_via_bind = c.binds[i].target;
+            else if (f.is_dir && is_under(c.real_script, f.real_source))
+                c.script_via_bind = normalize_path(c.binds[i].target + c.real_script.substr(f.real_source.size()));
+        }
+    }
+    // Every tmpfs the jail can write has an inode cap too: empty files cost no size, but each
+    // pins kernel memory (200k of them ~200 MiB).
+    c.scratch_opts = fmt::format("size={},nr_inodes={}", policy.tmpfs_size, tmpfs_inodes_for(policy.tmpfs_size));
+    bool script_needs_a_dir = script_host_path && !c.script_via_bind && c.work_is_bound;
+    c.rootfs_is_root = rootfs_can_be_root(facts, c.binds, script_needs_a_dir);
+    for (const auto& e : facts.rootfs_top)
+        if (e.kind == RootfsEntry::Kind::Dir && !jail_owned(e.name)) c.rootfs_dirs.push_back(e.name);
+    return c;
+}
+
+// The root, read-only at the end. nosuid and nodev: nothing in the rootfs may gain privileges
+// or reach devices, whatever its files say; the source mount's locked flags must be kept.
+void plan_root(MountPlan& plan, const PlanContext& c) {
+    const unsigned long ro = kReadOnlyRemount | MS_NOSUID | MS_NODEV;
+    if (c.rootfs_is_root) {
+        plan.ops.push_back({.kind = OpKind::Bind, .target = "", .source_slot = 0, .flags = MS_BIND});
+        plan.root_flags = ro | c.facts.rootfs_locked_flags;
+        return;
+    }
+    // A tmpfs that holds only mount points and symlinks, the rootfs's directories bound in.
+    add(plan.ops, {.kind = OpKind::Tmpfs, .target = "", .flags = kTmpfsFlags,
+                   .data = ("mode=0755," + c.scratch_opts).c_str()});
+    plan.root_flags = ro;
+    for (const auto& e : c.facts.rootfs_top) {
+        if (jail_owned(e.name)) continue;
+        if (e.kind == RootfsEntry::Kind::Dir) {
+            add(plan.ops, {.kind = OpKind::Mkdir, .target = e.name.c_str(), .mode = 0755});
+            plan.ops.push_back({.kind = OpKind::Bind, .target = e.name, .source_slot = 0, .source_path = e.name,
+                                .flags = MS_BIND});
+            add(plan.ops, {.kind = OpKind::Remount, .target = e.name.c_str(), .flags = ro | c.facts.rootfs_locked_flags});
+        } else if (e.kind == RootfsEntry::Kind::Symlink) {
+            add(plan.ops, {.kind = OpKind::Symlink, .target = e.name.c_str(), .source = e.link_target.c_str()});
+        }
+    }
+}
+
+// The jail's own mounts. Private, size-capped scratch space; nothing written there outlives
+// the run. One tmpfs holds /tmp, /dev/shm and (unless it is a host directory) /work, each a
+// bind of one of its directories: --tmpfs-size and the inode cap are the jail's total, not per
+// mount (three tmpfs of their own would let a jail fill three times the size). The tmpfs's own
+// root, which holds the three (and the masks' empty directory), ends up covered by /tmp.
+void plan_jail_mounts(std::vector<MountOp>& ops, const PlanContext& c) {
+    // A mount point: in the rootfs already, or made in the tmpfs root.
+    auto mount_point = [&](const char* name) {
+        if (!c.rootfs_is_root) add(ops, {.kind = OpKind::Mkdir, .target = name, .mode = 0755});
+    };
+    mount_point("tmp");
+    add(ops, {.kind = OpKind::Tmpfs, .target = "tmp", .flags = kTmpfsFlags, .data = ("mode=0755," + c.scratch_opts).c_str()});
+    add(ops, {.kind = OpKind::Mkdir, .target = "tmp/.tmp", .mode = 01777});
+    add(ops, {.kind = OpKind::Mkdir, .target = "tmp/.shm", .mode = 01777});
+    if (!c.work_is_bound) add(ops, {.kind = OpKind::Mkdir, .target = "tmp/.work", .mode = 0755});
+    add(ops, {.kind = OpKind::Mkdir, .target = kEmptyDir, .mode = 0555});
+    mount_point("proc");
+    plan_proc(ops);
+    mount_point("dev");
+    for (const Entry& e : kDev) add(ops, e);
+    if (!c.work_is_bound) {
+        mount_point("work");
+        add(ops, {.kind = OpKind::Bind, .target = "work", .source = "tmp/.work", .flags = MS_BIND});
+    }
+    plan_egress_etc(ops, c.policy, c.facts);
+    // Last of the scratch space, before any bind lands below /tmp: /tmp covers the tmpfs's root.
+    add(ops, {.kind = OpKind::Bind, .target = "tmp", .source = "tmp/.tmp", .flags = MS_BIND});
+}
+
+// The user's binds, parents before children so a nested bind lands on top.
+void plan_user_binds(MountPlan& plan, const PlanContext& c) {
+    for (std::size_t i : c.order) {
+        const BindSpec& b = c.binds[i];
+        const BindFacts& f = c.facts.binds.at(i);
+        std::string t = rel(b.target);
+        std::string top = t.substr(0, t.find('/'));
+        bool in_ro_rootfs = std::find(c.rootfs_dirs.begin(), c.rootfs_dirs.end(), top) != c.rootfs_dirs.end();
+        if (in_ro_rootfs && !f.target_in_rootfs)
+            throw UsageError(fmt::format("{}: {} does not exist in the rootfs, and /{} is read-only, so it "
+                                         "cannot be created",
+                                         b.origin, b.target, top),
+                             fmt::format("bind to a new path such as /mnt/{}", basename_of(b.target)));
+        if (b.writable && (f.locked_flags & MS_RDONLY))
+            throw UsageError(fmt::format("{}: {} is on a read-only filesystem, so it cannot be bound writable",
+                                         b.origin, b.source),
+                             "use --ro-bind, or a writable directory");
+        int slot = static_cast<int>(plan.sources.size());
+        plan.sources.push_back({b.source, false});
+        // A mount point is ready only where the rootfs is bound (not under /tmp, /work, ...).
+        bool ready = (in_ro_rootfs && f.target_in_rootfs) ||
+                     (c.rootfs_is_root && std::find(std::begin(kJailMounts), std::end(kJailMounts), t) !=
+                                              std::end(kJailMounts));
+        if (!ready)
+            add(plan.ops, {.kind = f.is_dir ? OpKind::Mkdir : OpKind::MkFile, .target = t.c_str(),
+                           .mode = f.is_dir ? 0755u : 0644u});
+        plan.ops.push_back({.kind = OpKind::Bind, .target = t, .source_slot = slot, .flags = MS_BIND});
+        unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | f.locked_flags;
+        if (!b.writable) flags |= MS_RDONLY;
+        add(plan.ops, {.kind = OpKind::Remount, .target = t.c_str(), .flags = flags});
+    }
+}
+
+// The script: run from where a bind already shows it, else a private read-only copy in the
+// working directory (or, when /work is a host directory, in the read-only root).
+void plan_script(MountPlan& plan, const PlanContext& c, const std::string& script_host_path) {
+    plan.script_jail_path = c.script_via_bind;
+    if (plan.script_jail_path) return;
+    std::string dir = c.work_is_bound ? "script" : "work";
+    if (c.work_is_bound) add(plan.ops, {.kind = OpKind::Mkdir, .target = dir.c_str(), .mode = 0755});
+    std::string t = dir + "/" + basename_of(c.real_script);
+    int slot = static_cast<int>(plan.sources.size());
+    plan.sources.push_back({script_host_path, true});
+    plan.ops.push_back({.kind = OpKind::Copy, .target = t, .source_slot = slot, .mode = 0444});
+    plan.script_jail_path = "/" + t;
 }
 
 }  // namespace
 
 MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const MountFacts& facts,
                       const std::optional<std::string>& script_host_path) {
+    PlanContext c = plan_context(policy, facts, script_host_path);
     MountPlan plan;
     plan.sources.push_back({rootfs, false});
-    auto& ops = plan.ops;
-    std::string tmpfs_size = fmt::format("size={}", policy.tmpfs_size);
-    // Every tmpfs the jail can write has an inode cap too: empty files cost no size, but each
-    // pins kernel memory (200k of them ~200 MiB).
-    std::string scratch_opts =
-        fmt::format("{},nr_inodes={}", tmpfs_size, tmpfs_inodes_for(policy.tmpfs_size));
-    auto binds = all_binds(policy);
-    {
-        // No bind may expose a home or credentials unless the user named it and said so.
-        std::vector<BindExposure> exposures;
-        for (const auto& f : facts.binds) exposures.push_back({f.real_source, f.credentials});
-        check_sensitive_binds(policy, binds, exposures, facts.home_dirs);
-    }
-    bool work_is_bound =
-        std::any_of(binds.begin(), binds.end(), [](const BindSpec& b) { return b.target == "/work"; });
-    // The user's binds, parents before children so a nested bind lands on top.
-    std::vector<std::size_t> order(binds.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-        return depth(binds[a].target) < depth(binds[b].target);
-    });
-    // Where a bind already shows the script (the innermost such bind), if one does.
-    std::optional<std::string> script_via_bind;
-    const std::string real_script =
-        script_host_path ? facts.script_real_path.value_or(*script_host_path) : std::string();
-    if (script_host_path) {
-        for (std::size_t i : order) {
-            const auto& f = facts.binds[i];
-            if (f.real_source == real_script) script_via_bind = binds[i].target;
-            else if (f.is_dir && is_under(real_script, f.real_source))
-                script_via_bind =
-                    normalize_path(binds[i].target + real_script.substr(f.real_source.size()));
-        }
-    }
-    bool script_needs_a_dir = script_host_path && !script_via_bind && work_is_bound;
-
-    // The root, read-only at the end. nosuid and nodev: nothing in the rootfs may gain
-    // privileges or reach devices, whatever its files say; the source mount's locked flags
-    // must be kept.
-    unsigned long ro = MS_BIND | MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV;
-    std::vector<std::string> rootfs_dirs;
-    bool rootfs_is_root = rootfs_can_be_root(facts, binds, script_needs_a_dir);
-    if (rootfs_is_root) {
-        ops.push_back({OpKind::Bind, "", 0, "", MS_BIND, "", 0});
-        plan.root_flags = ro | facts.rootfs_locked_flags;
-        for (const auto& e : facts.rootfs_top)
-            if (e.kind == RootfsEntry::Kind::Dir && !jail_owned(e.name)) rootfs_dirs.push_back(e.name);
-    } else {
-        // A tmpfs that holds only mount points and symlinks, the rootfs's directories bound in.
-        ops.push_back({OpKind::Tmpfs, "", -1, "", kTmpfsFlags, "mode=0755," + scratch_opts, 0});
-        plan.root_flags = ro;
-        for (const auto& e : facts.rootfs_top) {
-            if (jail_owned(e.name)) continue;
-            if (e.kind == RootfsEntry::Kind::Dir) {
-                rootfs_dirs.push_back(e.name);
-                ops.push_back({OpKind::Mkdir, e.name, -1, "", 0, "", 0755});
-                ops.push_back({OpKind::Bind, e.name, 0, e.name, MS_BIND, "", 0});
-                ops.push_back({OpKind::Remount, e.name, -1, "", ro | facts.rootfs_locked_flags, "", 0});
-            } else if (e.kind == RootfsEntry::Kind::Symlink) {
-                ops.push_back({OpKind::Symlink, e.name, -1, e.link_target, 0, "", 0});
-            }
-        }
-    }
-    // The jail's own mount points: in the rootfs already, or made in the tmpfs root.
-    auto mount_point = [&](const char* name) {
-        if (!rootfs_is_root) ops.push_back({OpKind::Mkdir, name, -1, "", 0, "", 0755});
-    };
-
-    // Private, size-capped scratch space; nothing written there outlives the run. One tmpfs
-    // holds /tmp, /dev/shm and (unless it is a host directory) /work, each a bind of one of
-    // its directories: --tmpfs-size and the inode cap are the jail's total, not per mount
-    // (three tmpfs of their own would let a jail fill three times the size). The tmpfs's
-    // own root, which holds the three, ends up covered by /tmp.
-    mount_point("tmp");
-    ops.push_back({OpKind::Tmpfs, "tmp", -1, "", kTmpfsFlags, "mode=0755," + scratch_opts, 0});
-    ops.push_back({OpKind::Mkdir, "tmp/.tmp", -1, "", 0, "", 01777});
-    ops.push_back({OpKind::Mkdir, "tmp/.shm", -1, "", 0, "", 01777});
-    if (!work_is_bound) ops.push_back({OpKind::Mkdir, "tmp/.work", -1, "", 0, "", 0755});
-
-    // A fresh procfs for the jail's pid namespace: only the jail's processes are in it.
-    mount_point("proc");
-    ops.push_back({OpKind::Proc, "proc", -1, "", kProcFlags, "", 0});
-    // What a program has no need to see (the masks of container runtimes, and more): the
-    // invoking user's keys (/proc/keys, /proc/key-users name them, their serials and uid:
-    // keyrings are not namespaced), the kernel's command line, kernel memory and symbols,
-    // timers and scheduler internals of the whole host, hardware directories. What Python
-    // and numpy read stays: /proc/self, cpuinfo, meminfo, stat. /proc/sys and the like stay
-    // readable but read-only.
-    // The masks are mounts the jail's own user namespace made, so its root could unmount
-    // them; the program is not that root: it holds no capabilities (dropped before exec,
-    // no_new_privs), and the filter refuses mount, umount2 and the new mount API.
-    for (const char* const* f = kProcMaskedFiles; *f != nullptr; ++f) {
-        MountOp op{OpKind::Bind, std::string("proc/") + *f, -1, "/dev/null", MS_BIND, "", 0};
-        op.if_exists = true;
-        ops.push_back(op);
-    }
-    for (const char* const* d = kProcMaskedDirs; *d != nullptr; ++d) {
-        MountOp op{OpKind::Tmpfs, std::string("proc/") + *d, -1, "",
-                   MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0555,size=4k,nr_inodes=1", 0};
-        op.if_exists = true;
-        ops.push_back(op);
-    }
-    for (const char* const* e = kProcReadOnly; *e != nullptr; ++e) {
-        std::string t = std::string("proc/") + *e;
-        MountOp bind{OpKind::Bind, t, -1, t, MS_BIND, "", 0};
-        MountOp read_only{OpKind::Remount, t, -1, "", MS_BIND | MS_REMOUNT | MS_RDONLY | kProcFlags, "", 0};
-        bind.if_exists = read_only.if_exists = true;
-        ops.push_back(bind);
-        ops.push_back(read_only);
-    }
-
-    // A minimal /dev: a few harmless character devices bound from the host (a user namespace
-    // cannot mknod), no disks, no ttys, no /dev/mem; made read-only once filled.
-    mount_point("dev");
-    ops.push_back({OpKind::Tmpfs, "dev", -1, "", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k,nr_inodes=64", 0});
-    for (const char* d : {"null", "zero", "full", "random", "urandom"}) {
-        std::string t = std::string("dev/") + d;
-        ops.push_back({OpKind::MkFile, t, -1, "", 0, "", 0666});
-        ops.push_back({OpKind::Bind, t, -1, std::string("/dev/") + d, MS_BIND, "", 0});
-    }
-    ops.push_back({OpKind::Symlink, "dev/fd", -1, "/proc/self/fd", 0, "", 0});
-    ops.push_back({OpKind::Symlink, "dev/stdin", -1, "/proc/self/fd/0", 0, "", 0});
-    ops.push_back({OpKind::Symlink, "dev/stdout", -1, "/proc/self/fd/1", 0, "", 0});
-    ops.push_back({OpKind::Symlink, "dev/stderr", -1, "/proc/self/fd/2", 0, "", 0});
-    ops.push_back({OpKind::Mkdir, "dev/shm", -1, "", 0, "", 0755});
-    // Pseudo-terminals from a devpts instance of the jail's own (pty, pexpect): its terminals
-    // are not the host's, so nothing typed into them reaches a host shell.
-    ops.push_back({OpKind::Mkdir, "dev/pts", -1, "", 0, "", 0755});
-    ops.push_back({OpKind::Symlink, "dev/ptmx", -1, "pts/ptmx", 0, "", 0});
-    ops.push_back({OpKind::Remount, "dev", -1, "",
-                   MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "", 0});
-    ops.push_back({OpKind::Bind, "dev/shm", -1, "tmp/.shm", MS_BIND, "", 0});
-    ops.push_back({OpKind::Devpts, "dev/pts", -1, "", MS_NOSUID | MS_NOEXEC,
-                   "newinstance,ptmxmode=0666,mode=0620", 0});
-
-    if (!work_is_bound) {
-        mount_point("work");
-        ops.push_back({OpKind::Bind, "work", -1, "tmp/.work", MS_BIND, "", 0});
-    }
-    plan_egress_etc(ops, policy, facts);
-    // Last of the scratch space, before any bind lands below /tmp: /tmp covers the tmpfs's
-    // root.
-    ops.push_back({OpKind::Bind, "tmp", -1, "tmp/.tmp", MS_BIND, "", 0});
-
-    for (std::size_t i : order) {
-        const BindSpec& b = binds[i];
-        const BindFacts& f = facts.binds.at(i);
-        std::string top = rel(b.target).substr(0, rel(b.target).find('/'));
-        bool in_ro_rootfs =
-            std::find(rootfs_dirs.begin(), rootfs_dirs.end(), top) != rootfs_dirs.end();
-        if (in_ro_rootfs && !f.target_in_rootfs)
-            throw UsageError(
-                fmt::format("{}: {} does not exist in the rootfs, and /{} is read-only, so it "
-                            "cannot be created",
-                            b.origin, b.target, top),
-                fmt::format("bind to a new path such as /mnt/{}", basename_of(b.target)));
-        if (b.writable && (f.locked_flags & MS_RDONLY))
-            throw UsageError(fmt::format("{}: {} is on a read-only filesystem, so it cannot be "
-                                         "bound writable",
-                                         b.origin, b.source),
-                             "use --ro-bind, or a writable directory");
-        int slot = static_cast<int>(plan.sources.size());
-        plan.sources.push_back({b.source, false});
-        std::string t = rel(b.target);
-        // A mount point is ready only where the rootfs is bound (not under /tmp, /work, ...).
-        bool ready = (in_ro_rootfs && f.target_in_rootfs) ||
-                     (rootfs_is_root && std::find(std::begin(kJailMounts), std::end(kJailMounts), t) !=
-                                            std::end(kJailMounts));
-        if (!ready)
-            ops.push_back({f.is_dir ? OpKind::Mkdir : OpKind::MkFile, t, -1, "", 0, "", f.is_dir ? 0755u : 0644u});
-        ops.push_back({OpKind::Bind, t, slot, "", MS_BIND, "", 0});
-        unsigned long flags = MS_BIND | MS_REMOUNT | MS_NOSUID | MS_NODEV | f.locked_flags;
-        if (!b.writable) flags |= MS_RDONLY;
-        ops.push_back({OpKind::Remount, t, -1, "", flags, "", 0});
-    }
-
-    // The script: run from where a bind already shows it, else a private read-only copy in
-    // the working directory (or, when /work is a host directory, in the read-only root).
-    if (script_host_path) {
-        plan.script_jail_path = script_via_bind;
-        if (!plan.script_jail_path) {
-            std::string dir = work_is_bound ? "script" : "work";
-            if (work_is_bound) ops.push_back({OpKind::Mkdir, dir, -1, "", 0, "", 0755});
-            std::string t = dir + "/" + basename_of(real_script);
-            int slot = static_cast<int>(plan.sources.size());
-            plan.sources.push_back({*script_host_path, true});
-            ops.push_back({OpKind::Copy, t, slot, "", 0, "", 0444});
-            plan.script_jail_path = "/" + t;
-        }
-    }
+    plan_root(plan, c);
+    plan_jail_mounts(plan.ops, c);
+    plan_user_binds(plan, c);
+    if (script_host_path) plan_script(plan, c, *script_host_path);
     return plan;
 }
 

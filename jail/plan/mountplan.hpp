@@ -65,11 +65,11 @@ enum class OpKind {
 
 struct MountOp {
     OpKind kind;
-    std::string target;        // relative to the new root, no leading '/'
+    std::string target{};      // relative to the new root, no leading '/'
     int source_slot = -1;      // index into MountPlan::sources
-    std::string source_path;   // Bind: path below the slot ("usr"), or absolute host path
+    std::string source_path{}; // Bind: path below the slot ("usr"), or absolute host path
     unsigned long flags = 0;   // MS_* flags for Tmpfs, Proc, Bind, Remount
-    std::string data;          // mount options for Tmpfs; the content for Write
+    std::string data{};        // mount options for Tmpfs; the content for Write
     unsigned mode = 0;         // Mkdir, MkFile, Copy
     bool if_exists = false;    // Bind, Tmpfs, Remount: skipped when the target does not exist
                                // (the masks over /proc entries some kernels lack)
@@ -104,7 +104,7 @@ MountPlan plan_mounts(const Policy& policy, const std::string& rootfs, const Mou
 std::uint64_t tmpfs_inodes_for(std::uint64_t size);
 
 // /proc entries no program needs and the jail hides: files under /dev/null, directories
-// under an empty read-only tmpfs; and those it leaves readable but makes read-only.
+// under one empty directory bound read-only; and those it leaves readable but makes read-only.
 extern const char* const kProcMaskedFiles[];
 extern const char* const kProcMaskedDirs[];
 extern const char* const kProcReadOnly[];

@@ -15,6 +15,27 @@ constexpr std::uint64_t kTemplateNamespaces = 4096;
 
 }  // namespace
 
+std::vector<UsernsLimit> userns_limits_to_write(const std::vector<UsernsLimit>& limits, bool is_template) {
+    if (is_template) return limits;  // it keeps CAP_SYS_ADMIN: each count is what caps it
+    // A fresh jail's program can make no namespace of any kind, so a count of 0 for the mount,
+    // pid, net, ipc, uts, cgroup and time kinds would cap nothing, and writing each costs a
+    // /proc/sys lookup on every start. A namespace of those kinds takes CAP_SYS_ADMIN in the
+    // user namespace that would own it: the program holds no capability in the jail's (all
+    // dropped, the bounding set emptied, SECBIT_NOROOT locked, no_new_privs), and a new user
+    // namespace, where it would hold them all, is refused by the user.max_user_namespaces=0
+    // kept here (also for unshare(CLONE_NEWUSER | CLONE_NEWNET) in one call: the user namespace
+    // is counted first). The filter refuses every CLONE_NEW* as well; test_jail_namespaces.py
+    // shows the kernel refusing each kind without it (--seccomp off).
+    std::vector<UsernsLimit> kept;
+    for (const auto& l : limits) {
+        std::string_view name = l.name;
+        bool other_namespaces = name != "max_user_namespaces" && name.substr(0, 4) == "max_" &&
+                                name.find("_namespaces") != std::string_view::npos;
+        if (!other_namespaces || l.value != 0) kept.push_back(l);
+    }
+    return kept;
+}
+
 Lockdown plan_lockdown(const RunPlan& p) {
     Lockdown l;
     l.hostname = p.policy.hostname;
@@ -60,7 +81,7 @@ ChildPlan plan_child(const RunPlan& p) {
     c.mounts = p.mounts;
     c.lockdown = plan_lockdown(p);
     c.exec_path = p.command.exec_path;
-    c.userns_limits = p.limits.userns_limits;
+    c.userns_limits = userns_limits_to_write(p.limits.userns_limits, p.is_template);
     if (p.is_template) {
         // Each run creates a user namespace of its own (run_userns.hpp) and a mount, pid, net,
         // ipc, uts and cgroup namespace in the template's user namespace; none may create a

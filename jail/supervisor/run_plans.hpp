@@ -12,6 +12,10 @@
 
 namespace pyjail {
 
+// The counts of the jail's user namespace its pid 1 writes (/proc/sys/user): a fresh jail's
+// leaves out those its program cannot reach anyway (why: run_plans.cpp).
+std::vector<UsernsLimit> userns_limits_to_write(const std::vector<UsernsLimit>& limits, bool is_template);
+
 // The jail's lock-down; a template's (RunPlan::is_template) keeps what its runs need.
 Lockdown plan_lockdown(const RunPlan& p);
 

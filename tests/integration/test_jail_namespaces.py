@@ -92,3 +92,28 @@ def test_a_nested_user_namespace_does_not_lead_out(run_py, as_user, world_tmp, l
     assert got["remount /usr rw"] == ("EPERM" if root == "tmpfs root" else "EINVAL")
     assert got["write /usr"] == "EROFS"
     assert got["root after"] is True and got["marker"] is False, got
+
+
+# A fresh jail writes user.max_user_namespaces=0 but not the other kinds' counts: its program
+# holds no capability, so the kernel refuses each kind (EPERM), and with a user namespace
+# first, where it would hold them, the count of 0 refuses that (ENOSPC). Shown without the
+# filter, which refuses them all too.
+KINDS = {"mnt": 0x00020000, "pid": 0x20000000, "net": 0x40000000, "ipc": 0x08000000,
+         "uts": 0x04000000, "cgroup": 0x02000000, "time": 0x00000080}
+
+
+@pytest.mark.parametrize("layer", sorted(LAYERS))
+def test_the_program_can_make_no_namespace_of_any_kind(run_py, as_user, layer):
+    r = run_py("""\
+        out = {}
+        for name, flag in KINDS.items():
+            out[name] = call(libc.unshare, flag)
+            out["user+" + name] = call(libc.unshare, CLONE_NEWUSER | flag)
+        out["user"] = call(libc.unshare, CLONE_NEWUSER)
+        emit(out)
+        """, setup=NESTED + f"KINDS = {KINDS!r}\n", user=as_user, opts=LAYERS[layer])
+    made = {k: v for k, v in r.result.items() if v == "ok"}
+    assert not made, f"the program made namespaces: {sorted(made)}"
+    if layer == "unfiltered":
+        assert r.result["user"] == "ENOSPC", r.result
+        assert all(r.result[k] == "EPERM" for k in KINDS), r.result

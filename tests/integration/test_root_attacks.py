@@ -251,6 +251,24 @@ def test_data_that_others_can_write_is_refused(pyjail_bin, run_jail, world_tmp, 
     assert r.stderr.startswith("pyjail: data: refusing "), describe(r)
 
 
+# The data directories are checked one walk after another, each going on from the directories
+# the walks before it checked (hostopen.hpp, TrustedWalks): a directory only a later walk
+# reaches is still checked, and so is a shared one made writable.
+@pytest.mark.parametrize("writable", ["share/pyjail", "share/pyjail/profiles/seccomp",
+                                      "share/pyjail/profiles/seccomp/compiled", "lib/pyjail"])
+def test_every_data_directory_on_the_way_is_checked(pyjail_bin, run_jail, world_tmp, as_user, writable):
+    profiles, rootfs = data_dirs(run_jail, as_user)
+    binary = copy_install(pyjail_bin, world_tmp, profiles, rootfs)
+    place = binary.parents[1] / writable
+    place.mkdir(parents=True, exist_ok=True)
+    os.chmod(place, 0o777)
+    r = subprocess.run([*as_user.prefix, str(binary), "--", "python3", "-c", "print('ran')"],
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 125 and r.stdout == "", describe(r)
+    assert r.stderr.startswith("pyjail: data: refusing "), describe(r)
+    assert f"{place} is writable by everyone" in r.stderr, describe(r)
+
+
 def test_a_relocated_trusted_copy_still_runs(pyjail_bin, run_jail, world_tmp, as_user):
     profiles, rootfs = data_dirs(run_jail, as_user)
     binary = copy_install(pyjail_bin, world_tmp, profiles, rootfs)

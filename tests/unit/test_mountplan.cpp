@@ -4,6 +4,8 @@
 #include <sys/statvfs.h>
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "error.hpp"
 #include "mountplan.hpp"
@@ -231,8 +233,17 @@ TEST_CASE("/proc: keys, the kernel command line and host internals are masked; /
     for (const char* f : {"keys", "key-users", "cmdline", "kallsyms", "timer_list", "sched_debug",
                           "sysrq-trigger", "latency_stats"})
         after_proc(fmt::format("bind     /proc/{} <- /dev/null (if present)", f));
-    for (const char* d : {"acpi", "asound", "scsi"})
-        after_proc(fmt::format("tmpfs    /proc/{} (ro,nosuid,nodev,noexec,mode=0555,size=4k,nr_inodes=1) (if present)", d));
+    // Masked directories show one empty directory of the scratch tmpfs (covered by /tmp later),
+    // each bind read-only.
+    CHECK(index_of(l, "mkdir    /tmp/.empty") < index_of(l, "bind     /proc/acpi <- jail:/tmp/.empty (if present)"));
+    CHECK(index_of(l, "bind     /proc/driver <- jail:/tmp/.empty (if present)") <
+          index_of(l, "bind     /tmp <- jail:/tmp/.tmp"));
+    for (const char* d : {"acpi", "asound", "scsi", "driver"}) {
+        after_proc(fmt::format("bind     /proc/{} <- jail:/tmp/.empty (if present)", d));
+        after_proc(fmt::format("remount  /proc/{} (ro,nosuid,nodev,noexec) (if present)", d));
+        CHECK(index_of(l, fmt::format("bind     /proc/{} <- jail:/tmp/.empty (if present)", d)) + 1 ==
+              index_of(l, fmt::format("remount  /proc/{} (ro,nosuid,nodev,noexec) (if present)", d)));
+    }
     for (const char* d : {"sys", "bus", "fs", "irq"}) {
         after_proc(fmt::format("bind     /proc/{0} <- jail:/proc/{0} (if present)", d));
         after_proc(fmt::format("remount  /proc/{} (ro,nosuid,nodev,noexec) (if present)", d));
@@ -290,4 +301,121 @@ TEST_CASE("bound_writable: a source is writable where no read-only remount follo
     CHECK_FALSE(bound_writable(plan, 1));
     CHECK(bound_writable(plan, 2));
     CHECK(bound_writable(plan, 3));  // one of its binds has no read-only remount
+}
+
+namespace {
+
+Policy shipped_policy(const std::string& name) {
+    std::string path = std::string(PYJAIL_SOURCE_DIR) + "/profiles/" + name + ".toml";
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    Settings s = default_settings();
+    apply_profile(s, parse_profile(text.str(), path));
+    return make_policy(s, name == "repl" ? std::vector<std::string>{"python3"} : std::vector<std::string>{"python3", "x.py"},
+                       "/home/u/proj");
+}
+
+// The shipped rootfs's top level: every mount point the jail needs, so it is the root itself.
+MountFacts shipped_rootfs_facts(const Policy& p) {
+    MountFacts f = rootfs_facts();
+    f.rootfs_top.push_back({"dev", RootfsEntry::Kind::Dir, ""});
+    f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
+    for (const auto& b : all_binds(p)) f.binds.push_back({true, b.source, 0, true, {}});
+    f.script_real_path = "/home/u/proj/x.py";
+    return f;
+}
+
+std::vector<std::string> shipped_plan(const std::string& name) {
+    Policy p = shipped_policy(name);
+    std::optional<std::string> script;
+    if (name != "repl") script = "/home/u/proj/x.py";
+    return lines(plan_mounts(p, "/rootfs", shipped_rootfs_facts(p), script));
+}
+
+}  // namespace
+
+TEST_CASE("the plan per shipped profile: strict in full, the others by what differs") {
+    // /proc and /dev are the same for every profile (kDev, plan_proc).
+    const std::vector<std::string> proc_and_dev = {
+        "proc     /proc (nosuid,nodev,noexec)",
+        "bind     /proc/keys <- /dev/null (if present)",
+        "bind     /proc/key-users <- /dev/null (if present)",
+        "bind     /proc/cmdline <- /dev/null (if present)",
+        "bind     /proc/config.gz <- /dev/null (if present)",
+        "bind     /proc/kallsyms <- /dev/null (if present)",
+        "bind     /proc/sysrq-trigger <- /dev/null (if present)",
+        "bind     /proc/latency_stats <- /dev/null (if present)",
+        "bind     /proc/timer_list <- /dev/null (if present)",
+        "bind     /proc/timer_stats <- /dev/null (if present)",
+        "bind     /proc/sched_debug <- /dev/null (if present)",
+        "bind     /proc/iomem <- /dev/null (if present)",
+        "bind     /proc/ioports <- /dev/null (if present)",
+        "bind     /proc/vmallocinfo <- /dev/null (if present)",
+        "bind     /proc/acpi <- jail:/tmp/.empty (if present)",
+        "remount  /proc/acpi (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/asound <- jail:/tmp/.empty (if present)",
+        "remount  /proc/asound (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/scsi <- jail:/tmp/.empty (if present)",
+        "remount  /proc/scsi (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/driver <- jail:/tmp/.empty (if present)",
+        "remount  /proc/driver (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/sys <- jail:/proc/sys (if present)",
+        "remount  /proc/sys (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/bus <- jail:/proc/bus (if present)",
+        "remount  /proc/bus (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/fs <- jail:/proc/fs (if present)",
+        "remount  /proc/fs (ro,nosuid,nodev,noexec) (if present)",
+        "bind     /proc/irq <- jail:/proc/irq (if present)",
+        "remount  /proc/irq (ro,nosuid,nodev,noexec) (if present)",
+        "tmpfs    /dev (nosuid,noexec,mode=0755,size=64k,nr_inodes=64)",
+        "mkfile   /dev/null",
+        "bind     /dev/null <- /dev/null",
+        "mkfile   /dev/zero",
+        "bind     /dev/zero <- /dev/zero",
+        "mkfile   /dev/full",
+        "bind     /dev/full <- /dev/full",
+        "mkfile   /dev/random",
+        "bind     /dev/random <- /dev/random",
+        "mkfile   /dev/urandom",
+        "bind     /dev/urandom <- /dev/urandom",
+        "symlink  /dev/fd -> /proc/self/fd",
+        "symlink  /dev/stdin -> /proc/self/fd/0",
+        "symlink  /dev/stdout -> /proc/self/fd/1",
+        "symlink  /dev/stderr -> /proc/self/fd/2",
+        "mkdir    /dev/shm",
+        "mkdir    /dev/pts",
+        "symlink  /dev/ptmx -> pts/ptmx",
+        "remount  /dev (ro,nosuid,noexec)",
+        "bind     /dev/shm <- jail:/tmp/.shm",
+        "devpts   /dev/pts (nosuid,noexec,newinstance,ptmxmode=0666,mode=0620)",
+    };
+    auto expect = [&](const std::string& name, const std::vector<std::string>& head,
+                      const std::vector<std::string>& tail) {
+        std::vector<std::string> want = head;
+        want.insert(want.end(), proc_and_dev.begin(), proc_and_dev.end());
+        want.insert(want.end(), tail.begin(), tail.end());
+        CHECK_MESSAGE(shipped_plan(name) == want, name);
+    };
+    auto scratch = [](const char* size, const char* inodes, bool work) {
+        std::vector<std::string> h = {"bind     / <- /rootfs",
+                                      fmt::format("tmpfs    /tmp (nosuid,nodev,mode=0755,size={},nr_inodes={})", size, inodes),
+                                      "mkdir    /tmp/.tmp", "mkdir    /tmp/.shm"};
+        if (work) h.push_back("mkdir    /tmp/.work");
+        h.push_back("mkdir    /tmp/.empty");
+        return h;
+    };
+    // strict: the script copied into a private /work.
+    expect("strict", scratch("67108864", "8192", true),
+           {"bind     /work <- jail:/tmp/.work", "bind     /tmp <- jail:/tmp/.tmp",
+            "copy     /work/x.py <- /home/u/proj/x.py (mode 444)"});
+    // standard: the current directory read-only at /work; the script runs in place.
+    expect("standard", scratch("268435456", "32768", false),
+           {"bind     /tmp <- jail:/tmp/.tmp", "bind     /work <- /home/u/proj", "remount  /work (ro,nosuid,nodev)"});
+    // batch: a writable work directory.
+    expect("batch", scratch("1073741824", "131072", false),
+           {"bind     /tmp <- jail:/tmp/.tmp", "bind     /work <- /home/u/proj", "remount  /work (nosuid,nodev)"});
+    // repl: no script, a private /work.
+    expect("repl", scratch("268435456", "32768", true),
+           {"bind     /work <- jail:/tmp/.work", "bind     /tmp <- jail:/tmp/.tmp"});
 }

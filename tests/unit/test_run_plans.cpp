@@ -146,3 +146,29 @@ TEST_CASE("--net allow's sockets reach both doors; a template binds none, and ma
     other.template_binds_low_ports = false;
     CHECK_FALSE(other == t);
 }
+
+TEST_CASE("a fresh jail writes only the user-namespace counts its program could reach; a template all") {
+    auto names = [](const std::vector<UsernsLimit>& ls) {
+        std::vector<std::string> out;
+        for (const auto& l : ls) out.push_back(l.name);
+        return out;
+    };
+    RunPlan p = sample_plan();
+    // A fresh jail: no capability anywhere and no user namespace of its own to make, so of the
+    // namespace counts only user.max_user_namespaces (0) is written.
+    const std::vector<std::string> fresh = {"max_inotify_instances", "max_inotify_watches", "max_fanotify_groups",
+                                            "max_fanotify_marks", "max_user_namespaces"};
+    CHECK(names(plan_child(p).userns_limits) == fresh);
+    for (const auto& l : plan_child(p).userns_limits)
+        if (std::string(l.name) == "max_user_namespaces") CHECK(l.value == 0);
+    // A template keeps CAP_SYS_ADMIN for its runs: every count is written, the namespaces'
+    // raised to what its runs need (but time namespaces: none).
+    p.is_template = true;
+    auto t = plan_child(p).userns_limits;
+    CHECK(names(t).size() == p.limits.userns_limits.size());
+    for (const auto& l : t) {
+        std::string n = l.name;
+        if (n == "max_time_namespaces") CHECK(l.value == 0);
+        else if (n.find("_namespaces") != std::string::npos) CHECK(l.value > 0);
+    }
+}
