@@ -32,7 +32,6 @@ LIMIT = 80
 ALLOWED_LONGER = {
     ("main.cpp", "run"),  # the command line's three modes
     ("spawn.cpp", "run_via"),  # the --via client
-    ("mountplan.cpp", "plan_mounts"),  # the mount plan, to become a table
 }
 
 
