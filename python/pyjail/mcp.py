@@ -417,6 +417,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
               file=sys.stderr)
         return 2
     from ._common import PyjailError
+    import signal
+
+    def stop(_sig: int, _frame: Any) -> None:
+        raise KeyboardInterrupt
+    # SIGTERM (a service manager, kubectl) ends the server as ^C does: its templates with it.
+    signal.signal(signal.SIGTERM, stop)
     try:
         pool = make_pool(cfg)
     except PyjailError as e:
