@@ -96,7 +96,10 @@ class ServerConfig:
 def read_tokens(path: str) -> Dict[bytes, str]:
     """{sha256(token): tenant} from a ``TENANT TOKEN`` file that only its owner can read."""
     # Secrets in a file others can read are not secrets: refuse it rather than serve.
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise SystemExit("pyjail-server: --tokens %s: %s" % (path, e.strerror))
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
