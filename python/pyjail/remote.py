@@ -73,6 +73,8 @@ def _plain(value: Any) -> Tuple[Any, Optional[str]]:
 
 
 def _unplain(tree: Any) -> Any:
+    # A server (or a client, on the server) that sends a pickle gets ValueError, never code
+    # run by pickle.loads: values cross as plain data only, with the jail's bounds.
     return _wire.decode_value(tree, allow_pickle=False, pickle_fallback=False, from_jail=True)
 
 
@@ -338,8 +340,8 @@ class RemotePool:
         return decode_result(self._stream("/v1/runs", body, on_stdout, on_stderr))
 
     async def arun(self, code: Optional[str] = None, **kwargs: Any) -> Result:
-        """``run`` for asyncio (in a thread; cancelling the await closes the connection,
-        and the server ends the run)."""
+        """``run`` for asyncio (in a thread of its own). Cancelling the await abandons
+        the call; the run goes on in the server until it ends or reaches its time limit."""
         from ._async import _in_thread
         return await _in_thread(self.run, code, **kwargs)
 

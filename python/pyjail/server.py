@@ -352,7 +352,7 @@ def create_app(service: Service) -> Any:
             return {}
         try:
             body = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):   # RecursionError: arrays nested 100000 deep
             raise HTTPError(400, "the body is not JSON")
         if not isinstance(body, dict):
             raise HTTPError(400, "the body is not a JSON object")
@@ -598,6 +598,8 @@ def create_app(service: Service) -> Any:
                     raise exc(str(answer["error"])[:4096])
                 if name in live.ends_cell:
                     return cid
+                # The client's answer is as hostile as a jail's: plain data within the jail's
+                # bounds, never a pickle.
                 return _wire.decode_value(answer.get("value"), from_jail=True)
             return call
 

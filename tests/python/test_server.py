@@ -238,7 +238,8 @@ def test_bodies_over_the_limit(server):
     assert r.status_code == 413
     # Under the limit, a body that is not what is asked for is a 400.
     for body in (b"[1]", b"{\"code\": 3}", b"not json", b"{\"code\": \"1\", \"timeout\": -1}",
-                 b"{\"code\": \"1\", \"files\": {\"../x\": \"\"}}"):
+                 b"{\"code\": \"1\", \"files\": {\"../x\": \"\"}}",
+                 b"[" * 100000 + b"]" * 100000):
         r = httpx.post(server.url + "/v1/runs", content=body, headers=auth)
         assert r.status_code == 400, body
 
