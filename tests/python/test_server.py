@@ -24,8 +24,10 @@ BOB = "bob-token-abcdefghijklmn"
 CAROL = "carol-token-zyxwvutsrqpo"
 
 
-def _env():
+def _env(pyjail_bin=None):
     env = dict(os.environ)
+    if pyjail_bin:
+        env["PYJAIL_BIN"] = pyjail_bin
     env["PYTHONPATH"] = str(REPO / "python") + os.pathsep + env.get("PYTHONPATH", "")
     return env
 
@@ -56,7 +58,7 @@ def _descendants(pid):
 
 
 class Server:
-    def __init__(self, tmp_path, *args):
+    def __init__(self, tmp_path, pyjail_bin, *args):
         import_or_skip("starlette")
         import_or_skip("uvicorn")
         import_or_skip("prometheus_client")
@@ -70,8 +72,9 @@ class Server:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "pyjail.server", "--listen", "127.0.0.1:%d" % self.port,
              "--tokens", str(self.tokens), "--memory", "512M", "--timeout", "30"] + list(args),
-            env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            env=_env(pyjail_bin), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE, start_new_session=True)
+        self.pyjail_bin = pyjail_bin
         deadline = time.monotonic() + 120
         while True:
             try:
@@ -101,8 +104,8 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, pyjail_bin):
-    os.environ["PYJAIL_BIN"] = pyjail_bin
-    s = Server(tmp_path_factory.mktemp("server"), "--max-sessions", "2", "--max-runs", "2")
+    s = Server(tmp_path_factory.mktemp("server"), pyjail_bin, "--max-sessions", "2",
+               "--max-runs", "2")
     yield s
     s.stop()
 
@@ -110,7 +113,7 @@ def server(tmp_path_factory, pyjail_bin):
 @pytest.fixture
 def tight(tmp_path, pyjail_bin):
     """A server with a short idle expiry and a small CPU budget."""
-    s = Server(tmp_path, "--idle-timeout", "1", "--cpu-seconds", "1")
+    s = Server(tmp_path, pyjail_bin, "--idle-timeout", "1", "--cpu-seconds", "1")
     yield s
     s.stop()
 
@@ -342,7 +345,7 @@ def test_dead_template_and_dead_server_end_sessions_at_once(tight):
         pool.session()
 
     # The server itself killed mid-cell: the client's call ends, it does not hang.
-    tight2 = Server(tight.tokens.parent)
+    tight2 = Server(tight.tokens.parent, tight.pyjail_bin)
     leftovers = []
     try:
         s = tight2.client().session()
