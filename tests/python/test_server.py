@@ -7,6 +7,7 @@ a dead template, a dead server."""
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -346,10 +347,14 @@ def test_dead_template_and_dead_server_end_sessions_at_once(tight):
 
     # The server itself killed mid-cell: the client's call ends, it does not hang.
     tight2 = Server(tight.tokens.parent, tight.pyjail_bin)
-    leftovers = []
+    leftovers, pool_dirs = [], set()
     try:
         s = tight2.client().session()
         leftovers = _descendants(tight2.proc.pid)
+        for pid in leftovers:
+            argv = open("/proc/%d/cmdline" % pid, "rb").read().split(b"\0")
+            if b"--socket" in argv:
+                pool_dirs.add(os.path.dirname(argv[argv.index(b"--socket") + 1].decode()))
         outcome = []
 
         def cell():
@@ -373,3 +378,5 @@ def test_dead_template_and_dead_server_end_sessions_at_once(tight):
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        for d in pool_dirs:
+            shutil.rmtree(d, ignore_errors=True)
