@@ -35,7 +35,6 @@ import argparse
 import base64
 import binascii
 import json
-import os
 import secrets
 import subprocess
 import sys

@@ -27,11 +27,9 @@ raises PermissionError; a quota, JailError with the server's reason.
 Needs httpx (``pip install 'pyjail-sandbox[remote]'``).
 """
 
-import asyncio
 import base64
 import json
 import threading
-import time
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote
 

@@ -44,7 +44,6 @@ import os
 import secrets
 import stat
 import sys
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
@@ -54,7 +53,7 @@ from ._async import AsyncSession, _in_thread
 from ._common import PyjailError, check_name
 from ._pool import Pool
 from ._session import Session, SessionClosedError, SessionDiedError, SessionError
-from .remote import _b64, _plain, encode_cell, encode_result
+from .remote import _plain, encode_cell, encode_result
 
 __all__ = ["ServerConfig", "Service", "create_app", "read_tokens", "main"]
 

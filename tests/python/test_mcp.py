@@ -13,7 +13,7 @@ import time
 import pytest
 
 from pyjail_testing import REPO
-from pyjail_testing.package import import_or_skip, need
+from pyjail_testing.package import import_or_skip
 
 PY = [sys.executable, "-m", "pyjail.mcp"]
 
