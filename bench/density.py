@@ -9,10 +9,13 @@ all sessions is what they take together. Then the cell latency of one session wi
 others idle beside it. Memory is watched: the run stops adding sessions before the host's
 MemAvailable falls under --keep-free.
 
-    bench/density.py [--pyjail build/pyjail] [--sessions 100] [--rootfs NAME] [--cell CODE] [--keep-free 8G] [--markdown FILE]
+    bench/density.py [--pyjail build/pyjail] [--sessions 100] [--rootfs NAME] [--cell CODE]
+        [--preload numpy,pandas] [--cold-sessions N] [--keep-free 8G] [--markdown FILE]
 
-Sessions forked from a preloaded template are not measured here: Session() starts a fresh
-jail (cold); a Session from a template does not exist yet.
+With --preload numpy,pandas the same is measured, in the same run, for sessions forked from a
+Pool's template that imported those modules (Pool.session()), before the cold ones
+(pyjail.Session(), a fresh jail each). A template's own memory is counted in its sessions'
+figure: the PSS is that of every process the benchmark started, over the number of sessions.
 """
 from __future__ import annotations
 
@@ -76,11 +79,60 @@ def pct(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, int(round(q / 100 * (len(s) - 1))))]
 
 
+def measure(make, n_max: int, cell: str, keep_free: int, trips: int) -> dict:
+    """Starts up to n_max sessions with make(), each running `cell`; then, all idle, the PSS of
+    every process this benchmark started (sessions, their supervisors, and for sessions from a
+    template the template itself, so its share is in the figure), and one session's cell latency
+    with the others beside it."""
+    sessions, starts = [], []
+    base = sum(pss_kib(p) for p in descendants(os.getpid())[1:])  # e.g. a Pool's template
+    before = mem_available_kib()
+    t0 = time.perf_counter()
+    try:
+        for i in range(n_max):
+            if mem_available_kib() < keep_free:
+                print(f"density: stopped at {i} sessions (MemAvailable under the floor)",
+                      file=sys.stderr)
+                break
+            t = time.perf_counter()
+            s = make()
+            r = s.run(cell)
+            starts.append(time.perf_counter() - t)
+            if not r.ok:
+                raise SystemExit(f"the cell failed in session {i}: {r.error}")
+            sessions.append(s)
+        created = time.perf_counter() - t0
+        time.sleep(1.0)   # let every session settle idle
+        pids = descendants(os.getpid())[1:]
+        total = sum(pss_kib(p) for p in pids)
+        after = mem_available_kib()
+        cells = []
+        probe = sessions[0]
+        for _ in range(50):
+            probe.run("pass")
+        for _ in range(trips):
+            t = time.perf_counter_ns()
+            probe.run("pass")
+            cells.append((time.perf_counter_ns() - t) / 1e6)
+    finally:
+        for s in sessions:
+            s.close()
+    n = len(sessions)
+    return {"n": n, "processes": len(pids), "total_mib": total / 1024, "base_mib": base / 1024,
+            "before": before / 1024, "after": after / 1024, "created": created,
+            "starts": starts, "cells": cells}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sessions", type=int, default=100)
     ap.add_argument("--rootfs", help="the sessions' rootfs (default: pyjail's)")
     ap.add_argument("--cell", default=CELL, help="what each session runs once it is up")
+    ap.add_argument("--preload", default="",
+                    help="comma-separated modules: also measure sessions forked from a Pool's "
+                         "template that imported them (e.g. numpy,pandas), beside cold ones")
+    ap.add_argument("--cold-sessions", type=int,
+                    help="how many cold sessions (default: as many as --sessions)")
     ap.add_argument("--keep-free", default="8G", help="stop adding sessions below this MemAvailable")
     ap.add_argument("--trips", type=int, default=500, help="cells timed with the others idle")
     ap.add_argument("--markdown")
@@ -89,59 +141,38 @@ def main() -> int:
     os.environ["PYJAIL_BIN"] = os.path.abspath(args.pyjail)  # where pyjail.Session() looks
     keep_free = size(args.keep_free) // 1024
     kwargs = {"rootfs": args.rootfs} if args.rootfs else {}
-    sessions, starts = [], []
-    before = mem_available_kib()
-    t0 = time.perf_counter()
-    try:
-        for i in range(args.sessions):
-            if mem_available_kib() < keep_free:
-                print(f"density: stopped at {i} sessions (MemAvailable under {args.keep_free})",
-                      file=sys.stderr)
-                break
-            t = time.perf_counter()
-            s = pyjail.Session(**kwargs)
-            r = s.run(args.cell)
-            starts.append(time.perf_counter() - t)
-            if not r.ok:
-                raise SystemExit(f"the cell failed in session {i}: {r.error}")
-            sessions.append(s)
-        created = time.perf_counter() - t0
-        time.sleep(1.0)   # let every session settle idle
-        per_session = []
-        processes = 0
-        for s in sessions:
-            pids = descendants(s.pid)
-            processes += len(pids)
-            per_session.append(sum(pss_kib(p) for p in pids))
-        after = mem_available_kib()
-        cells = []
-        probe = sessions[0]
-        for _ in range(50):
-            probe.run("pass")
-        for _ in range(args.trips):
-            t = time.perf_counter_ns()
-            probe.run("pass")
-            cells.append((time.perf_counter_ns() - t) / 1e6)
-    finally:
-        for s in sessions:
-            s.close()
-    n = len(sessions)
-    mib = [k / 1024 for k in per_session]
+    preload = [m for m in args.preload.split(",") if m]
+    results = {}
+    if preload:
+        with pyjail.Pool(preload, size=1, profile="repl", **kwargs) as pool:
+            results["forked from a template"] = measure(pool.session, args.sessions, args.cell,
+                                                         keep_free, args.trips)
+    cold = args.cold_sessions if args.cold_sessions is not None else args.sessions
+    if cold:
+        results["cold (a fresh jail each)"] = measure(lambda: pyjail.Session(**kwargs), cold,
+                                                      args.cell, keep_free, args.trips)
     cmdline = " ".join(["bench/density.py"] + sys.argv[1:])
     lines = [
         f"Produced by `{cmdline}` on {datetime.datetime.now().astimezone():%Y-%m-%d %H:%M %z} "
-        f"(kernel {platform.release()}, {os.cpu_count()} CPUs, uid {os.geteuid()}).", "",
-        "| what | figure |", "|---|---|",
-        f"| idle sessions held | {n} ({processes} processes) |",
-        f"| PSS per idle session, summed over its processes | median {statistics.median(mib):.2f} MiB, "
-        f"max {max(mib):.2f} MiB; all {n}: {sum(mib):.0f} MiB |",
-        f"| host MemAvailable, before / with them idle | {before / 1024:.0f} / {after / 1024:.0f} MiB "
-        f"({(before - after) / 1024 / max(n, 1):.2f} MiB each) |",
-        f"| time to create them, one after another (start + first cell) | {created:.1f} s "
-        f"({n / created:.1f} sessions/s; p50 {pct(starts, 50) * 1e3:.0f} ms each) |",
-        f"| `run('pass')` with {n - 1} idle beside | p50 {pct(cells, 50):.3f} ms, "
-        f"p99 {pct(cells, 99):.3f} ms |",
-    ]
+        f"(kernel {platform.release()}, {os.cpu_count()} CPUs, uid {os.geteuid()}). Each session "
+        f"ran `{args.cell}` once, then sat idle.", "",
+        "| what | " + " | ".join(results) + " |", "|---|" + "---|" * len(results)]
+
+    def row(name, fmt):
+        lines.append(f"| {name} | " + " | ".join(fmt(r) for r in results.values()) + " |")
+
+    row("idle sessions held", lambda r: f"{r['n']} ({r['processes']} processes)")
+    row("PSS per idle session: every process started, template included, over N",
+        lambda r: f"{r['total_mib'] / max(r['n'], 1):.2f} MiB (all: {r['total_mib']:.0f} MiB, "
+                  f"of which {r['base_mib']:.0f} MiB before the first session)")
+    row("host MemAvailable, before / with them idle",
+        lambda r: f"{r['before']:.0f} / {r['after']:.0f} MiB "
+                  f"({(r['before'] - r['after']) / max(r['n'], 1):.2f} MiB each)")
+    row("time to create them, one after another (start + first cell)",
+        lambda r: f"{r['created']:.1f} s ({r['n'] / r['created']:.1f} sessions/s; "
+                  f"p50 {pct(r['starts'], 50) * 1e3:.0f} ms each)")
+    row("`run('pass')` with the others idle beside",
+        lambda r: f"p50 {pct(r['cells'], 50):.3f} ms, p99 {pct(r['cells'], 99):.3f} ms")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.markdown:
