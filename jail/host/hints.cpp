@@ -43,6 +43,11 @@ std::string child_step_hint(ChildStep step, int err) {
                "--seccomp off";
     if (step == ChildStep::Bind && err == EACCES)
         return "when pyjail runs as root, the jail acts on host files as --host-user (nobody)";
+    if (step == ChildStep::Keyring && (err == EDQUOT || err == ENOMEM))
+        return "the jail's host user has used up its key quota (each live fresh jail holds one "
+               "keyring; kernel.keys.maxkeys is 200 keys a user by default): end some jails, run "
+               "many from one template (pyjail serve), or raise it: sysctl -w "
+               "kernel.keys.maxkeys=2000 kernel.keys.maxbytes=200000";
     return {};
 }
 

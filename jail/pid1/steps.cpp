@@ -452,7 +452,7 @@ void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int ke
     if (l.template_capabilities) keep_template_capabilities(l.template_binds_low_ports);
     else drop_capabilities();
     set_no_new_privs();
-    join_new_keyring();
+    if (l.new_keyring) join_new_keyring();
     int listener = install_seccomp(l.seccomp_filter, l.filter_notifies);
     install_init_signals();
     send_ready(listener);

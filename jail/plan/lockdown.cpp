@@ -20,7 +20,7 @@ bool operator==(const Lockdown& a, const Lockdown& b) {
         if (x.address != y.address || x.port != y.port || x.udp != y.udp) return false;
     }
     return a.hostname == b.hostname && a.loopback_up == b.loopback_up &&
-           a.own_user_namespace == b.own_user_namespace &&
+           a.own_user_namespace == b.own_user_namespace && a.new_keyring == b.new_keyring &&
            a.template_capabilities == b.template_capabilities &&
            a.template_binds_low_ports == b.template_binds_low_ports && a.filter_notifies == b.filter_notifies;
 }

@@ -28,6 +28,15 @@ struct Lockdown {
     // (RLIMIT_NPROC, pending signals, ...) are the run's own (run_userns.hpp). Set by the
     // template for every request it decodes, whatever the client sent.
     bool own_user_namespace = false;
+    // Start the program in a new, empty session keyring (keyrings are not namespaced). A run
+    // from a template does not: it keeps its template's, which is new, empty and anonymous
+    // (the template's own pid 1 joined it) and stays so, since under the template's filter no
+    // process of the template or of its runs can call keyctl, add_key or request_key
+    // (seccomp.cpp, compile_template_filter): sharing it shares nothing. A keyring per run
+    // would charge every live run to the template's host user's key quota
+    // (kernel.keys.maxkeys, 200 by default) and cap a template at that many runs at once.
+    // Set by the template for every request it decodes, whatever the client sent.
+    bool new_keyring = true;
     std::vector<RlimitValue> rlimits;  // soft and hard
     // A template's (`pyjail serve`) program keeps the few capabilities its runs' set-up needs
     // (steps.cpp, keep_template_capabilities); every other program keeps none.

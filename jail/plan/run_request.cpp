@@ -420,6 +420,8 @@ RunRequest decode_request(std::string_view bytes) {
     // Not the client's to choose: every run from a template gets a user namespace of its own,
     // so one run's processes and pending signals are not every run's (run_userns.hpp).
     r.lockdown.own_user_namespace = true;
+    // Nor this: the run keeps the template's empty keyring (lockdown.hpp, new_keyring).
+    r.lockdown.new_keyring = false;
     return r;
 }
 

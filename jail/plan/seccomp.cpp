@@ -1,7 +1,6 @@
 #include "seccomp.hpp"
 
 #include <fmt/format.h>
-#include <linux/keyctl.h>
 #include <linux/sched.h>
 #include <seccomp.h>
 #include <sys/mman.h>
@@ -300,7 +299,7 @@ std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net) {
 const char* const kTemplateRefusedSyscalls[] = {
     "io_uring_setup", "io_uring_enter", "io_uring_register",  // a second syscall path
     "bpf", "perf_event_open", "userfaultfd",                  // kernel exploit surface
-    "add_key", "request_key",                                 // keyrings are not namespaced
+    "add_key", "request_key", "keyctl",                       // keyrings are not namespaced
     "ptrace", "process_vm_readv", "process_vm_writev",        // other processes' memory
     "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
     "acct", "swapon", "swapoff", "reboot", "quotactl", "syslog", "lookup_dcookie",
@@ -325,13 +324,6 @@ std::vector<sock_filter> compile_template_filter() {
         if (nr == __NR_SCMP_ERROR) continue;  // not on this architecture
         check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), nr, 0), *name);
     }
-    // keyctl only to join a new, anonymous session keyring: what each run's pid 1 does
-    // (steps.cpp, join_new_keyring), so that no run shares the template's.
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), SCMP_SYS(keyctl), 1,
-                           SCMP_A0_64(SCMP_CMP_NE, KEYCTL_JOIN_SESSION_KEYRING)),
-          "keyctl");
-    check(seccomp_rule_add(ctx.get(), SCMP_ACT_TRACE(0), SCMP_SYS(keyctl), 1, SCMP_A1_64(SCMP_CMP_NE, 0)),
-          "keyctl");
     std::string raw = export_with(ctx, seccomp_export_bpf);
     std::vector<sock_filter> prog(raw.size() / sizeof(sock_filter));
     std::copy(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(prog.size() * sizeof(sock_filter)),

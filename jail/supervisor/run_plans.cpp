@@ -109,6 +109,7 @@ RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     r.mounts.cwd = p.mounts.cwd;
     r.lockdown = plan_lockdown(p);
     r.lockdown.own_user_namespace = true;  // as the template sets it (run_request.cpp)
+    r.lockdown.new_keyring = false;        // likewise
     if (p.cgroup.ok) r.cgroup_files = p.limits.cgroup_files;
     r.rootfs = p.rootfs;
     r.has_script = has_script;

@@ -32,12 +32,14 @@ RunPlan sample_plan() {
     return p;
 }
 
-// A run from a template's lock-down differs from a fresh jail's in one planned way: the run
-// enters a user namespace of its own (a fresh jail's pid 1 is in one from its clone). This is
-// the rest of it.
+// A run from a template's lock-down differs from a fresh jail's in two planned ways: the run
+// enters a user namespace of its own (a fresh jail's pid 1 is in one from its clone), and it
+// keeps the template's empty keyring (lockdown.hpp). This is the rest of it.
 Lockdown but_for_the_user_namespace(Lockdown l) {
     CHECK(l.own_user_namespace);
+    CHECK_FALSE(l.new_keyring);
     l.own_user_namespace = false;
+    l.new_keyring = true;
     return l;
 }
 
@@ -118,6 +120,15 @@ TEST_CASE("every run from a template gets a user namespace of its own, whatever 
     RunRequest r = plan_run_request(sample_plan(), false);
     r.lockdown.own_user_namespace = false;
     CHECK(decode_request(encode_request(r)).lockdown.own_user_namespace);
+}
+
+TEST_CASE("a fresh jail joins a new keyring; every run from a template keeps the template's, whatever its client sent") {
+    RunPlan p = sample_plan();
+    CHECK(plan_lockdown(p).new_keyring);
+    CHECK(plan_child(p).lockdown.new_keyring);
+    RunRequest r = plan_run_request(p, false);
+    r.lockdown.new_keyring = true;
+    CHECK_FALSE(decode_request(encode_request(r)).lockdown.new_keyring);
 }
 
 TEST_CASE("--net allow's sockets reach both doors; a template binds none, and may bind port 53 for its runs") {

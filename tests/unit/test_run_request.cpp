@@ -229,6 +229,7 @@ TEST_CASE("a run request carries --net allow's policy, and only the sockets it p
     parse_net_dns("127.0.0.1:5353", "--net-dns", r.egress);
     r.lockdown.egress_sockets = egress_socket_specs(plan_egress(r.egress));
     r.lockdown.own_user_namespace = true;  // as decoding sets it
+    r.lockdown.new_keyring = false;        // likewise
     RunRequest d = decode_request(encode_request(r));
     REQUIRE(d.egress.hosts.size() == 2);
     CHECK(d.egress.hosts[0].name == "pypi.org");
