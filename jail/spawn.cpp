@@ -508,6 +508,8 @@ ServeConnection connect_to_server(const std::string& socket) {
 int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
             const std::function<void(int)>& on_script) {
     (void)host_argv;
+    // Before anything reaches the server: an option the run cannot honour fails here.
+    if (!policy.command.empty() && is_python_name(policy.command[0])) (void)plan_template_command(policy.command);
     // --net allow: the run's pid 1 binds its resolver and listeners in the run's own network
     // namespace (forked_run.cpp, lock_down) and hands them to us over the report socket; we
     // relay as a fresh jail's supervisor does (Channels, supervise_jail, finish_egress).
