@@ -243,7 +243,33 @@ def test_a_template_that_cannot_start_says_why(serve, as_user):
     _, p = serve(as_user, "--preload", "no_such_module_here", ready=False)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 125, (out, err)
-    assert b"No module named 'no_such_module_here'" in err and b"did not start" in err, err
+    assert b"No module named 'no_such_module_here'" in err, err
+    # pyjail's own line: one, in a fresh run's form (step: what: why (fix)).
+    assert err.decode().splitlines()[-1] == (
+        "pyjail: template: the template did not start: its interpreter ended (exit status 1; its error is "
+        "above) (check that the rootfs has every --preload module)"), err
+
+
+def test_a_via_runs_start_up_failure_is_a_fresh_runs_error_in_the_report(run_jail, as_user, serve, world_tmp):
+    report = world_tmp.dir(0o777) / "r.json"
+    gone = str(world_tmp.dir() / "none.sock")
+    r = run_jail(["--report", str(report), "--via", gone, "--", "python", "-c", "pass"], user=as_user)
+    assert r.returncode == 125 and len(r.stderr.splitlines()) == 1, describe(r)
+    error = json.loads(report.read_text())["error"]
+    assert error["step"] == "via" and error["errno"] == 2 and "is `pyjail serve --socket" in error["hint"], error
+    assert r.stderr.startswith("pyjail: via: cannot connect to the template at "), describe(r)
+    # Refused by the server (more than its runs may have): the same form, the same report.
+    sock, _ = serve(as_user, "--memory", "64M")
+    r = run_jail(["--report", str(report), "--memory", "128M", "--via", sock, "--", "python", "-c", "pass"],
+                 user=as_user)
+    assert r.returncode == 125 and len(r.stderr.splitlines()) == 1, describe(r)
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "setup-error" and rep["error"]["step"] == "via", rep
+    assert "cannot start the run" in rep["error"]["message"], rep
+    # An option the run cannot honour: refused before anything is sent, and reported.
+    r = run_jail(["--report", str(report), "--via", sock, "--", "python", "-O", "-c", "pass"], user=as_user)
+    assert r.returncode == 125, describe(r)
+    assert json.loads(report.read_text())["error"]["hint"] == "run it without --via"
 
 
 def test_the_socket_is_only_its_users(run_jail, root_user, serve, pyjail_command, _preflight):
