@@ -81,7 +81,8 @@ def _exit_fast(code):
         pass
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if not stream.closed:   # as python: a stream the program closed is not flushed
+                stream.flush()
         except BaseException:
             if code == 0:
                 code = 120   # as python does when it cannot flush stdout
