@@ -207,7 +207,7 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
 }
 
 TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
-    for (auto name : {"plain", "script", "masks", "egress"}) {
+    for (auto name : {"plain", "script", "masks", "egress", "python-options"}) {
         std::string bytes = slurp(std::string(PYJAIL_SOURCE_DIR) + "/tests/fuzz/corpus/run_request/" + name);
         INFO(name);
         REQUIRE_FALSE(bytes.empty());
