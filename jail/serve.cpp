@@ -280,6 +280,10 @@ private:
             ::prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (::getppid() == 1) ::_exit(kExitJailError);
             ::dup2(theirs.get(), 0);
+            // The error pipe is the supervisor's alone. Attack: the template's program writing a
+            // forged start-up failure (or a flood) to the server: the jail's pid 1 closes every
+            // descriptor it was not given (lock_down), and the pipe is CLOEXEC besides; the
+            // server reads one bounded, terminated record, once the supervisor has ended.
             ::dup2(failure_write.get(), 3);
             sys_close_range(4, ~0U, 0);
             ::fcntl(3, F_SETFD, FD_CLOEXEC);
