@@ -41,30 +41,12 @@ using namespace pyjail;
 
 namespace {
 
-int run_doctor(const std::vector<std::string>& args) {
-    bool json = false;
-    std::vector<std::string> rootfses;
-    for (std::size_t i = 1; i < args.size(); ++i) {
-        if (args[i] == "--json") json = true;
-        else if (args[i] == "--rootfs" && i + 1 < args.size()) rootfses.push_back(args[++i]);
-        else if (args[i] == "-h" || args[i] == "--help") {
-            std::fputs("Usage: pyjail doctor [--json] [--rootfs NAME|DIR ...]\n"
-                       "Checks whether this host can run jails and says how to fix what is "
-                       "missing.\n--rootfs also verifies that rootfs against its manifest.\n"
-                       "Exit status 0 when --profile strict can run here (and every rootfs "
-                       "checks out), 1 if not.\n",
-                       stdout);
-            return 0;
-        } else {
-            throw UsageError(fmt::format("doctor: unknown argument '{}'", args[i]),
-                             "usage: pyjail doctor [--json] [--rootfs NAME|DIR]");
-        }
-    }
+int run_doctor(const CliArgs& cli) {
     char self[PATH_MAX];
     ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
     if (n <= 0) throw JailError("doctor", "cannot find pyjail's own path", errno);
-    auto checks = run_doctor_checks(std::string(self, static_cast<std::size_t>(n)), rootfses);
-    std::fputs(format_checks(checks, json).c_str(), stdout);
+    auto checks = run_doctor_checks(std::string(self, static_cast<std::size_t>(n)), cli.doctor_rootfses);
+    std::fputs(format_checks(checks, cli.doctor_json).c_str(), stdout);
     return doctor_exit_code(checks);
 }
 
@@ -163,17 +145,18 @@ std::vector<std::string> serve_template_settings(Settings& settings, const DataD
     return preload;
 }
 
-int run(int argc, char** argv) {
-    std::vector<std::string> args(argv + 1, argv + argc);
-    if (!args.empty() && args[0] == "doctor") return run_doctor(args);
-    if (!args.empty() && args[0] == "rootfs") return run_rootfs_command(args);
-    const bool serving = !args.empty() && args[0] == "serve";
-    if (serving) args.erase(args.begin());
-    CliArgs cli = parse_cli(args);
+// One run's records: the report and the audit log, and the facts both are written from.
+struct RunRecords {
+    ReportTarget report;
+    AuditTarget audit;
+    RunFacts facts;
+};
+
+// --help's text shows each option's default as the chosen profile (or the default one) sets
+// it. Help is still given when the profile cannot be read (a broken installation, a typo),
+// with the built-in defaults and the reason on stderr.
+int answer_now(CliArgs& cli, const std::vector<std::string>& args) {
     if (cli.help) {
-        // Each option's default as the chosen profile (or the default one) sets it. Help is
-        // still given when the profile cannot be read (a broken installation, a typo), with
-        // the built-in defaults and the reason on stderr.
         std::string name = help_profile(args).value_or(setting(default_settings(), "profile").value);
         try {
             DataDirs dirs = find_data_dirs();
@@ -184,136 +167,156 @@ int run(int argc, char** argv) {
             std::fprintf(stderr, "pyjail: --help shows the built-in defaults: %s\n", e.one_line().c_str());
         }
     }
-    if (cli.exit_now) {
-        std::fputs(cli.output.c_str(), stdout);
-        return *cli.exit_now;
-    }
+    std::fputs(cli.output.c_str(), stdout);
+    return *cli.exit_now;
+}
 
+// `pyjail serve`: the settings as given are its runs' (the most any may have); the template
+// is a jail from the same settings, its program the template's boot.
+int start_server(const CliArgs& cli, Settings& settings, const DataDirs& dirs, const std::string& cwd, char** argv) {
+    const char* usage = "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]";
+    if (!cli.command.empty()) throw UsageError("pyjail serve takes no command: its runs bring theirs", usage);
+    auto socket = cli.given.find("socket");
+    if (socket == cli.given.end() || socket->second.back().empty())
+        throw UsageError("pyjail serve needs --socket PATH", usage);
+    const bool allow_binds = cli.given.count("allow-binds") != 0;
+    // Runs' own binds (serve_bounds.hpp, bind_ids_of): as root, the template takes
+    // --host-user's ids, which the runs' clients' files are owned by.
+    if (allow_binds && ::geteuid() == 0) {
+        auto ids = cli.given.find("host-ids");
+        if (ids != cli.given.end() && ids->second.back() != "shared")
+            throw UsageError("pyjail serve: --allow-binds runs the template as --host-user, not --host-ids " +
+                                 ids->second.back(),
+                             "drop --host-ids, or --allow-binds");
+        settings["host-ids"].push_back({"shared", Source::Default, "pyjail serve --allow-binds"});
+    }
+    // A profile's binds (standard's and batch's current directory) are each run's, which
+    // brings its own: the template, started wherever, takes none of them.
+    if (allow_binds)
+        for (const char* key : {"bind", "ro-bind", "workdir"}) {
+            auto& items = settings[key];
+            items.erase(std::remove_if(items.begin(), items.end(),
+                                       [](const SettingItem& i) { return i.source == Source::Profile; }),
+                        items.end());
+            if (items.empty() && std::string_view(key) == "workdir")
+                items.push_back({"", Source::Default, "pyjail serve --allow-binds"});
+        }
+    const Policy runs = make_policy(settings, {"python"}, cwd);
+    if (auto why = serve_policy_refusal(runs))
+        throw UsageError("pyjail serve: " + *why, "bind it read-only (--ro-bind), or send files with each run");
+    std::vector<std::string> preload = serve_template_settings(settings, dirs);
+    PreparedRun prepared = setup::prepare_run(make_policy(settings, serve::template_command(preload), cwd), dirs);
+    prepared.plan.is_template = true;
+    // --net allow: the template relays nothing and binds no listener; its rootfs's resolver
+    // files are its runs' (plan_egress_etc), and each run's pid 1 binds the run's own sockets
+    // for the run's client (forked_run.cpp). Its allowlist bounds its runs' (serve_bounds.hpp).
+    prepared.plan.egress.reset();
+    prepared.plan.template_filter = compile_template_filter();
+    // The server's cgroup (a systemd scope, if one must be asked for) holds the template's
+    // leaf and every run's.
+    supervisor::settle_cgroup(prepared.plan);
+    return serve::serve(prepared, runs, absolute_path(socket->second.back(), cwd), preload, argv);
+}
+
+// --explain: the plan, printed; nothing runs.
+int explain_run(const RunPlan& plan) {
+    std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids, plan.command.exec_path, plan.argv,
+                             plan.env, plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
+                             plan.systemd_scope ? explain_scope(plan)
+                             : plan.cgroup.ok   ? plan.cgroup.base
+                             : plan.cgroup.why_not.empty()
+                                 ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
+                                 : "none: " + plan.cgroup.why_not,
+                             &plan.host_ids})
+                   .c_str(),
+               stdout);
+    return 0;
+}
+
+// Before anything runs: the audit log and the report where the jail cannot write them, and
+// the notice of the environment the jail does not get.
+void check_records(const Policy& policy, RunRecords& rec) {
+    if (!policy.explain) rec.audit.use(policy.audit_log);
+    if (!rec.report.wanted()) rec.report = ReportTarget::open(policy.report_path, -1);
+    if (policy.explain) return;
+    if (!rec.audit.path.empty() || rec.report.wanted()) {
+        // Before the jail exists: neither file where the jail can write (hostopen.hpp).
+        auto places = setup::writable_places(all_binds(policy));
+        rec.audit.keep_out_of(places);
+        rec.report.keep_out_of(places);
+    }
+    std::string notice = env_notice(policy, setup::host_environment());
+    if (!notice.empty() && supervisor::env_notice_wanted()) std::fprintf(stderr, "%s\n", notice.c_str());
+}
+
+// A run of the command: through a template (--via), explained, or in a fresh jail.
+int run_command(const CliArgs& cli, const Settings& settings, const DataDirs& dirs, const std::string& cwd,
+                RunRecords& rec, char** argv) {
+    if (cli.given.count("socket") != 0) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
+    if (cli.given.count("allow-binds") != 0)
+        throw UsageError("--allow-binds is an option of pyjail serve", "start the server with it");
+    Policy policy = make_policy(settings, cli.command, cwd);
+    check_records(policy, rec);
+    AuditTarget& audit = rec.audit;
+    if (auto via = cli.given.find("via"); via != cli.given.end() && !policy.explain) {
+        const bool hash = !audit.path.empty();
+        int code = supervisor::run_via(absolute_path(via->second.back(), cwd), std::move(policy), dirs, argv,
+                                       rec.facts, [&](int script_fd) {
+                                           if (hash) audit.program_sha256 = sha256_of_fd(script_fd);
+                                       });
+        return record_run(rec.report, audit, rec.facts, code);
+    }
+    PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
+    // The script as the jail will read it: hashed through the descriptor it gets.
+    if (!audit.path.empty() && prepared.fds.script) audit.program_sha256 = sha256_of_fd(prepared.fds.script.get());
+    if (prepared.plan.policy.explain) return explain_run(prepared.plan);
+    supervisor::settle_cgroup(prepared.plan);
+    int code = supervisor::run_jail(prepared, argv, rec.facts);
+    return record_run(rec.report, audit, rec.facts, code);
+}
+
+// The settings (defaults, the profile's chain, the command line), then serve or run.
+int plan_and_run(const CliArgs& cli, const std::string& cwd, RunRecords& rec, char** argv) {
+    // Like the report: named on the command line, even a bad profile is logged.
+    if (cli.given.find("explain") == cli.given.end()) rec.audit.use(cli_path(cli, "audit-log", cwd));
+    DataDirs dirs = find_data_dirs();
+    std::string profile_name = setting(default_settings(), "profile").value;
+    if (auto it = cli.given.find("profile"); it != cli.given.end()) profile_name = it->second.back();
+    rec.facts.profile = profile_name;
+    Settings settings = settings_from_chain(profile_chain(profile_name, profile_loader(dirs)));
+    apply_cli(settings, cli);
+    if (cli.subcommand == Subcommand::Serve) return start_server(cli, settings, dirs, cwd, argv);
+    return run_command(cli, settings, dirs, cwd, rec, argv);
+}
+
+int run(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    CliArgs cli = parse_cli(args);
+    if (cli.exit_now) return answer_now(cli, args);
+    if (cli.subcommand == Subcommand::Doctor) return run_doctor(cli);
+    if (cli.subcommand == Subcommand::Rootfs) {
+        std::vector<std::string> rootfs = {"rootfs"};
+        rootfs.insert(rootfs.end(), cli.rootfs_args.begin(), cli.rootfs_args.end());
+        return run_rootfs_command(rootfs);
+    }
     char cwd[PATH_MAX];
-    if (::getcwd(cwd, sizeof cwd) == nullptr)
-        throw JailError("cwd", "cannot read the current directory", errno);
+    if (::getcwd(cwd, sizeof cwd) == nullptr) throw JailError("cwd", "cannot read the current directory", errno);
 
     // A report asked for on the command line is opened first, so that even a bad profile or
     // option value is reported to whoever reads it.
-    ReportTarget report = ReportTarget::open(cli_path(cli, "report", cwd), cli_report_fd(cli));
-    RunFacts facts;
-    facts.command = cli.command;
-    AuditTarget audit;
-    if (auto code = inline_program(cli.command)) audit.program_sha256 = sha256_hex(*code);
+    RunRecords rec{ReportTarget::open(cli_path(cli, "report", cwd), cli_report_fd(cli)), {}, {}};
+    rec.facts.command = cli.command;
+    if (auto code = inline_program(cli.command)) rec.audit.program_sha256 = sha256_hex(*code);
     try {
-        // Like the report: named on the command line, even a bad profile is logged.
-        if (cli.given.find("explain") == cli.given.end()) audit.use(cli_path(cli, "audit-log", cwd));
-        Settings settings = default_settings();
-        DataDirs dirs = find_data_dirs();
-        std::string profile_name = setting(settings, "profile").value;
-        if (auto it = cli.given.find("profile"); it != cli.given.end())
-            profile_name = it->second.back();
-        facts.profile = profile_name;
-        settings = settings_from_chain(profile_chain(profile_name, profile_loader(dirs)));
-        apply_cli(settings, cli);
-        std::string socket;
-        if (auto it = cli.given.find("socket"); it != cli.given.end()) socket = it->second.back();
-        if (serving) {
-            if (!cli.command.empty())
-                throw UsageError("pyjail serve takes no command: its runs bring theirs",
-                                 "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
-            if (socket.empty())
-                throw UsageError("pyjail serve needs --socket PATH",
-                                 "usage: pyjail serve --socket PATH [--preload MODULE ...] [OPTIONS]");
-            // Runs' own binds (serve_bounds.hpp, bind_ids_of): as root, the template takes
-            // --host-user's ids, which the runs' clients' files are owned by.
-            if (cli.given.count("allow-binds") != 0 && ::geteuid() == 0) {
-                auto ids = cli.given.find("host-ids");
-                if (ids != cli.given.end() && ids->second.back() != "shared")
-                    throw UsageError("pyjail serve: --allow-binds runs the template as --host-user, not --host-ids " +
-                                         ids->second.back(),
-                                     "drop --host-ids, or --allow-binds");
-                settings["host-ids"].push_back({"shared", Source::Default, "pyjail serve --allow-binds"});
-            }
-            // A profile's binds (standard's and batch's current directory) are each run's, which
-            // brings its own: the template, started wherever, takes none of them.
-            if (cli.given.count("allow-binds") != 0)
-                for (const char* key : {"bind", "ro-bind", "workdir"}) {
-                    auto& items = settings[key];
-                    items.erase(std::remove_if(items.begin(), items.end(),
-                                               [](const SettingItem& i) { return i.source == Source::Profile; }),
-                                items.end());
-                    if (items.empty() && std::string_view(key) == "workdir")
-                        items.push_back({"", Source::Default, "pyjail serve --allow-binds"});
-                }
-            // The settings as given are the runs': the most any of them may have.
-            const Policy runs = make_policy(settings, {"python"}, cwd);
-            if (auto why = serve_policy_refusal(runs))
-                throw UsageError("pyjail serve: " + *why, "bind it read-only (--ro-bind), or send files with each run");
-            std::vector<std::string> preload = serve_template_settings(settings, dirs);
-            Policy policy = make_policy(settings, serve::template_command(preload), cwd);
-            PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
-            prepared.plan.is_template = true;
-            // --net allow: the template relays nothing and binds no listener; its rootfs's
-            // resolver files are its runs' (plan_egress_etc), and each run's pid 1 binds the
-            // run's own sockets for the run's client (forked_run.cpp). Its allowlist bounds
-            // its runs' (serve_bounds.hpp).
-            prepared.plan.egress.reset();
-            prepared.plan.template_filter = compile_template_filter();
-            // The server's cgroup (a systemd scope, if one must be asked for) holds the
-            // template's leaf and every run's.
-            supervisor::settle_cgroup(prepared.plan);
-            return serve::serve(prepared, runs, absolute_path(socket, cwd), preload, argv);
-        }
-        if (!socket.empty()) throw UsageError("--socket is an option of pyjail serve", "did you mean --via?");
-        if (cli.given.count("allow-binds") != 0)
-            throw UsageError("--allow-binds is an option of pyjail serve", "start the server with it");
-        Policy policy = make_policy(settings, cli.command, cwd);
-        if (!policy.explain) audit.use(policy.audit_log);
-        if (!report.wanted()) report = ReportTarget::open(policy.report_path, -1);
-        if (!policy.explain && (!audit.path.empty() || report.wanted())) {
-            // Before the jail exists: neither file where the jail can write (hostopen.hpp).
-            auto places = setup::writable_places(all_binds(policy));
-            audit.keep_out_of(places);
-            report.keep_out_of(places);
-        }
-        if (!policy.explain) {
-            std::string notice = env_notice(policy, setup::host_environment());
-            if (!notice.empty() && supervisor::env_notice_wanted()) std::fprintf(stderr, "%s\n", notice.c_str());
-        }
-        if (auto it = cli.given.find("via"); it != cli.given.end() && !policy.explain) {
-            const bool hash = !audit.path.empty();
-            int code = supervisor::run_via(absolute_path(it->second.back(), cwd), std::move(policy), dirs,
-                                           argv, facts, [&](int script_fd) {
-                                               if (hash) audit.program_sha256 = sha256_of_fd(script_fd);
-                                           });
-            return record_run(report, audit, facts, code);
-        }
-        PreparedRun prepared = setup::prepare_run(std::move(policy), dirs);
-        const RunPlan& plan = prepared.plan;
-        // The script as the jail will read it: hashed through the descriptor it gets.
-        if (!audit.path.empty() && prepared.fds.script)
-            audit.program_sha256 = sha256_of_fd(prepared.fds.script.get());
-        if (plan.policy.explain) {
-            std::fputs(explain_text({plan.policy, plan.rootfs, plan.mounts, plan.ids,
-                                     plan.command.exec_path, plan.argv, plan.env,
-                                     plan.seccomp ? &*plan.seccomp : nullptr, plan.limits.entries,
-                                     plan.systemd_scope ? explain_scope(plan)
-                                     : plan.cgroup.ok   ? plan.cgroup.base
-                                     : plan.cgroup.why_not.empty()
-                                         ? "none: no limit needs one (memory, pids, cpus, cpu-time unset)"
-                                         : "none: " + plan.cgroup.why_not,
-                                     &plan.host_ids})
-                           .c_str(),
-                       stdout);
-            return 0;
-        }
-        supervisor::settle_cgroup(prepared.plan);
-        int code = supervisor::run_jail(prepared, argv, facts);
-        return record_run(report, audit, facts, code);
+        return plan_and_run(cli, cwd, rec, argv);
     } catch (const JailError& e) {
         // The report says what failed too: a cron job or an agent reads it, not stderr.
-        write_error_report(report, audit, facts, e);
+        write_error_report(rec.report, rec.audit, rec.facts, e);
         throw;
     } catch (const std::exception& e) {
         // Not one of ours (out of memory, say), perhaps after the program ran: the report
         // still says the run failed.
-        write_error_report(report, audit, facts, JailError("internal", e.what()));
+        write_error_report(rec.report, rec.audit, rec.facts, JailError("internal", e.what()));
         throw;
     }
 }

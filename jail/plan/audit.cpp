@@ -100,28 +100,9 @@ std::string audit_line(const AuditIdentity& who, const RunFacts& facts) {
 
 std::optional<std::string> inline_program(const std::vector<std::string>& argv) {
     if (argv.empty() || !is_python_name(argv[0])) return std::nullopt;
-    // CPython's option grammar, as find_python_script reads it (command.cpp).
-    for (std::size_t i = 1; i < argv.size(); ++i) {
-        const std::string& a = argv[i];
-        if (a == "-" || a == "--" || a.size() < 2 || a[0] != '-') return std::nullopt;
-        if (a[1] == '-') {
-            if (a == "--check-hash-based-pycs") ++i;
-            continue;
-        }
-        for (std::size_t j = 1; j < a.size(); ++j) {
-            char c = a[j];
-            if (c == 'c') {
-                if (j + 1 < a.size()) return a.substr(j + 1);
-                return i + 1 < argv.size() ? std::optional(argv[i + 1]) : std::nullopt;
-            }
-            if (c == 'm' || c == 'h' || c == '?' || c == 'V') return std::nullopt;
-            if (c == 'W' || c == 'X') {
-                if (j + 1 == a.size()) ++i;
-                break;
-            }
-        }
-    }
-    return std::nullopt;
+    const PythonCommand c = parse_python_command(argv);
+    if (!c.malformed.empty() || c.kind != PythonKind::Code) return std::nullopt;
+    return c.target;
 }
 
 }  // namespace pyjail

@@ -1,7 +1,7 @@
-// The command line: `pyjail [options] [--] COMMAND [ARGS...]`, parsed by CLI11 from a model
-// built from the option table (the subcommands, `doctor` and `rootfs`, are dispatched by
-// main.cpp before this). It only collects text; checking values is policy.cpp's job, the same as for
-// profiles, so both report bad values the same way.
+// The command line, parsed by CLI11 from a model built from the option table (options.hpp):
+// `pyjail [OPTIONS] [--] COMMAND [ARGS...]` and its subcommands, `serve` (the same options),
+// `doctor` and `rootfs` (their own). It only collects text; checking values is policy.cpp's
+// job, the same as for profiles, so both report bad values the same way.
 #pragma once
 
 #include <map>
@@ -13,15 +13,24 @@
 
 namespace pyjail {
 
+enum class Subcommand { Run, Serve, Doctor, Rootfs };
+
 struct CliArgs {
+    Subcommand subcommand = Subcommand::Run;
     std::map<std::string, std::vector<std::string>, std::less<>> given;  // option -> values given
     std::vector<std::string> command;
     std::optional<int> exit_now;  // --help / --version were answered: exit with this
     std::string output;           // what to print for --help / --version
     bool help = false;            // --help: `output` shows the built-in defaults
+    // pyjail doctor [--json] [--rootfs NAME|DIR ...]
+    bool doctor_json = false;
+    std::vector<std::string> doctor_rootfses;
+    // pyjail rootfs ARGS...: the builder's own command line (rootfs_command.hpp)
+    std::vector<std::string> rootfs_args;
 };
 
-// `args` excludes argv[0]. Throws UsageError for unknown options and missing values.
+// `args` excludes argv[0]. Throws UsageError for unknown options and missing values, and for
+// what a subcommand does not take (a command for serve, a run's option for doctor).
 CliArgs parse_cli(const std::vector<std::string>& args);
 
 // Lays the command line over settings: it replaces profile values and appends to lists.

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "environment.hpp"
@@ -18,33 +19,137 @@ bool is_python_name(std::string_view name) {
     return true;
 }
 
-std::optional<std::size_t> find_python_script(const std::vector<std::string>& argv) {
-    // CPython's own option grammar: short options may be grouped (-uB); -c and -m end the
-    // option list and take the rest (or the next word) as their argument; -W and -X take an
-    // argument; `-` reads the program from stdin; `--` ends the options.
-    for (std::size_t i = 1; i < argv.size(); ++i) {
+namespace {
+
+// CPython's short options (Python/getopt.c); those followed by ':' take an argument, from the
+// rest of their word or the next word.
+constexpr std::string_view kPythonShortOptions = "bBc:dEhiIm:OPqRsStuvVW:xX:?";
+constexpr std::string_view kPythonLongOptions[] = {"help", "version", "help-env", "help-xoptions", "help-all"};
+
+}  // namespace
+
+PythonCommand parse_python_command(const std::vector<std::string>& argv) {
+    // CPython's own option grammar: short options may be grouped (-uB); an option's argument
+    // is the rest of its word or the next word; -c and -m end the option list; `-` reads the
+    // program from stdin; `--` ends the options, and the next word is the script whatever it
+    // looks like.
+    PythonCommand c;
+    std::size_t i = 1;
+    auto rest_from = [&](std::size_t k) { c.args.assign(argv.begin() + static_cast<std::ptrdiff_t>(std::min(k, argv.size())), argv.end()); };
+    for (; i < argv.size(); ++i) {
         const std::string& a = argv[i];
-        if (a == "-") return std::nullopt;
-        if (a == "--") return i + 1 < argv.size() ? std::optional(i + 1) : std::nullopt;
-        if (a.size() < 2 || a[0] != '-') return i;
+        if (a == "--") {
+            ++i;
+            break;
+        }
+        if (a.size() < 2 || a[0] != '-') break;
         if (a[1] == '-') {
-            if (a == "--check-hash-based-pycs") ++i;
-            else if (a == "--help" || a == "--version" || a == "--help-env" ||
-                     a == "--help-xoptions" || a == "--help-all")
-                return std::nullopt;
+            std::string name = a.substr(2);
+            if (name == "check-hash-based-pycs") {
+                if (i + 1 == argv.size()) {
+                    c.malformed = "Argument expected for the --check-hash-based-pycs option";
+                    return c;
+                }
+                c.options.push_back({'-', name + "=" + argv[++i]});
+            } else if (std::find(std::begin(kPythonLongOptions), std::end(kPythonLongOptions), name) !=
+                       std::end(kPythonLongOptions)) {
+                c.options.push_back({'-', name});
+            } else {
+                c.malformed = "unknown option " + a;
+                return c;
+            }
             continue;
         }
         for (std::size_t j = 1; j < a.size(); ++j) {
-            char c = a[j];
-            if (c == 'c' || c == 'm') return std::nullopt;
-            if (c == 'h' || c == '?' || c == 'V') return std::nullopt;
-            if (c == 'W' || c == 'X') {
-                if (j + 1 == a.size()) ++i;  // argument is the next word
-                break;
+            const char letter = a[j];
+            const auto at = kPythonShortOptions.find(letter);
+            if (at == std::string_view::npos || letter == ':') {
+                c.malformed = fmt::format("Unknown option: -{}", letter);
+                return c;
             }
+            const bool takes_value = at + 1 < kPythonShortOptions.size() && kPythonShortOptions[at + 1] == ':';
+            if (!takes_value) {
+                c.options.push_back({letter, ""});
+                continue;
+            }
+            std::string value;
+            if (j + 1 < a.size()) {
+                value = a.substr(j + 1);
+            } else if (i + 1 < argv.size()) {
+                value = argv[++i];
+            } else {
+                c.malformed = fmt::format("Argument expected for the -{} option", letter);
+                return c;
+            }
+            if (letter == 'c' || letter == 'm') {
+                c.kind = letter == 'c' ? PythonKind::Code : PythonKind::Module;
+                c.target = std::move(value);
+                rest_from(i + 1);
+                return c;
+            }
+            c.options.push_back({letter, std::move(value)});
+            break;
         }
     }
-    return std::nullopt;
+    if (i < argv.size() && argv[i] != "-") {
+        c.kind = PythonKind::File;
+        c.target = argv[i];
+        c.target_index = i;
+    }
+    rest_from(i + 1);
+    return c;
+}
+
+std::optional<std::size_t> find_python_script(const std::vector<std::string>& argv) {
+    PythonCommand c = parse_python_command(argv);
+    if (!c.malformed.empty()) return std::nullopt;
+    for (const auto& o : c.options)  // python prints its help or version and runs nothing
+        if (o.letter == 'h' || o.letter == '?' || o.letter == 'V' ||
+            (o.letter == '-' && o.value.rfind("check-hash-based-pycs", 0) != 0))
+            return std::nullopt;
+    return c.target_index;
+}
+
+std::string template_option_refusal(const PythonOption& o) {
+    switch (o.letter) {
+        // What the run does itself (pyjail_template.py), or what the template's interpreter,
+        // started with -I (no PYTHON* variable, no user site), already does.
+        case 'u': case 'B': case 'q': case 'E': case 's': case 'I': case 'P': case 't': case 'W':
+            return "";
+        case 'X': {
+            const std::string name = o.value.substr(0, o.value.find('='));
+            if (name == "dev" || name == "faulthandler") return "";
+            return fmt::format("python's -X {} acts when the interpreter starts, and a run from a template "
+                               "is a fork of an interpreter started before it",
+                               name);
+        }
+        case 'h': case '?': case 'V': case '-':
+            if (o.letter != '-' || o.value.rfind("check-hash-based-pycs", 0) != 0)
+                return fmt::format("python's {} prints python's own help or version, which a run from a "
+                                   "template does not have",
+                                   o.letter == '-' ? "--" + o.value : std::string("-") + o.letter);
+            return "python's --check-hash-based-pycs acts when the interpreter starts, and a run from a "
+                   "template is a fork of an interpreter started before it";
+        case 'R':
+            return "python's -R asks for a hash seed of the run's own, and a run from a template has its "
+                   "template's";
+        case 'i':
+            return "python's -i (interactive after the program) is not available in a run from a template";
+        default:
+            return fmt::format("python's -{} acts when the interpreter starts, and a run from a template "
+                               "is a fork of an interpreter started before it",
+                               o.letter);
+    }
+}
+
+PythonCommand plan_template_command(const std::vector<std::string>& argv) {
+    PythonCommand c = parse_python_command(argv);
+    if (!c.malformed.empty())
+        throw JailError("python", c.malformed, 0, "python refuses this command line too; see python -h", 2);
+    for (const auto& o : c.options)
+        if (std::string why = template_option_refusal(o); !why.empty())
+            throw UsageError("--via: " + why, "run it without --via");
+    return c;
 }
 
 ResolvedCommand resolve_command(const std::vector<std::string>& argv,

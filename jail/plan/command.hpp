@@ -4,6 +4,7 @@
 // its in-jail path. Pure: the rootfs is consulted through a callback.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -14,9 +15,46 @@ namespace pyjail {
 
 bool is_python_name(std::string_view name);
 
+// A python command line (`python [options] FILE|-c CODE|-m MODULE|-|nothing [ARGS]`), read
+// by CPython's own grammar, once, here: the jail finds the script in it, the audit log the
+// code, and a run from a template receives it parsed (run_request.hpp) rather than reading
+// the words again.
+enum class PythonKind : std::uint32_t { File = 0, Code = 1, Module = 2, Stdin = 3 };
+
+struct PythonOption {
+    char letter;        // 'u', 'X', 'W', ...; '-' for a long option (its name in `value`)
+    std::string value;  // -W's and -X's argument (-X's is NAME or NAME=VALUE)
+    bool operator==(const PythonOption&) const = default;
+};
+
+struct PythonCommand {
+    std::vector<PythonOption> options;  // in the order given
+    PythonKind kind = PythonKind::Stdin;
+    std::string target;                 // the script, the code, or the module; "" for stdin
+    std::vector<std::string> args;      // what follows the target: sys.argv[1:]
+    std::optional<std::size_t> target_index;  // argv's index of the script (File)
+    // Not empty: python itself refuses this command line, for this reason (its own words).
+    std::string malformed;
+};
+
+// argv[0] is the interpreter.
+PythonCommand parse_python_command(const std::vector<std::string>& argv);
+
 // Index of the script in a python command line (argv[0] is the interpreter), or nullopt for
 // `-c`, `-m`, `-` (stdin), no script (interactive), or -h/--version-like runs.
 std::optional<std::size_t> find_python_script(const std::vector<std::string>& argv);
+
+// A run from a template is a fork of an interpreter that started long before it: an option
+// that acts only at the interpreter's start (-O, -S, -X importtime, ...) cannot apply. Why
+// `o` cannot, or "" when the run honours it (pyjail_template.py: -u -B -q -E -s -I -P, -W,
+// -X dev, -X faulthandler). The client refuses the run with this reason before it sends
+// anything; the template refuses a request holding such an option.
+std::string template_option_refusal(const PythonOption& o);
+
+// The command a run from a template is sent (run_request.hpp), out of the in-jail argv.
+// Throws UsageError naming the first option the run cannot honour, or JailError (exit
+// status 2, as python's) for a command line python itself refuses.
+PythonCommand plan_template_command(const std::vector<std::string>& argv);
 
 struct ResolvedCommand {
     std::string exec_path;  // absolute path inside the jail

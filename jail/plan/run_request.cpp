@@ -14,10 +14,12 @@ namespace pyjail {
 
 namespace {
 
-constexpr std::string_view kMagic = "PYJAIL-RUN/1";
+// 2: the command travels parsed (command.hpp's PythonCommand), not as argv.
+constexpr std::string_view kMagic = "PYJAIL-RUN/2";
 constexpr std::uint32_t kMaxItems = 4096;        // argv, env, rlimits, mounts, cgroup files
 constexpr std::uint32_t kMaxFilter = 4096;       // BPF_MAXINSNS
 constexpr std::uint32_t kMaxPins = 256;          // --net-resolve entries
+constexpr std::uint32_t kMaxPythonOptions = 256; // python's own options, as -W -W -W ...
 
 class Writer {
 public:
@@ -120,6 +122,29 @@ double seconds_from_bits(std::uint64_t bits, const char* what) {
     return s;
 }
 
+// The program, as the client's parser left it: a kind the template runs, a target that kind
+// has, and only options the template honours (what it cannot, it must not pretend to).
+void decode_command(Reader& in, PythonCommand& c) {
+    std::uint32_t kind = in.u32();
+    if (kind > static_cast<std::uint32_t>(PythonKind::Stdin)) throw BadRequest("an unknown kind of command");
+    c.kind = static_cast<PythonKind>(kind);
+    c.target = in.str("the command's target");
+    if ((c.kind == PythonKind::File || c.kind == PythonKind::Module) && c.target.empty())
+        throw BadRequest("a script or module without a name");
+    if (c.kind == PythonKind::Stdin && !c.target.empty()) throw BadRequest("a program from stdin with a target");
+    c.args = in.strs("the command's arguments");
+    c.options.resize(in.count("interpreter options", kMaxPythonOptions));
+    for (auto& o : c.options) {
+        std::uint32_t letter = in.u32();
+        o.letter = letter < 128 ? static_cast<char>(letter) : '\0';
+        o.value = in.str("an interpreter option's value");
+        if (o.letter == '\0' || !template_option_refusal(o).empty())
+            throw BadRequest("an interpreter option a run from a template cannot honour");
+        if (o.letter != 'W' && o.letter != 'X' && !o.value.empty())
+            throw BadRequest("a value for an interpreter option that takes none");
+    }
+}
+
 // --net allow's part of a request: the policy, checked as the command line's is, and the
 // sockets the run's pid 1 is to bind, which must be the ones that policy plans.
 // Attack: a request whose sockets are not its policy's (a listener for a host the server's
@@ -213,7 +238,14 @@ int request_fd_count(const RunRequest& r) {
 std::string encode_request(const RunRequest& r) {
     Writer w;
     w.str(kMagic);
-    w.strs(r.argv);
+    w.u32(static_cast<std::uint32_t>(r.command.kind));
+    w.str(r.command.target);
+    w.strs(r.command.args);
+    w.u32(static_cast<std::uint32_t>(r.command.options.size()));
+    for (const auto& o : r.command.options) {
+        w.u32(static_cast<unsigned char>(o.letter));
+        w.str(o.value);
+    }
     w.strs(r.env);
     // The lock-down's fields and the mount plan's keep their places of version 1.
     const Lockdown& lock = r.lockdown;
@@ -291,7 +323,9 @@ std::string encode_request(const RunRequest& r) {
 void wipe_request(RunRequest& r) {
     // explicit_bzero: the compiler may not drop the stores to memory about to be freed.
     auto wipe = [](std::string& s) { ::explicit_bzero(s.data(), s.size()); };
-    for (auto& s : r.argv) wipe(s);
+    wipe(r.command.target);
+    for (auto& s : r.command.args) wipe(s);
+    for (auto& o : r.command.options) wipe(o.value);
     for (auto& s : r.env) wipe(s);
     wipe(r.mounts.cwd);
     wipe(r.lockdown.hostname);
@@ -362,8 +396,7 @@ RunRequest decode_request(std::string_view bytes) {
     Reader in(bytes);
     if (in.str("the magic") != kMagic) throw BadRequest("not a run request of this pyjail version");
     RunRequest r;
-    r.argv = in.strs("argv");
-    if (r.argv.empty()) throw BadRequest("no command");
+    decode_command(in, r.command);
     r.env = in.strs("env");
     for (const auto& e : r.env)
         if (e.find('=') == std::string::npos) throw BadRequest("an environment entry without '='");

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "command.hpp"
 #include "egress_plan.hpp"
 #include "limits.hpp"
 #include "lockdown.hpp"
@@ -24,7 +25,10 @@
 namespace pyjail {
 
 struct RunRequest {
-    std::vector<std::string> argv;  // the program's, as the interpreter gets it ("python", ...)
+    // The program: python's command line as command.cpp parsed it (the template reads no
+    // command line of its own), with only options a run from a template honours
+    // (template_option_refusal).
+    PythonCommand command;
     std::vector<std::string> env;
     // plan_forked_mounts's ops and the working directory; no sources, no new root.
     MountPlan mounts;

@@ -22,7 +22,7 @@ void plan_handed_binds(RunRequest& r, const MountPlan& plan) {
     }
 }
 
-void relocate_run_script(RunRequest& r, const MountPlan& plan, std::optional<std::size_t> script_index) {
+void relocate_run_script(RunRequest& r, const MountPlan& plan) {
     if (!plan.script_jail_path || plan.script_jail_path->rfind("/script/", 0) != 0) return;
     for (const auto& op : plan.ops) {
         if (op.kind != OpKind::Copy || "/" + op.target != *plan.script_jail_path) continue;
@@ -31,7 +31,7 @@ void relocate_run_script(RunRequest& r, const MountPlan& plan, std::optional<std
         MountOp copy = op;
         copy.target = moved;
         r.mounts.ops.push_back(copy);
-        if (script_index && *script_index < r.argv.size()) r.argv[*script_index] = "/" + moved;
+        if (r.command.kind == PythonKind::File) r.command.target = "/" + moved;
         return;
     }
 }

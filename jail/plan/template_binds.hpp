@@ -37,9 +37,9 @@ void plan_handed_binds(RunRequest& r, const MountPlan& plan);
 
 // A fresh jail whose /work is a host directory copies the script into /script, in its own
 // root; a run's root is the template's rootfs, where it can make nothing: the run copies it
-// into its own /tmp (/tmp/.script/NAME) instead, and its argv (at `script_index`) names it
+// into its own /tmp (/tmp/.script/NAME) instead, and its command (a File) names it
 // there. `plan`: the fresh jail's mount plan the request was made from.
-void relocate_run_script(RunRequest& r, const MountPlan& plan, std::optional<std::size_t> script_index);
+void relocate_run_script(RunRequest& r, const MountPlan& plan);
 
 // The bind of `binds` whose source a handed-over slot's host path is (all_binds order).
 const BindSpec* bind_of_source(const std::vector<BindSpec>& binds, const std::string& host_path);

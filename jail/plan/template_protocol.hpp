@@ -19,6 +19,11 @@ struct TemplateReply {
     std::int32_t pid;        // Started: the run's pid 1, in the template's pid namespace
     std::uint32_t restarted; // server -> client: the template was (re)started for this run
     char text[400];
+    // Refused: the failure in a fresh run's form (error.hpp): the step that failed ("" for a
+    // refusal of the request itself), the errno captured where it failed, and the fix.
+    std::int32_t err;
+    char step[32];
+    char hint[256];
 };
 
 // server -> client, first thing on a new connection: what the client plans the run against.
@@ -34,7 +39,8 @@ struct ServeHello {
 
 // 2: the request carries what the server bounds (serve_bounds.hpp); the hello may refuse.
 // 3: the request carries its host binds (template_binds.hpp).
-inline constexpr std::uint32_t kServeProtocolVersion = 3;
+// 4: the request carries its command parsed (run_request.hpp); a refusal its step, errno, hint.
+inline constexpr std::uint32_t kServeProtocolVersion = 4;
 
 // Who may be at the other end of a connection to `pyjail serve`, seen from either end: the
 // same user, or root. The server runs nobody else's runs; the client gives its descriptors

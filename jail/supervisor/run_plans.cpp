@@ -103,7 +103,7 @@ ChildPlan plan_child(const RunPlan& p) {
 
 RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     RunRequest r;
-    r.argv = p.argv;
+    r.command = plan_template_command(p.argv);  // one parser: the template reads no command line
     r.env = p.env;
     r.mounts.ops = plan_forked_mounts(p.mounts);
     r.mounts.cwd = p.mounts.cwd;
@@ -120,7 +120,7 @@ RunRequest plan_run_request(const RunPlan& p, bool has_script) {
     r.cpu_time = p.policy.limits.cpu_time;
     r.output = p.policy.limits.output.value_or(0);
     plan_handed_binds(r, p.mounts);
-    relocate_run_script(r, p.mounts, p.command.script_index);
+    relocate_run_script(r, p.mounts);
     r.files_uid = p.host_ids.files_uid;
     r.files_gid = p.host_ids.files_gid;
     if (p.egress) r.egress = p.egress->policy;

@@ -505,18 +505,11 @@ ServeConnection connect_to_server(const std::string& socket) {
 
 }  // namespace
 
-int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
-            const std::function<void(int)>& on_script) {
-    (void)host_argv;
-    // --net allow: the run's pid 1 binds its resolver and listeners in the run's own network
-    // namespace (forked_run.cpp, lock_down) and hands them to us over the report socket; we
-    // relay as a fresh jail's supervisor does (Channels, supervise_jail, finish_egress).
-    ServeConnection server = connect_to_server(socket);
-    CgroupSite site;
-    site.ok = server.hello.cgroup_ok != 0;
-    site.why_not = server.hello.why_not;
-    const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs, &site);
-    const RunPlan& p = prepared.plan;
+namespace {
+
+// What a run from this server cannot be (not Python, another rootfs), and the report's account
+// of the budgets it shares with its template.
+void check_via_plan(const RunPlan& p, const ServeConnection& server, const std::string& socket, RunFacts& facts) {
     facts.limits = p.limits.entries;
     // The user namespace is the template's: it may hold its runs' namespaces, and a run holds
     // no capability to create one (nor may its filter's clone and unshare).
@@ -534,6 +527,78 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
         throw UsageError(fmt::format("--via: the template at {} runs the rootfs {}; this run asks for {}",
                                      socket, server.hello.rootfs, p.rootfs),
                          "give the --rootfs (or profile) the server was started with");
+}
+
+// The request's descriptors, in request_fd_count's order: the report socket, fds 0-2 (or
+// their relay), the script, the host binds' trees.
+std::vector<int> via_fds(const Channels& channels, const RunFds& run_fds, const std::vector<UniqueFd>& bind_trees) {
+    std::vector<int> fds = {channels.child_end.get()};
+    for (int fd = 0; fd < 3; ++fd) {
+        int relayed = channels.relay ? channels.relay->jail_end(fd) : -1;
+        fds.push_back(relayed >= 0 ? relayed : fd);
+    }
+    if (run_fds.script) fds.push_back(run_fds.script.get());
+    for (const auto& tree : bind_trees) fds.push_back(tree.get());
+    return fds;
+}
+
+// Sends the request and waits for the run's pid 1: its pidfd, and the server's reply.
+TemplateReply start_via_run(const ServeConnection& server, const std::string& socket, const std::string& bytes,
+                            const std::vector<int>& fds, UniqueFd& pidfd) {
+    if (int e = send_with_fds(server.fd.get(), bytes.data(), bytes.size(), fds.data(), static_cast<int>(fds.size()));
+        e != 0)
+        throw JailError("via", fmt::format("cannot send the run to {}", socket), e, via_hint(socket));
+    TemplateReply reply{};
+    int got = -1;
+    ssize_t n;
+    do n = recv_with_fd(server.fd.get(), &reply, sizeof reply, got, 0);
+    while (n < 0 && errno == EINTR);
+    pidfd.reset(got);
+    reply.text[sizeof reply.text - 1] = '\0';
+    if (n != static_cast<ssize_t>(sizeof reply))
+        throw JailError("via", fmt::format("the server at {} ended before the run started", socket),
+                        n < 0 ? errno : 0, "its stderr says why");
+    if (reply.kind != TemplateReplyKind::Started || !pidfd) {
+        // The server's refusal in a fresh run's form: the step that failed, its errno, the fix.
+        reply.step[sizeof reply.step - 1] = '\0';
+        reply.hint[sizeof reply.hint - 1] = '\0';
+        throw JailError(reply.step[0] != '\0' ? reply.step : "via",
+                        fmt::format("the template at {} cannot start the run: {}", socket, reply.text), reply.err,
+                        reply.hint);
+    }
+    return reply;
+}
+
+// Without a cgroup, the run's usage as its pid 1 reported it: the supervisor is not its
+// parent, so RUSAGE_CHILDREN does not count it.
+Usage via_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) {
+    Usage u = collect_usage(leaf, s);
+    if (!leaf && s.reaped) {
+        u.user_s = static_cast<double>(s.reaped->user_us) / 1e6;
+        u.system_s = static_cast<double>(s.reaped->system_us) / 1e6;
+        u.memory_peak = static_cast<std::uint64_t>(s.reaped->maxrss_kb) * 1024;
+        u.memory_peak_source = "ru_maxrss (largest single process)";
+    }
+    return u;
+}
+
+}  // namespace
+
+int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char** host_argv, RunFacts& facts,
+            const std::function<void(int)>& on_script) {
+    (void)host_argv;
+    // Before anything reaches the server: an option the run cannot honour fails here.
+    if (!policy.command.empty() && is_python_name(policy.command[0])) (void)plan_template_command(policy.command);
+    // --net allow: the run's pid 1 binds its resolver and listeners in the run's own network
+    // namespace (forked_run.cpp, lock_down) and hands them to us over the report socket; we
+    // relay as a fresh jail's supervisor does (Channels, supervise_jail, finish_egress).
+    ServeConnection server = connect_to_server(socket);
+    CgroupSite site;
+    site.ok = server.hello.cgroup_ok != 0;
+    site.why_not = server.hello.why_not;
+    const PreparedRun prepared = setup::prepare_run(std::move(policy), dirs, &site);
+    const RunPlan& p = prepared.plan;
+    check_via_plan(p, server, socket, facts);
     check_host_before_run(p);
     if (prepared.fds.script && on_script) on_script(prepared.fds.script.get());
     RunRequest request = plan_run_request(p, static_cast<bool>(prepared.fds.script));
@@ -543,35 +608,14 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
                                      bytes.size(), kMaxRequestBytes),
                          "put the program in a file instead of -c");
     Channels channels(p);
-    std::vector<int> fds = {channels.child_end.get()};
-    for (int fd = 0; fd < 3; ++fd) {
-        int relayed = channels.relay ? channels.relay->jail_end(fd) : -1;
-        fds.push_back(relayed >= 0 ? relayed : fd);
-    }
-    if (prepared.fds.script) fds.push_back(prepared.fds.script.get());
     // The host binds' sources, opened with this client's rights (template_binds.hpp).
     const std::vector<UniqueFd> bind_trees =
         setup::open_handed_binds(request, p.policy, p.host_ids.files_uid, p.host_ids.files_gid);
-    for (const auto& tree : bind_trees) fds.push_back(tree.get());
 
     TerminalSettings terminal;
     const double started_ms = monotonic_ms();
-    if (int e = send_with_fds(server.fd.get(), bytes.data(), bytes.size(), fds.data(),
-                              static_cast<int>(fds.size()));
-        e != 0)
-        throw JailError("via", fmt::format("cannot send the run to {}", socket), e, via_hint(socket));
-    TemplateReply reply{};
-    int pidfd = -1;
-    ssize_t n;
-    do n = recv_with_fd(server.fd.get(), &reply, sizeof reply, pidfd, 0);
-    while (n < 0 && errno == EINTR);
-    UniqueFd pidfd_owner(pidfd);
-    reply.text[sizeof reply.text - 1] = '\0';
-    if (n != static_cast<ssize_t>(sizeof reply))
-        throw JailError("via", fmt::format("the server at {} ended before the run started", socket),
-                        n < 0 ? errno : 0, "its stderr says why");
-    if (reply.kind != TemplateReplyKind::Started || !pidfd_owner)
-        throw JailError("via", fmt::format("the template at {} cannot start the run: {}", socket, reply.text));
+    UniqueFd pidfd;
+    const TemplateReply reply = start_via_run(server, socket, bytes, via_fds(channels, prepared.fds, bind_trees), pidfd);
     if (reply.restarted != 0 && !p.policy.quiet)
         std::fprintf(stderr, "pyjail: the template at %s had ended; it was started again for this run\n",
                      socket.c_str());
@@ -585,7 +629,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     }
     // The run's pid 1 is the template's child, not ours: the supervisor watches it through
     // the pidfd, reads how it ended from its messages, and kills it through the pidfd.
-    JailHandle jail(pidfd_owner.release(), reply.pid);
+    JailHandle jail(pidfd.release(), reply.pid);
     Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
     jail.mark_reaped();
     terminal.restore();
@@ -593,14 +637,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     finish_egress(channels, s);
 
     static_cast<JailEnd&>(facts) = s.end;
-    Usage u = collect_usage(leaf, s);
-    if (!leaf && s.reaped) {  // not RUSAGE_CHILDREN: pid 1 is not our child
-        u.user_s = static_cast<double>(s.reaped->user_us) / 1e6;
-        u.system_s = static_cast<double>(s.reaped->system_us) / 1e6;
-        u.memory_peak = static_cast<std::uint64_t>(s.reaped->maxrss_kb) * 1024;
-        u.memory_peak_source = "ru_maxrss (largest single process)";
-    }
-    static_cast<Usage&>(facts) = u;
+    static_cast<Usage&>(facts) = via_usage(leaf, s);
     return report_end(p, s, facts);
 }
 

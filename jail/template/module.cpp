@@ -5,7 +5,7 @@
 // (forked_run.cpp): the per-run isolation is C++ code, never Python.
 //
 // serve(fd, reaper) returns None when the server closes the socket (the template then exits), and
-// (argv, env) in a run's program, whose jail is complete by then.
+// (kind, target, args, options, env) in a run's program, whose jail is complete by then.
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
@@ -63,15 +63,36 @@ PyObject* str_list(const std::vector<std::string>& v) {
 }
 
 // In the run's program: its jail is complete (fork_run), the template's descriptors are
-// closed. serve() hands the interpreter its command: (argv, env).
-PyObject* program_command(const RunRequest& request) {
-    PyObject* argv = str_list(request.argv);
-    PyObject* env = argv != nullptr ? str_list(request.env) : nullptr;
-    if (env == nullptr) {
-        Py_XDECREF(argv);
+// closed. serve() hands the interpreter its command, parsed by the client (command.hpp):
+// (kind, target, args, options, env): kind "file", "c", "m" or "stdin"; options a list of
+// (letter, value), each one a run from a template honours (template_option_refusal).
+PyObject* run_of(const RunRequest& request) {
+    static const char* const kKinds[] = {"file", "c", "m", "stdin"};
+    const PythonCommand& c = request.command;
+    PyObject* options = PyList_New(static_cast<Py_ssize_t>(c.options.size()));
+    if (options == nullptr) return nullptr;
+    for (std::size_t i = 0; i < c.options.size(); ++i) {
+        const PythonOption& o = c.options[i];
+        PyObject* item = Py_BuildValue("(s#N)", &o.letter, Py_ssize_t{1},
+                                       PyUnicode_DecodeFSDefaultAndSize(o.value.data(),
+                                                                        static_cast<Py_ssize_t>(o.value.size())));
+        if (item == nullptr) {
+            Py_DECREF(options);
+            return nullptr;
+        }
+        PyList_SET_ITEM(options, static_cast<Py_ssize_t>(i), item);
+    }
+    PyObject* args = str_list(c.args);
+    PyObject* env = args != nullptr ? str_list(request.env) : nullptr;
+    PyObject* target = PyUnicode_DecodeFSDefaultAndSize(c.target.data(), static_cast<Py_ssize_t>(c.target.size()));
+    if (env == nullptr || target == nullptr) {
+        Py_DECREF(options);
+        Py_XDECREF(args);
+        Py_XDECREF(env);
+        Py_XDECREF(target);
         return nullptr;
     }
-    return Py_BuildValue("(NN)", argv, env);
+    return Py_BuildValue("(sNNNN)", kKinds[static_cast<std::size_t>(c.kind)], target, args, options, env);
 }
 
 // In the template, once it forked a run (pid > 0) or could not (pid < 0, `error` says why):
@@ -153,7 +174,7 @@ PyObject* serve(PyObject*, PyObject* args) {
         } catch (const std::exception& e) {
             error = e.what();
         }
-        if (pid == 0) return program_command(request);
+        if (pid == 0) return run_of(request);
         answer_request(ctl, pid, error, request, buf, static_cast<std::size_t>(n), fds, got);
     }
 }
@@ -172,7 +193,7 @@ PyMethodDef kMethods[] = {
      "ambient) until serve() sets a run up. Called before any module of the rootfs runs."},
     {"serve", serve, METH_VARARGS,
      "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
-     "return (argv, env). reaper: the path of pyjail-reaper."},
+     "return (kind, target, args, options, env). reaper: the path of pyjail-reaper."},
     {nullptr, nullptr, 0, nullptr},
 };
 

@@ -5,8 +5,9 @@ It imports the modules to preload (from the rootfs: the template has no other
 files and runs nothing it was sent), freezes what it built so that the runs
 share it copy-on-write, and hands over to ``_pyjail_template.serve``, which
 answers run requests in C++ and never returns in the template. It returns in
-each run's program, whose jail is complete by then, with the program's argv
-and environment: ``run_program`` then runs it as ``python ARGS`` would.
+each run's program, whose jail is complete by then, with the program's command
+(parsed by pyjail's command.cpp: this file reads no command line) and
+environment: ``run_program`` then runs it as ``python ARGS`` would.
 
 What a run shares with the template and every other run, because it is a fork
 of the same interpreter: the address-space layout (ASLR is per template), the
@@ -21,8 +22,6 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-USAGE = ("a run from a template runs `python FILE [ARGS]`, `python -c CODE [ARGS]`, "
-         "`python -m MODULE [ARGS]` or `python - [ARGS]` (options: -u -B -q -I -E -s)")
 
 
 def main(preload):
@@ -82,7 +81,8 @@ def _exit_fast(code):
         pass
     for stream in (sys.stdout, sys.stderr):
         try:
-            stream.flush()
+            if not stream.closed:   # as python: a stream the program closed is not flushed
+                stream.flush()
         except BaseException:
             if code == 0:
                 code = 120   # as python does when it cannot flush stdout
@@ -106,27 +106,36 @@ def _reseed():
         np_random.seed()
 
 
-def _parse(args):
-    """python's command line -> (kind, target, argv) with kind in c, m, file, stdin."""
-    unbuffered = False
-    i = 0
-    while i < len(args) and args[i].startswith("-") and args[i] != "-":
-        a = args[i]
-        if a == "-c" or a == "-m":
-            if i + 1 >= len(args):
-                raise ValueError("Argument expected for the %s option" % a)
-            return a[1], args[i + 1], args[i + 2:], unbuffered
-        if a.startswith("-c") or a.startswith("-m"):
-            return a[1], a[2:], args[i + 1:], unbuffered
-        for flag in a[1:]:
-            if flag == "u":
-                unbuffered = True
-            elif flag not in "BqIEs":
-                raise ValueError("option %s is not available in a run from a template" % a)
-        i += 1
-    if i >= len(args) or args[i] == "-":
-        return "stdin", "-", args[i + 1:], unbuffered
-    return "file", args[i], args[i + 1:], unbuffered
+def _apply_options(options):
+    """python's options as the client parsed them (pyjail's command.cpp), each one
+    a run from a template honours: what it does, done here. -q -E -s: nothing to
+    do (the template's interpreter runs with -I: no PYTHON* variable, no user
+    site). Returns (unbuffered, safe_path)."""
+    unbuffered = safe_path = False
+    warnoptions = []
+    for letter, value in options:
+        if letter == "u":
+            unbuffered = True
+        elif letter == "B":
+            sys.dont_write_bytecode = True
+        elif letter in "IP":
+            safe_path = True
+        elif letter == "W":
+            warnoptions.append(value)
+            sys.warnoptions.append(value)
+        elif letter == "X":
+            name, eq, arg = value.partition("=")
+            sys._xoptions[name] = arg if eq else True
+            if name in ("dev", "faulthandler"):
+                import faulthandler
+                faulthandler.enable()
+            if name == "dev":
+                # As the development mode's warning filter: before the -W ones, which win.
+                warnoptions.insert(0, "default")
+    if warnoptions:
+        import warnings
+        warnings._processoptions(warnoptions)
+    return unbuffered, safe_path
 
 
 def _print_exception(exc, ran_path=False):
@@ -162,9 +171,9 @@ def _exit_code(exc):
     return 1
 
 
-def run_program(argv, env):
-    """Run the program (argv[0] is the interpreter's name) in this process;
-    returns its exit status."""
+def run_program(kind, target, rest, options, env):
+    """Run the program in this process: kind is file, c, m or stdin, target the
+    script, code or module, rest its arguments. Returns its exit status."""
     if HERE in sys.path:
         sys.path.remove(HERE)
     os.environ.clear()
@@ -172,11 +181,7 @@ def run_program(argv, env):
         key, _, value = entry.partition("=")
         os.environ[key] = value
     _reseed()
-    try:
-        kind, target, rest, unbuffered = _parse(argv[1:])
-    except ValueError as e:
-        sys.stderr.write("%s: %s\n(%s)\n" % (argv[0], e, USAGE))
-        return 2
+    unbuffered, safe_path = _apply_options(options)
     if unbuffered:
         sys.stdout.reconfigure(write_through=True)
         sys.stderr.reconfigure(write_through=True)
@@ -187,11 +192,13 @@ def run_program(argv, env):
     try:
         if kind == "file":
             sys.argv = [target] + rest
-            sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
+            if not safe_path:
+                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
             runpy.run_path(target, run_name="__main__")
         elif kind == "m":
             sys.argv = [target] + rest
-            sys.path.insert(0, os.getcwd())
+            if not safe_path:
+                sys.path.insert(0, os.getcwd())
             runpy._run_module_as_main(target, alter_argv=True)
         else:
             if kind == "c":
@@ -200,7 +207,8 @@ def run_program(argv, env):
             else:
                 sys.argv = ["-"] + rest
                 source, filename = sys.stdin.read(), "<stdin>"
-            sys.path.insert(0, "")
+            if not safe_path:
+                sys.path.insert(0, "")
             main = types.ModuleType("__main__")
             main.__dict__["__builtins__"] = __builtins__
             sys.modules["__main__"] = main

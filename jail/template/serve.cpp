@@ -91,6 +91,53 @@ void send_reply(int fd, TemplateReplyKind kind, pid_t pid, bool restarted, const
     (void)send_with_fd(fd, &r, sizeof r, pass);
 }
 
+// A run refused, in a fresh run's error form: the client makes it its own JailError.
+void send_refusal(int fd, const std::string& text, const std::string& step = {}, int err = 0,
+                  const std::string& hint = {}) {
+    TemplateReply r{};
+    r.kind = TemplateReplyKind::Refused;
+    std::snprintf(r.text, sizeof r.text, "%s", text.c_str());
+    std::snprintf(r.step, sizeof r.step, "%s", step.c_str());
+    r.err = err;
+    std::snprintf(r.hint, sizeof r.hint, "%s", hint.c_str());
+    (void)send_with_fd(fd, &r, sizeof r, -1);
+}
+
+void send_refusal(int fd, const JailError& e) { send_refusal(fd, e.message(), e.step(), e.err(), e.hint()); }
+
+// Why the template's supervisor could not start it, from that child to the server: the error
+// in a fresh run's form (error.hpp), in one write (atomic: smaller than PIPE_BUF).
+struct StartFailure {
+    std::int32_t err;
+    std::int32_t exit_code;
+    char step[32];
+    char message[400];
+    char hint[256];
+};
+
+void send_start_failure(int fd, const JailError& e) {
+    StartFailure f{};
+    f.err = e.err();
+    f.exit_code = e.exit_code();
+    std::snprintf(f.step, sizeof f.step, "%s", e.step().c_str());
+    std::snprintf(f.message, sizeof f.message, "%s", e.message().c_str());
+    std::snprintf(f.hint, sizeof f.hint, "%s", e.hint().c_str());
+    (void)::write(fd, &f, sizeof f);
+}
+
+// The template's start-up failure: its supervisor's error, if it sent one; else its
+// interpreter ended (a preload that cannot be imported: the traceback is on stderr).
+JailError start_failure(int fd, const std::string& how) {
+    StartFailure f{};
+    if (fd >= 0 && ::read(fd, &f, sizeof f) == static_cast<ssize_t>(sizeof f)) {
+        f.step[sizeof f.step - 1] = f.message[sizeof f.message - 1] = f.hint[sizeof f.hint - 1] = '\0';
+        return JailError(f.step, std::string("the template did not start: ") + f.message, f.err, f.hint,
+                         f.exit_code != 0 ? f.exit_code : kExitJailError);
+    }
+    return JailError("template", fmt::format("the template did not start: its interpreter ended ({}; its error is above)", how),
+                     0, "check that the rootfs has every --preload module");
+}
+
 struct Client;
 
 // What an epoll event is about: one of the server's own descriptors, or a client's.
@@ -222,6 +269,10 @@ private:
         if (::socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0)
             throw JailError("serve", "cannot create the template's socket", errno);
         UniqueFd ours(sv[0]), theirs(sv[1]);
+        int failure[2];
+        if (::pipe2(failure, O_CLOEXEC | O_NONBLOCK) != 0)
+            throw JailError("serve", "cannot create the template's error pipe", errno);
+        UniqueFd failure_read(failure[0]), failure_write(failure[1]);
         std::fflush(nullptr);
         pid_t pid = ::fork();
         if (pid < 0) throw JailError("serve", "cannot start the template's supervisor", errno);
@@ -229,7 +280,13 @@ private:
             ::prctl(PR_SET_PDEATHSIG, SIGKILL);
             if (::getppid() == 1) ::_exit(kExitJailError);
             ::dup2(theirs.get(), 0);
-            sys_close_range(3, ~0U, 0);
+            // The error pipe is the supervisor's alone. Attack: the template's program writing a
+            // forged start-up failure (or a flood) to the server: the jail's pid 1 closes every
+            // descriptor it was not given (lock_down), and the pipe is CLOEXEC besides; the
+            // server reads one bounded, terminated record, once the supervisor has ended.
+            ::dup2(failure_write.get(), 3);
+            sys_close_range(4, ~0U, 0);
+            ::fcntl(3, F_SETFD, FD_CLOEXEC);
             sigset_t none;
             sigemptyset(&none);
             ::sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -239,14 +296,15 @@ private:
                 RunFacts facts;
                 code = supervisor::run_jail(prepared_, host_argv_, facts);
             } catch (const JailError& e) {
-                std::fprintf(stderr, "pyjail serve: the template: %s\n", e.one_line().c_str());
+                send_start_failure(3, e);
             } catch (const std::exception& e) {
-                std::fprintf(stderr, "pyjail serve: the template: %s\n", e.what());
+                send_start_failure(3, JailError("internal", e.what()));
             }
             std::fflush(nullptr);
             ::_exit(code);
         }
         template_pid_ = pid;
+        template_failure_ = std::move(failure_read);
         template_pidfd_.reset(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
         control_ = std::move(ours);
         if (epoll_) {
@@ -281,21 +339,23 @@ private:
         std::string how = WIFEXITED(status) ? fmt::format("exit status {}", WEXITSTATUS(status))
                                             : fmt::format("signal {}", WTERMSIG(status));
         for (Client* c : forwarded_) {
-            send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false,
-                       "the template ended while starting the run (" + how + ")", -1);
+            send_refusal(c->conn.get(), "the template ended while starting the run (" + how + ")", "template", 0,
+                         "the server's stderr says why; it starts another template");
             c->state = Client::State::Running;
             close_conn(*c);
         }
         forwarded_.clear();
-        if (!ever_ready_)
-            throw JailError("serve", fmt::format("the template did not start ({}; its error is above)", how), 0,
-                            "check that the rootfs has every --preload module");
-        std::fprintf(stderr, "pyjail serve: the template ended (%s); starting another\n", how.c_str());
+        JailError why = start_failure(template_failure_.get(), how);
+        template_failure_.reset();
+        if (!ever_ready_) throw why;
+        std::fprintf(stderr, "pyjail serve: the template ended (%s); starting another%s%s\n", how.c_str(),
+                     why.step() == "template" ? "" : ": ", why.step() == "template" ? "" : why.one_line().c_str());
         if (starts_ > 3 && !template_ready_) {
             // Three starts in a row that never got ready: refuse runs rather than loop.
             for (auto& c : clients_)
                 if (c->state == Client::State::Queued) {
-                    send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, "the template cannot start again", -1);
+                    send_refusal(c->conn.get(), "the template cannot start again", "template", 0,
+                                 "the server's stderr says why; restart pyjail serve");
                     close_conn(*c);
                 }
             queued_.clear();
@@ -340,7 +400,7 @@ private:
             if (!try_watch(c->pidfd.get(), &c->end_watch)) {  // its end could not be seen: ended now
                 kill_run(*c);
                 c->run_ended = true;
-                send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, "the server cannot watch the run", -1);
+                send_refusal(c->conn.get(), "the server cannot watch the run", "serve", errno);
                 close_conn(*c);
                 return;
             }
@@ -354,7 +414,9 @@ private:
             restarted_ = false;
         } else {
             c->state = Client::State::Running;  // nothing started: forgotten with its connection
-            send_reply(c->conn.get(), TemplateReplyKind::Refused, 0, false, r.text, -1);
+            r.step[sizeof r.step - 1] = '\0';
+            r.hint[sizeof r.hint - 1] = '\0';
+            send_refusal(c->conn.get(), r.text, r.step[0] != '\0' ? r.step : "template", r.err, r.hint);
             close_conn(*c);
         }
     }
@@ -482,8 +544,12 @@ private:
             c.request = encode_request(r);
             c.fds = std::move(owned);
             c.wall_time = r.wall_time;
-        } catch (const std::exception& e) {
-            send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false, e.what(), -1);
+        } catch (const JailError& e) {
+            send_refusal(c.conn.get(), e);
+            close_conn(c);
+            return;
+        } catch (const std::exception& e) {  // BadRequest: the request itself
+            send_refusal(c.conn.get(), e.what());
             close_conn(c);
             return;
         }
@@ -514,8 +580,8 @@ private:
                          : EPIPE;
         c.fds.clear();  // the template has them now
         if (e != 0) {
-            send_reply(c.conn.get(), TemplateReplyKind::Refused, 0, false,
-                       std::string("cannot reach the template: ") + std::strerror(e), -1);
+            send_refusal(c.conn.get(), "cannot reach the template", "template", e,
+                         "the server's stderr says why; it starts another template");
             close_conn(c);
             return;
         }
@@ -588,6 +654,7 @@ private:
     UniqueFd sigfd_, listen_;
     pid_t template_pid_ = -1;
     UniqueFd template_pidfd_, control_;
+    UniqueFd template_failure_;  // start_failure's: the read end of the template's error pipe
     bool template_ready_ = false, ever_ready_ = false, restarted_ = false;
     int starts_ = 0;
     std::list<std::unique_ptr<Client>> clients_;

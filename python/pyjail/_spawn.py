@@ -43,10 +43,12 @@ def serve_spawn(server, rid, header, body):
     signal.signal(signal.SIGINT, forward)
     signal.signal(signal.SIGTERM, forward)
     try:
-        if header["argv"][:1] == ["{python}"] and "pyjail_template" in sys.modules:
+        if header["argv"][:2] == ["{python}", header.get("script")] and "pyjail_template" in sys.modules:
             # A run from a template (pyjail serve): the program is a fork of this
-            # interpreter, with the template's modules already imported.
-            proc = child[0] = _Forked(header["argv"][1:])
+            # interpreter, with the template's modules already imported. With python
+            # options it is a fresh interpreter instead, which reads them itself (the
+            # template reads no command line: pyjail parses a run's).
+            proc = child[0] = _Forked(header["argv"][1], header["argv"][2:])
         else:
             proc = child[0] = subprocess.Popen(argv, cwd=WORKDIR, stdin=subprocess.PIPE,
                                                stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -97,7 +99,7 @@ class _Forked:
     the pipes and nothing else of the server (its channel is closed), then
     runs the program as ``python ARGS`` would (pyjail_template.run_program)."""
 
-    def __init__(self, args):
+    def __init__(self, script, args):
         import signal
         pipes = [os.pipe() for _ in range(3)]
         env = ["%s=%s" % kv for kv in os.environ.items()]
@@ -115,7 +117,7 @@ class _Forked:
                 signal.signal(signal.SIGINT, signal.default_int_handler)
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
                 import pyjail_template
-                pyjail_template._exit_fast(pyjail_template.run_program(["python"] + args, env))
+                pyjail_template._exit_fast(pyjail_template.run_program("file", script, args, [], env))
             finally:
                 os._exit(127)
         os.close(pipes[0][0])

@@ -122,7 +122,9 @@ void run_request(std::string_view input) {
     // field read twice or skipped); no mount is outside the run's directories.
     std::string again = encode_request(r);
     expect(encode_request(decode_request(again)) == again, "a decoded request changes in another round");
-    expect(!r.argv.empty() && r.argv.size() <= 4096, "a request without a command, or with too many arguments");
+    expect(r.command.args.size() <= 4096, "a request with too many arguments");
+    for (const auto& o : r.command.options)
+        expect(template_option_refusal(o).empty(), "an interpreter option a run from a template cannot honour");
     for (const auto& op : r.mounts.ops) {
         // Relative, and no component climbs ("ac.." is a name; ".." is not).
         expect(!op.target.empty() && op.target.front() != '/', "a mount target outside the run");

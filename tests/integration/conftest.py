@@ -257,9 +257,11 @@ def _run(binary: Path, args, *, user: JailUser, input=None, timeout=30, cwd=None
 
     r = run(args)
     if args is not fresh and r.returncode == 125 and ("this server's runs" in r.stderr or
-                                                      "binds host paths only below" in r.stderr):
+                                                      "binds host paths only below" in r.stderr or
+                                                      "a run from a template is a fork" in r.stderr):
         # Beyond what the shared server's runs may have (another --net, another filter), or
-        # what no run from a template has (a bind outside /work and /tmp).
+        # what no run from a template has (a bind outside /work and /tmp, an option python
+        # acts on only when it starts).
         TEMPLATE_RUNS["through a template"] -= 1
         TEMPLATE_RUNS["fresh (options a template run cannot have)"] += 1
         r = run(fresh)

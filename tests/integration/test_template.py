@@ -201,11 +201,75 @@ def test_what_a_template_run_cannot_have_is_refused(run_jail, as_user, serve, wo
     assert r.returncode == 125 and "Python programs only" in r.stderr, describe(r)
 
 
+def test_pythons_options_reach_a_run_parsed_by_pyjail(run_jail, as_user, serve, world_tmp):
+    sock, _ = serve(as_user)
+    script = world_tmp.dir() / "s.py"
+    script.write_text(textwrap.dedent("""
+        import faulthandler, json, sys, warnings
+        warnings.warn("shown", DeprecationWarning)
+        print(json.dumps({"dev": sys._xoptions.get("dev"), "faulthandler": faulthandler.is_enabled(),
+                          "argv": sys.argv[1:], "path0": sys.path[0], "nobytecode": sys.dont_write_bytecode,
+                          "warnoptions": sys.warnoptions}))
+    """))
+    os.chmod(script, 0o644)
+    # -X dev: the development mode's warnings and fault handler, as a fresh run's.
+    r = run_jail(["--quiet", "--via", sock, "--", "python", "-X", "dev", "-B", str(script), "-c", "x"], user=as_user)
+    got = result(r)
+    assert got["dev"] is True and got["faulthandler"] is True and got["nobytecode"] is True, got
+    assert got["argv"] == ["-c", "x"] and "DeprecationWarning: shown" in r.stderr, describe(r)
+    # -W wins over -X dev's filter; -I puts neither the script's directory nor "" on the path.
+    r = run_jail(["--quiet", "--via", sock, "--", "python", "-Xdev", "-W", "error::DeprecationWarning", str(script)],
+                 user=as_user)
+    assert r.returncode == 1 and "DeprecationWarning: shown" in r.stderr, describe(r)
+    r = run_jail(["--quiet", "--via", sock, "--", "python", "-I", "-c",
+                  "import sys; print(sys.path[0] not in ('', '/work'))"], user=as_user)
+    assert (r.returncode, r.stdout) == (0, "True\n"), describe(r)
+    # An option that acts only when the interpreter starts: refused before anything is sent,
+    # naming the option and the fix, whether or not a server listens.
+    for where in (sock, str(world_tmp.dir() / "none.sock")):
+        r = run_jail(["--via", where, "--", "python", "-X", "importtime", str(script)], user=as_user)
+        assert r.returncode == 125, describe(r)
+        assert r.stderr == ("pyjail: --via: python's -X importtime acts when the interpreter starts, and a run "
+                            "from a template is a fork of an interpreter started before it (run it without --via)\n"), (
+            describe(r))
+    r = run_jail(["--via", sock, "--", "python", "-OO", "-c", "pass"], user=as_user)
+    assert r.returncode == 125 and "python's -O acts when" in r.stderr, describe(r)
+    # What python itself refuses, refused as python does (exit status 2).
+    r = run_jail(["--via", sock, "--", "python", "-c"], user=as_user)
+    assert r.returncode == 2 and "Argument expected for the -c option" in r.stderr, describe(r)
+
+
 def test_a_template_that_cannot_start_says_why(serve, as_user):
     _, p = serve(as_user, "--preload", "no_such_module_here", ready=False)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 125, (out, err)
-    assert b"No module named 'no_such_module_here'" in err and b"did not start" in err, err
+    assert b"No module named 'no_such_module_here'" in err, err
+    # pyjail's own line: one, in a fresh run's form (step: what: why (fix)).
+    assert err.decode().splitlines()[-1] == (
+        "pyjail: template: the template did not start: its interpreter ended (exit status 1; its error is "
+        "above) (check that the rootfs has every --preload module)"), err
+
+
+def test_a_via_runs_start_up_failure_is_a_fresh_runs_error_in_the_report(run_jail, as_user, serve, world_tmp):
+    report = world_tmp.dir(0o777) / "r.json"
+    gone = str(world_tmp.dir() / "none.sock")
+    r = run_jail(["--report", str(report), "--via", gone, "--", "python", "-c", "pass"], user=as_user)
+    assert r.returncode == 125 and len(r.stderr.splitlines()) == 1, describe(r)
+    error = json.loads(report.read_text())["error"]
+    assert error["step"] == "via" and error["errno"] == 2 and "is `pyjail serve --socket" in error["hint"], error
+    assert r.stderr.startswith("pyjail: via: cannot connect to the template at "), describe(r)
+    # Refused by the server (more than its runs may have): the same form, the same report.
+    sock, _ = serve(as_user, "--memory", "64M")
+    r = run_jail(["--report", str(report), "--memory", "128M", "--via", sock, "--", "python", "-c", "pass"],
+                 user=as_user)
+    assert r.returncode == 125 and len(r.stderr.splitlines()) == 1, describe(r)
+    rep = json.loads(report.read_text())
+    assert rep["status"] == "setup-error" and rep["error"]["step"] == "via", rep
+    assert "cannot start the run" in rep["error"]["message"], rep
+    # An option the run cannot honour: refused before anything is sent, and reported.
+    r = run_jail(["--report", str(report), "--via", sock, "--", "python", "-O", "-c", "pass"], user=as_user)
+    assert r.returncode == 125, describe(r)
+    assert json.loads(report.read_text())["error"]["hint"] == "run it without --via"
 
 
 def test_the_socket_is_only_its_users(run_jail, root_user, serve, pyjail_command, _preflight):

@@ -14,7 +14,7 @@ from pyjail_testing.runs import describe
 # ServeHello: version, cgroup_ok, rootfs, why_not, refused.
 HELLO = "<II1024s512s256s"
 HELLO_SIZE = struct.calcsize(HELLO)
-SERVE_VERSION = 3
+SERVE_VERSION = 4
 REFUSED = 3  # TemplateReply's kind for a refused request
 
 

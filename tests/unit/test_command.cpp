@@ -46,6 +46,73 @@ TEST_CASE("finding the script in a python command line") {
     CHECK_FALSE(find_python_script({"python", "--"}));
 }
 
+TEST_CASE("a python command line parsed once: kind, target, arguments, options") {
+    PythonCommand f = parse_python_command({"python", "-uB", "-X", "dev", "-Wignore", "s.py", "-c", "x"});
+    CHECK(f.kind == PythonKind::File);
+    CHECK(f.target == "s.py");
+    CHECK(f.target_index == 5);
+    CHECK(f.args == Args{"-c", "x"});
+    CHECK(f.options == std::vector<PythonOption>{{'u', ""}, {'B', ""}, {'X', "dev"}, {'W', "ignore"}});
+    PythonCommand c = parse_python_command({"python", "-Ic", "print(1)", "a"});
+    CHECK(c.kind == PythonKind::Code);
+    CHECK(c.target == "print(1)");
+    CHECK(c.args == Args{"a"});
+    CHECK(c.options == std::vector<PythonOption>{{'I', ""}});
+    CHECK(parse_python_command({"python", "-cpass"}).target == "pass");
+    PythonCommand m = parse_python_command({"python", "-m", "json.tool", "-x"});
+    CHECK(m.kind == PythonKind::Module);
+    CHECK(m.target == "json.tool");
+    CHECK(m.args == Args{"-x"});
+    PythonCommand in = parse_python_command({"python", "-", "a"});
+    CHECK(in.kind == PythonKind::Stdin);
+    CHECK(in.target.empty());
+    CHECK(in.args == Args{"a"});
+    CHECK(parse_python_command({"python"}).kind == PythonKind::Stdin);
+    PythonCommand dashed = parse_python_command({"python", "--", "-x.py", "a"});
+    CHECK(dashed.kind == PythonKind::File);
+    CHECK(dashed.target == "-x.py");
+    CHECK(parse_python_command({"python", "--check-hash-based-pycs", "never", "x.py"}).options ==
+          std::vector<PythonOption>{{'-', "check-hash-based-pycs=never"}});
+    // What python itself refuses, in its words.
+    CHECK(parse_python_command({"python", "-c"}).malformed == "Argument expected for the -c option");
+    CHECK(parse_python_command({"python", "-X"}).malformed == "Argument expected for the -X option");
+    CHECK(parse_python_command({"python", "-Z", "x.py"}).malformed == "Unknown option: -Z");
+    CHECK(parse_python_command({"python", "--nope"}).malformed == "unknown option --nope");
+    CHECK(parse_python_command({"python", "-uc"}).malformed == "Argument expected for the -c option");
+}
+
+TEST_CASE("a run from a template takes the options it can honour, and names the first it cannot") {
+    for (const Args& ok : {Args{"python", "-X", "dev", "s.py"}, Args{"python", "-u", "-B", "-q", "-I", "-E", "-s", "-P", "s.py"},
+                           Args{"python", "-W", "error", "-Xfaulthandler", "-c", "pass"}, Args{"python", "-Xdev=1", "-m", "x"},
+                           Args{"python", "-"}}) {
+        INFO(ok[1]);
+        CHECK_NOTHROW(plan_template_command(ok));
+    }
+    auto refusal = [](const Args& argv) {
+        try {
+            plan_template_command(argv);
+        } catch (const JailError& e) {
+            return e.one_line() + " [" + std::to_string(e.exit_code()) + "]";
+        }
+        return std::string();
+    };
+    CHECK(refusal({"python", "-O", "s.py"}) ==
+          "--via: python's -O acts when the interpreter starts, and a run from a template is a fork of an "
+          "interpreter started before it (run it without --via) [125]");
+    CHECK(refusal({"python", "-u", "-X", "importtime", "s.py"}) ==
+          "--via: python's -X importtime acts when the interpreter starts, and a run from a template is a fork "
+          "of an interpreter started before it (run it without --via) [125]");
+    for (const Args& no : {Args{"python", "-S", "s.py"}, Args{"python", "-uOO", "s.py"}, Args{"python", "-R", "s.py"},
+                           Args{"python", "-i", "s.py"}, Args{"python", "-V"}, Args{"python", "--help"},
+                           Args{"python", "-X", "utf8", "-c", "pass"}, Args{"python", "-b", "s.py"},
+                           Args{"python", "--check-hash-based-pycs", "always", "s.py"}}) {
+        INFO(no[1]);
+        CHECK(refusal(no).find("[125]") != std::string::npos);
+    }
+    CHECK(refusal({"python", "-c"}) ==
+          "python: Argument expected for the -c option (python refuses this command line too; see python -h) [2]");
+}
+
 TEST_CASE("python always means the rootfs's interpreter") {
     auto r = resolve_command({"python3", "x.py"}, in_rootfs, {"python3", "python3.11"});
     CHECK(r.is_python);

@@ -22,7 +22,7 @@ namespace {
 
 RunRequest sample() {
     RunRequest r;
-    r.argv = {"python", "/work/job.py", "a b"};
+    r.command = parse_python_command({"python", "-u", "-X", "dev", "-Wignore", "/work/job.py", "a b"});
     r.env = {"PATH=/usr/bin", "HOME=/tmp"};
     r.lockdown.hostname = "pyjail";
     r.lockdown.loopback_up = true;
@@ -48,7 +48,10 @@ RunRequest sample() {
 TEST_CASE("a run request survives its encoding whole") {
     RunRequest r = sample();
     RunRequest d = decode_request(encode_request(r));
-    CHECK(d.argv == r.argv);
+    CHECK(d.command.kind == PythonKind::File);
+    CHECK(d.command.target == "/work/job.py");
+    CHECK(d.command.args == std::vector<std::string>{"a b"});
+    CHECK(d.command.options == std::vector<PythonOption>{{'u', ""}, {'X', "dev"}, {'W', "ignore"}});
     CHECK(d.env == r.env);
     CHECK(d.mounts.cwd == "/work");
     CHECK(d.lockdown.loopback_up);
@@ -99,7 +102,7 @@ TEST_CASE("a malformed run request is refused, never half read") {
     link.mounts.ops[0].kind = OpKind::Symlink;
     CHECK(refusal(encode_request(link)) != "");
     RunRequest nul = sample();
-    nul.argv[1] = std::string("a\0b", 3);
+    nul.command.args[0] = std::string("a\0b", 3);
     CHECK(refusal(encode_request(nul)).find("NUL") != std::string::npos);
     RunRequest no_script = sample();
     no_script.has_script = false;
@@ -119,9 +122,27 @@ TEST_CASE("a malformed run request is refused, never half read") {
         timed.cpu_time = t;
         CHECK(refusal(encode_request(timed)).find("not a number of seconds") != std::string::npos);
     }
-    RunRequest empty = sample();
-    empty.argv.clear();
-    CHECK(refusal(encode_request(empty)) == "no command");
+    // The command: a kind the template runs, with the target that kind has, and only the
+    // interpreter options a run from a template honours.
+    RunRequest kind = sample();
+    kind.command.kind = static_cast<PythonKind>(4);
+    CHECK(refusal(encode_request(kind)) == "an unknown kind of command");
+    RunRequest nameless = sample();
+    nameless.command.target.clear();
+    CHECK(refusal(encode_request(nameless)) == "a script or module without a name");
+    RunRequest stdin_target = sample();
+    stdin_target.command.kind = PythonKind::Stdin;
+    CHECK(refusal(encode_request(stdin_target)) == "a program from stdin with a target");
+    for (PythonOption o : {PythonOption{'O', ""}, PythonOption{'X', "importtime"}, PythonOption{'S', ""},
+                           PythonOption{'c', "x"}, PythonOption{'-', "help"}, PythonOption{'\x7f', ""}}) {
+        RunRequest opt = sample();
+        opt.command.options.push_back(o);
+        INFO(o.letter, o.value);
+        CHECK(refusal(encode_request(opt)) == "an interpreter option a run from a template cannot honour");
+    }
+    RunRequest valued = sample();
+    valued.command.options.push_back({'u', "x"});
+    CHECK(refusal(encode_request(valued)) == "a value for an interpreter option that takes none");
 }
 
 TEST_CASE("a run from a template makes the fresh jail's own directories, and no host bind") {
@@ -186,7 +207,7 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
 }
 
 TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
-    for (auto name : {"plain", "script", "masks", "egress"}) {
+    for (auto name : {"plain", "script", "masks", "egress", "python-options"}) {
         std::string bytes = slurp(std::string(PYJAIL_SOURCE_DIR) + "/tests/fuzz/corpus/run_request/" + name);
         INFO(name);
         REQUIRE_FALSE(bytes.empty());
@@ -196,14 +217,17 @@ TEST_CASE("the fuzz corpus's seed requests are ones a template accepts") {
 
 TEST_CASE("a wiped request holds none of its bytes") {
     RunRequest r = sample();
-    r.argv.push_back("-c");
-    r.argv.push_back(std::string(200, 'c'));            // on the heap
+    r.command.kind = PythonKind::Code;
+    r.command.target = std::string(200, 'c');           // on the heap
     r.env.push_back("T=short");                         // in the string itself
     wipe_request(r);
     auto zeros = [](const std::string& s) {
         return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return c == '\0'; });
     };
-    for (const auto& s : r.argv) CHECK(zeros(s));
+    CHECK(zeros(r.command.target));
+    for (const auto& s : r.command.args) CHECK(zeros(s));
+    for (const auto& o : r.command.options)
+        if (!o.value.empty()) CHECK(zeros(o.value));
     for (const auto& s : r.env) CHECK(zeros(s));
     CHECK(zeros(r.mounts.cwd));
     CHECK(zeros(r.lockdown.hostname));

@@ -24,7 +24,7 @@ ServeBounds bounds_of(const Policy& p, bool cgroup) {
 // The request a client with this policy sends (as spawn.cpp's make_run_request makes it).
 RunRequest request_of(const Policy& p, bool cgroup) {
     RunRequest r;
-    r.argv = {"python", "-c", "pass"};
+    r.command = parse_python_command({"python", "-c", "pass"});
     LimitPlan l = plan_limits(p.limits, cgroup);
     r.lockdown.rlimits = l.rlimits;
     r.cgroup_files = l.cgroup_files;

@@ -37,7 +37,7 @@ MountFacts facts_for(const Policy& p) {
 RunRequest request_for(const Policy& p) {
     MountPlan plan = plan_mounts(p, "/r", facts_for(p), std::nullopt);
     RunRequest r;
-    r.argv = {"python", "-c", "pass"};
+    r.command = parse_python_command({"python", "-c", "pass"});
     r.mounts.ops = plan_forked_mounts(plan);
     r.mounts.cwd = plan.cwd;
     plan_handed_binds(r, plan);
@@ -184,13 +184,14 @@ TEST_CASE("a run whose /work is a host directory gets its script in its own /tmp
     MountPlan plan = plan_mounts(p, "/r", facts, std::string("/srv/code/x.py"));
     REQUIRE(plan.script_jail_path == std::optional<std::string>("/script/x.py"));
     RunRequest r;
-    r.argv = {"python", "/script/x.py", "/script/x.py"};
+    r.command = parse_python_command({"python", "/script/x.py", "/script/x.py"});
     r.has_script = true;
     r.mounts.ops = plan_forked_mounts(plan);
     r.mounts.cwd = plan.cwd;
     plan_handed_binds(r, plan);
-    relocate_run_script(r, plan, 1);
-    CHECK(r.argv == std::vector<std::string>{"python", "/tmp/.script/x.py", "/script/x.py"});  // only the script's
+    relocate_run_script(r, plan);
+    CHECK(r.command.target == "/tmp/.script/x.py");
+    CHECK(r.command.args == std::vector<std::string>{"/script/x.py"});  // only the script's
     const MountOp* copy = op_at(r, OpKind::Copy, "tmp/.script/x.py");
     REQUIRE(copy != nullptr);
     CHECK(copy->mode == 0444);
