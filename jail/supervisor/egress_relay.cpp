@@ -44,27 +44,39 @@ sockaddr_in socket_address(const dns::Ipv4& a, std::uint16_t port) {
 }
 
 constexpr std::size_t kPipeCapacity = 64 * 1024;  // a pipe's default size
-// Downloads go through a larger pipe: each relay wake-up then moves up to this much, so a
-// 100 MB download costs the supervisor a quarter of the wake-ups (on a busy 2-CPU host,
-// fewer switches between server, relay and client are what throughput is made of). Bound:
-// kMaxConnections of them, 32 x (256 + 64) KiB = 10 MiB of pipe pages at most, and only
-// while full.
+// A download that has filled its pipe goes on through a larger one: each relay wake-up then
+// moves up to this much, so a 100 MB download costs the supervisor a quarter of the wake-ups
+// (on a busy 2-CPU host, fewer switches between server, relay and client are what throughput
+// is made of). Bound: kMaxConnections of them, 32 x (256 + 64) KiB = 10 MiB of pipe pages at
+// most, and only while full.
+// Attack: a pipe counts against the invoking user's pipe budget (fs.pipe-user-pages-soft) by
+// its size, not by what it holds, for as long as it exists, and past that budget every new
+// pipe of the user gets two pages. A jail holding its connections idle would have charged
+// 32 x 256 KiB of download pipes to the user; an idle connection's pipes keep the default.
 constexpr std::size_t kDownloadPipeCapacity = 256 * 1024;
 
 struct Pipe {
     UniqueFd r, w;
     std::size_t fill = 0;  // bytes in it
     std::size_t capacity = kPipeCapacity;
+    std::size_t grow_to = 0;  // the size it asks for once it has filled (0: none)
 
-    // Asks for `want` bytes, then uses its real size. Attack: a jail that shares the
-    // invoking user's host uid (no id range of its own) spends the user's pipe budget
-    // (fs.pipe-user-pages-soft) on pipes of its own, so the supervisor's new pipes get two
-    // pages (and F_SETPIPE_SZ fails); waiting to fill more than it holds, the relay would
-    // poll a full pipe without end and spin the supervisor's CPU.
+    // Its real size. Attack: a jail that shares the invoking user's host uid (no id range of
+    // its own) spends the user's pipe budget (fs.pipe-user-pages-soft) on pipes of its own,
+    // so the supervisor's new pipes get two pages (and F_SETPIPE_SZ fails); waiting to fill
+    // more than it holds, the relay would poll a full pipe without end and spin the
+    // supervisor's CPU.
     void size_up(std::size_t want) {
         if (want > kPipeCapacity) (void)::fcntl(w.get(), F_SETPIPE_SZ, static_cast<int>(want));
         int got = ::fcntl(w.get(), F_GETPIPE_SZ);
         if (got > 0) capacity = std::min(static_cast<std::size_t>(got), want);
+    }
+    // Once full, asks once for grow_to: a download, never an idle connection.
+    void grow_when_full() {
+        if (fill < capacity || grow_to <= capacity) return;
+        std::size_t want = grow_to;
+        grow_to = 0;
+        size_up(want);
     }
 };
 
@@ -478,7 +490,8 @@ void EgressRelay::connect_upstream(Conn& c) {
     c.down.r.reset(p2[0]);
     c.down.w.reset(p2[1]);
     c.up.size_up(kPipeCapacity);
-    c.down.size_up(kDownloadPipeCapacity);
+    c.down.size_up(kPipeCapacity);
+    c.down.grow_to = kDownloadPipeCapacity;
     sockaddr_in to = socket_address(slot.address, c.port);
     if (::connect(c.upstream.get(), reinterpret_cast<sockaddr*>(&to), sizeof to) == 0)
         c.state = Conn::State::Open;
@@ -589,6 +602,7 @@ bool EgressRelay::pump(Conn& c, bool up, double now) {
                 }
             }
         }
+        pipe.grow_when_full();  // a full pipe's worth was waiting: a download
         if (eof && pipe.fill == 0 && (!up || c.head_out.empty()) && !shut) {
             ::shutdown(to, SHUT_WR);
             shut = true;

@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <string_view>
 
 #include "template_binds.hpp"
@@ -26,6 +27,13 @@ std::vector<UsernsLimit> userns_limits_to_write(const std::vector<UsernsLimit>& 
     // kept here (also for unshare(CLONE_NEWUSER | CLONE_NEWNET) in one call: the user namespace
     // is counted first). The filter refuses every CLONE_NEW* as well; test_jail_namespaces.py
     // shows the kernel refusing each kind without it (--seccomp off).
+    // Fail closed: that holds only while user.max_user_namespaces=0 is written (required) with
+    // them. Attack: a plan that let the program make a user namespace, where it would hold
+    // CAP_SYS_ADMIN, with the other counts left out here: every other kind unbounded in it.
+    const bool no_user_namespaces = std::any_of(limits.begin(), limits.end(), [](const UsernsLimit& l) {
+        return std::string_view(l.name) == "max_user_namespaces" && l.value == 0 && l.required;
+    });
+    if (!no_user_namespaces) return limits;
     std::vector<UsernsLimit> kept;
     for (const auto& l : limits) {
         std::string_view name = l.name;

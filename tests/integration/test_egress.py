@@ -10,14 +10,17 @@ target without the jail (the positive control), then to fail in it.
 
 from __future__ import annotations
 
+import fcntl
 import http.server
 import json
+import os
 import socket
 import socketserver
 import ssl
 import struct
 import subprocess
 import threading
+import time
 
 import pytest
 
@@ -480,6 +483,75 @@ def test_a_connection_flood_is_bounded_and_the_run_ends_on_time(run_py, world_tm
     assert r.result["held"] > 32, r.result
     assert 0 < e["most_at_once"] <= 32, e  # kMaxConnections
     assert e["connections"] <= 400, e
+
+
+def supervisor_pipe_sizes(pid: int) -> list[int]:
+    """The sizes (F_GETPIPE_SZ) of the pipes process `pid` holds, each once."""
+    sizes = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+            if link.startswith("pipe:") and link not in sizes:
+                own = os.open(f"/proc/{pid}/fd/{fd}", os.O_RDONLY | os.O_NONBLOCK)
+                try:
+                    sizes[link] = fcntl.fcntl(own, 1032)  # F_GETPIPE_SZ
+                finally:
+                    os.close(own)
+        except OSError:
+            pass  # closed meanwhile
+    return sorted(sizes.values())
+
+
+# The relay's pipes count against the invoking user's pipe budget (fs.pipe-user-pages-soft) by
+# their size, not by what they hold, for as long as they exist; past that budget every new
+# pipe of the user (any of its processes) gets two pages. Attack: a jail holding its 32
+# connections idle made the supervisor charge 32 x 256 KiB of download pipes to the user.
+# Only a download that fills its pipe gets the larger one.
+def test_idle_connections_hold_only_default_pipes_and_a_download_grows_its_own(popen_jail, internet, as_user):
+    from conftest import read_line
+
+    db = ["--allow-host", f"db.test:{internet.db.port}", "--net-resolve", "db.test:127.0.0.1"]
+    web = ["--allow-host", f"web.test:{internet.http_port}", "--net-resolve", "web.test:127.0.0.1"]
+    p = popen_jail(["--quiet", "--net", "allow", *db, *web, "--wall-time", "60", "--", "python", "-c", f"""
+import socket, sys
+held = []
+for _ in range(30):
+    s = socket.create_connection(("db.test", {internet.db.port}), timeout=10)
+    assert s.recv(16) == b"DB READY\\n"
+    held.append(s)
+print("idle", flush=True)
+sys.stdin.readline()
+# A download the program does not read yet: the relay's pipe fills.
+big = socket.socket()
+big.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+big.settimeout(10)
+big.connect(("web.test", {internet.http_port}))
+big.sendall(b"GET /big HTTP/1.1\\r\\nHost: web.test:{internet.http_port}\\r\\n\\r\\n")
+print("downloading", flush=True)
+sys.stdin.readline()
+"""], user=as_user, stdin=subprocess.PIPE)
+    try:
+        assert read_line(p.stdout, 60) == b"idle\n", p.stderr.read1() if p.poll() is not None else "no line"
+        idle = supervisor_pipe_sizes(p.pid)
+        assert len(idle) >= 60, idle  # two per relayed connection
+        assert max(idle) <= 64 << 10, idle
+        p.stdin.write(b"\n")
+        p.stdin.flush()
+        assert read_line(p.stdout, 60) == b"downloading\n"
+        grown = []
+        for _ in range(200):  # until the relay has filled the download's pipe
+            grown = [s for s in supervisor_pipe_sizes(p.pid) if s > 64 << 10]
+            if grown:
+                break
+            time.sleep(0.05)
+        assert grown == [256 << 10], supervisor_pipe_sizes(p.pid)
+    finally:
+        try:
+            p.stdin.write(b"\n\n")  # both of the program's waits end
+            p.stdin.flush()
+        except OSError:
+            pass
+        p.wait(60)
 
 
 # --------------------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ import uuid
 
 import pytest
 
+from pyjail_testing import skip_or_fail
+
 # add_key/keyctl through ctypes (Python has no binding), run on the host as a given user.
 KEYS = r'''
 import ctypes, sys
@@ -79,6 +81,30 @@ def test_proc_hides_keys_and_the_kernel_command_line(run_py, as_user, invoker_ke
     assert got["acpi"] == []
     assert got["sys write"] == "EROFS"
     assert all(got["kept"].values()), got["kept"]
+
+
+# The masked /proc directories are read-only binds of one empty directory of the jail's
+# writable scratch tmpfs (mountplan.cpp): a file written through one mask would show in every
+# other, and a chmod would reach them all. Each bind must refuse writes itself.
+def test_the_masked_proc_directories_stay_empty_and_read_only(run_py, as_user):
+    r = run_py("""\
+        masked = [d for d in ["acpi", "asound", "scsi", "driver"] if os.path.isdir("/proc/" + d)]
+        out = {"masked": masked}
+        for d in masked:
+            p = "/proc/" + d
+            out[d] = {"create": attempt(lambda: open(p + "/planted", "w").close()),
+                      "mkdir": attempt(lambda: os.mkdir(p + "/planted")),
+                      "chmod": attempt(lambda: os.chmod(p, 0o777)),
+                      "utime": attempt(lambda: os.utime(p))}
+        out["after"] = {d: os.listdir("/proc/" + d) for d in masked}
+        emit(out)
+        """, user=as_user)
+    got = r.result
+    if not got["masked"]:
+        skip_or_fail("this kernel's /proc has none of the masked directories")
+    for d in got["masked"]:
+        assert set(got[d].values()) == {"EROFS"}, (d, got[d])
+    assert all(v == [] for v in got["after"].values()), got["after"]
 
 
 def _home_with_credentials(world_tmp):

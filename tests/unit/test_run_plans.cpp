@@ -183,3 +183,23 @@ TEST_CASE("a fresh jail writes only the user-namespace counts its program could 
         else if (n.find("_namespaces") != std::string::npos) CHECK(l.value > 0);
     }
 }
+
+TEST_CASE("a fresh jail leaves the other namespace counts out only while it writes max_user_namespaces=0") {
+    // Attack: a plan whose program could make a user namespace (and hold CAP_SYS_ADMIN in it);
+    // the mount, pid, net, ... counts of 0 are then what caps it, and must all be written.
+    const std::vector<UsernsLimit> some_allowed = {{"max_inotify_instances", 128, true},
+                                                   {"max_user_namespaces", 1, true},
+                                                   {"max_mnt_namespaces", 0, true},
+                                                   {"max_net_namespaces", 0, true},
+                                                   {"max_time_namespaces", 0, false}};
+    CHECK(userns_limits_to_write(some_allowed, false).size() == some_allowed.size());
+    std::vector<UsernsLimit> unwritten = some_allowed;
+    unwritten.erase(unwritten.begin() + 1);  // no user.max_user_namespaces at all
+    CHECK(userns_limits_to_write(unwritten, false).size() == unwritten.size());
+    std::vector<UsernsLimit> optional = some_allowed;
+    optional[1] = {"max_user_namespaces", 0, false};  // skipped on a kernel without it
+    CHECK(userns_limits_to_write(optional, false).size() == optional.size());
+    std::vector<UsernsLimit> none = some_allowed;
+    none[1].value = 0;
+    CHECK(userns_limits_to_write(none, false).size() == 2);  // inotify and the user namespaces
+}
