@@ -26,13 +26,6 @@ ROOT = Path(__file__).resolve().parent.parent
 JAIL = ROOT / "jail"
 LIMIT = 80
 
-# Functions being split elsewhere right now, allowed their length until then: remove an entry
-# when its function is under the limit (test_the_allowed_are_still_long says when), and the
-# list when it is empty. Keyed by file name and the function's name as written.
-ALLOWED_LONGER = {
-    ("main.cpp", "run"),  # the command line's three modes
-    ("spawn.cpp", "run_via"),  # the --via client
-}
 
 
 @dataclass(frozen=True)
@@ -266,7 +259,7 @@ def test_functions_fit_in_80_lines():
     too_long = [
         f"{qualified(f)}: {f.lines} lines"
         for f in jail_functions()
-        if f.lines > LIMIT and (f.path.name, f.name) not in ALLOWED_LONGER
+        if f.lines > LIMIT
     ]
     assert not too_long, f"functions over {LIMIT} lines; split them by what they do:\n" + "\n".join(too_long)
 
@@ -294,12 +287,6 @@ def test_the_counting_on_a_sample(tmp_path):
     )
     got = sorted((f.name, f.first, f.last) for f in functions_in(sample))
     assert got == [("S", 11, 11), ("f", 4, 8), ("get", 12, 14)]
-
-
-def test_the_allowed_are_still_long():
-    """An allowed function that got short must leave the list, so it cannot grow back."""
-    long_ones = {(f.path.name, f.name) for f in jail_functions() if f.lines > LIMIT}
-    assert ALLOWED_LONGER <= long_ones, f"under {LIMIT} lines now; drop from ALLOWED_LONGER: {ALLOWED_LONGER - long_ones}"
 
 
 if __name__ == "__main__":

@@ -235,17 +235,51 @@ int request_fd_count(const RunRequest& r) {
     return 4 + (r.has_script ? 1 : 0) + (r.into_cgroup ? 1 : 0) + static_cast<int>(r.binds);
 }
 
-std::string encode_request(const RunRequest& r) {
-    Writer w;
-    w.str(kMagic);
-    w.u32(static_cast<std::uint32_t>(r.command.kind));
-    w.str(r.command.target);
-    w.strs(r.command.args);
-    w.u32(static_cast<std::uint32_t>(r.command.options.size()));
-    for (const auto& o : r.command.options) {
+namespace {
+
+// python's command line, parsed by the client (command.hpp).
+void encode_command(Writer& w, const PythonCommand& c) {
+    w.u32(static_cast<std::uint32_t>(c.kind));
+    w.str(c.target);
+    w.strs(c.args);
+    w.u32(static_cast<std::uint32_t>(c.options.size()));
+    for (const auto& o : c.options) {
         w.u32(static_cast<unsigned char>(o.letter));
         w.str(o.value);
     }
+}
+
+// --net allow: the run's egress policy, and the sockets its pid 1 binds for it.
+void encode_egress(Writer& w, const EgressPolicy& e, const std::vector<EgressSocketSpec>& sockets) {
+    w.u32(static_cast<std::uint32_t>(e.hosts.size()));
+    for (const auto& h : e.hosts) {
+        w.str(h.name);
+        w.u32(static_cast<std::uint32_t>(h.ports.size()));
+        for (auto port : h.ports) w.u32(port);
+    }
+    w.u32(static_cast<std::uint32_t>(e.pins.size()));
+    for (const auto& p : e.pins) {
+        w.str(p.name);
+        w.str(dns::format_ipv4(p.address));
+    }
+    w.u32(e.bytes ? 1 : 0);
+    w.u64(e.bytes.value_or(0));
+    w.str(e.dns_server ? dns::format_ipv4(*e.dns_server) : std::string());
+    w.u32(e.dns_port);
+    w.u32(static_cast<std::uint32_t>(sockets.size()));
+    for (const auto& sock : sockets) {
+        w.u32(sock.address);
+        w.u32(sock.port);
+        w.u32(sock.udp ? 1 : 0);
+    }
+}
+
+}  // namespace
+
+std::string encode_request(const RunRequest& r) {
+    Writer w;
+    w.str(kMagic);
+    encode_command(w, r.command);
     w.strs(r.env);
     // The lock-down's fields and the mount plan's keep their places of version 1.
     const Lockdown& lock = r.lockdown;
@@ -295,28 +329,7 @@ std::string encode_request(const RunRequest& r) {
             if (r.mounts.ops[i].kind == OpKind::Bind &&
                 r.mounts.ops[i].source_slot == kFirstHandedSlot + static_cast<int>(k))
                 w.u32(static_cast<std::uint32_t>(i));
-    const EgressPolicy& e = r.egress;
-    w.u32(static_cast<std::uint32_t>(e.hosts.size()));
-    for (const auto& h : e.hosts) {
-        w.str(h.name);
-        w.u32(static_cast<std::uint32_t>(h.ports.size()));
-        for (auto port : h.ports) w.u32(port);
-    }
-    w.u32(static_cast<std::uint32_t>(e.pins.size()));
-    for (const auto& p : e.pins) {
-        w.str(p.name);
-        w.str(dns::format_ipv4(p.address));
-    }
-    w.u32(e.bytes ? 1 : 0);
-    w.u64(e.bytes.value_or(0));
-    w.str(e.dns_server ? dns::format_ipv4(*e.dns_server) : std::string());
-    w.u32(e.dns_port);
-    w.u32(static_cast<std::uint32_t>(lock.egress_sockets.size()));
-    for (const auto& sock : lock.egress_sockets) {
-        w.u32(sock.address);
-        w.u32(sock.port);
-        w.u32(sock.udp ? 1 : 0);
-    }
+    encode_egress(w, r.egress, lock.egress_sockets);
     return w.take();
 }
 
