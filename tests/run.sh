@@ -15,9 +15,9 @@
 #   host:   tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py (which
 #           folder may include which), tests/test_function_length.py (no function in jail/
 #           over 80 lines), then the attack suites again through a template -- the tests that
-#           look for leftovers on this host
+#           look for leftovers on this host -- then the Python package's README examples
 #   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
-#           the Python package
+#           the rest of the Python package's tests
 #   python: tests/rootfs (the rootfs builder)
 # The vm and python lanes keep their temporary files in directories named like the
 # integration tests' (which their leftover checks pass over), and run pyjail from a staged copy
@@ -109,7 +109,8 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
     export PYJAIL_VM_KERNEL
 fi
 
-pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider)
+# --durations: the slowest tests of each run are in the log, for balancing the lanes.
+pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=10)
 
 lane_host() {
     local status=0
@@ -122,6 +123,8 @@ lane_host() {
         tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py \
         tests/integration/test_egress.py tests/integration/test_jail_profiles.py "$@" ||
         status=$?
+    echo "==> the Python package's README examples, in a venv made as the README says"
+    package_tests host tests/python/test_readme_adapters.py "$@" || status=$?
     return "$status"
 }
 lane_vm() {
@@ -132,11 +135,18 @@ lane_vm() {
     TMPDIR="$scratch/vm-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
         "${pytest[@]}" tests/vm "$@" || status=$?
     echo "==> Python package tests"
-    mkdir -m 1777 "$scratch/package-tmp"
-    TMPDIR="$scratch/package-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
-        PYJAIL_TEST_WHEELHOUSE="$venv/wheelhouse" \
-        "$venv/bin/python" -m pytest -q -p no:cacheprovider tests/python "$@" || status=$?
+    package_tests vm tests/python --ignore=tests/python/test_readme_adapters.py "$@" || status=$?
     return "$status"
+}
+# The Python package's tests (LANE NAME PYTEST-ARGS...), in the test venv, with a temporary
+# directory of the lane's own, named so that the integration tests' leftover checks pass over it.
+package_tests() {
+    local tmp="$scratch/package-tmp-$1"
+    shift
+    mkdir -m 1777 "$tmp"
+    TMPDIR="$tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        PYJAIL_TEST_WHEELHOUSE="$venv/wheelhouse" \
+        "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "$@"
 }
 lane_python() {
     mkdir -m 1777 "$scratch/python-tmp"
