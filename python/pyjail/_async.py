@@ -3,9 +3,9 @@
 
 A jailed program runs in its own processes whatever the host does, so an
 awaiting caller needs only its wait to be off the event loop: each call runs
-the blocking driver (Session, run) in a thread of its own, started for the
-call, so the loop goes on serving other tasks and no shared thread pool
-bounds how many jails run at once. Output callbacks (``on_stdout``,
+the blocking driver (Session, run) in a thread of its own (an idle one from
+an earlier call, or one started for it), so the loop goes on serving other
+tasks and no bounded thread pool limits how many jails run at once. Output callbacks (``on_stdout``,
 ``on_stderr``) run on the event loop, in order, and may be coroutine
 functions.
 
@@ -27,6 +27,7 @@ import asyncio
 import contextvars
 import inspect
 import os
+import queue
 import threading
 import time
 from typing import (Any, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Tuple,
@@ -42,8 +43,52 @@ T = TypeVar("T")
 AsyncOutputCallback = Callable[[str], Union[None, Awaitable[None]]]
 
 
+class _Workers:
+    """Daemon threads for _in_thread's calls, each call on a thread of its own at the time:
+    an idle thread from an earlier call takes it, else a new thread starts. Reused because
+    starting one holds the event loop until the new thread runs (Thread.start waits for it:
+    about 1 ms a call on a busy host, which a server's every cell paid). Daemon threads, and
+    no executor, because an abandoned call (a cancelled await) may block for long and must
+    not hold the interpreter's exit. A thread idle for `IDLE_SECONDS` ends."""
+
+    IDLE_SECONDS = 30.0
+
+    def __init__(self) -> None:
+        self._jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._idle = 0      # threads waiting for a job that no submit has counted on yet
+
+    def submit(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            start = self._idle == 0
+            if not start:
+                self._idle -= 1     # this job's thread: it will take a job off the queue
+        self._jobs.put(job)
+        if start:
+            threading.Thread(target=self._serve, name="pyjail-async", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=self.IDLE_SECONDS)
+            except queue.Empty:
+                with self._lock:
+                    # Leave only if no submit counted on this thread meanwhile.
+                    if self._idle > 0:
+                        self._idle -= 1
+                        return
+                continue
+            job()
+            del job
+            with self._lock:
+                self._idle += 1
+
+
+_workers = _Workers()
+
+
 async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-    """fn(*args, **kwargs) in a new thread (with the caller's context
+    """fn(*args, **kwargs) in a thread of its own (with the caller's context
     variables), awaited. Cancelling the await abandons the call: the caller
     ends it by other means (interrupt, kill)."""
     loop = asyncio.get_running_loop()
@@ -68,7 +113,7 @@ async def _in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         except RuntimeError:
             pass            # the loop is closed: nobody waits for it any more
 
-    threading.Thread(target=work, name="pyjail-async", daemon=True).start()
+    _workers.submit(work)
     return await future
 
 
