@@ -10,18 +10,19 @@
 #   PYJAIL_MUST_WORK=1      # a test that would be skipped for lack of a host feature fails
 #
 # What waits on the network (the test venv's packages from PyPI, the VM's kernel) starts in the
-# background before the build. The tests then run in three lanes at once, each with its own
-# log, printed whole when the lane ends:
-#   host:   tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py (which
-#           folder may include which), tests/test_function_length.py (no function in jail/
-#           over 80 lines), then the attack suites again through a template -- the tests that
-#           look for leftovers on this host -- then the Python package's README examples
-#   vm:     tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
-#           the rest of the Python package's tests
-#   python: tests/rootfs (the rootfs builder)
-# The vm and python lanes keep their temporary files in directories named like the
-# integration tests' (which their leftover checks pass over), and run pyjail from a staged copy
-# of their own, so the host lane's checks see none of theirs.
+# background before the build. The tests then run in four lanes at once (most of their time
+# is spent waiting on jails, VMs and timeouts, not on the CPUs), each with its own log, printed
+# whole when the lane ends:
+#   host:    tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py (which
+#            folder may include which), tests/test_function_length.py (no function in jail/
+#            over 80 lines), then the attack suites again through a template -- the tests that
+#            look for leftovers on this host
+#   vm:      tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table)
+#   package: tests/python (the Python package)
+#   python:  tests/rootfs (the rootfs builder)
+# The other lanes keep their temporary files in directories named like the integration tests'
+# (which their leftover checks pass over), and run pyjail from a staged copy of their own, so
+# the host lane's checks see none of theirs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -123,20 +124,17 @@ lane_host() {
         tests/integration/test_jail_environment.py tests/integration/test_jail_filesystem.py \
         tests/integration/test_egress.py tests/integration/test_jail_profiles.py "$@" ||
         status=$?
-    echo "==> the Python package's README examples, in a venv made as the README says"
-    package_tests host tests/python/test_readme_adapters.py "$@" || status=$?
     return "$status"
 }
 lane_vm() {
     mkdir "$scratch/vm-tmp"
-    local status=0
-    # The VM tests read the staged binary (ldd, copies into the guest): the vm lane's own copy,
-    # so that the host lane's leftover checks never see their processes.
+    # The VM tests read the staged binary (ldd, copies into the guest): the copy the package
+    # and rootfs lanes use too, so that the host lane's leftover checks never see their processes.
     TMPDIR="$scratch/vm-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
-        "${pytest[@]}" tests/vm "$@" || status=$?
-    echo "==> Python package tests"
-    package_tests vm tests/python --ignore=tests/python/test_readme_adapters.py "$@" || status=$?
-    return "$status"
+        "${pytest[@]}" tests/vm "$@"
+}
+lane_package() {
+    package_tests package tests/python "$@"
 }
 # The Python package's tests (LANE NAME PYTEST-ARGS...), in the test venv, with a temporary
 # directory of the lane's own, named so that the integration tests' leftover checks pass over it.
@@ -159,8 +157,8 @@ wait "$venv_pid" || { cat "$scratch/venv.log" >&2
                       echo "tests/run.sh: cannot install the test venv $venv" >&2; exit 1; }
 cat "$scratch/venv.log"
 
-say "tests, in three lanes: host (integration), vm (and the Python package), python (the rootfs builder)"
-lanes=(host vm python)
+say "tests, in four lanes: host (integration), vm, package (the Python package), python (the rootfs builder)"
+lanes=(host vm package python)
 declare -A lane_pid
 for lane in "${lanes[@]}"; do
     "lane_$lane" "$@" >"$scratch/$lane.log" 2>&1 &
@@ -177,7 +175,7 @@ for lane in "${lanes[@]}"; do
 done
 
 # One closing line for the whole suite, summed over every pytest run's own summary.
-python3 - "$scratch"/{host,vm,python}.log <<'EOF'
+python3 - "$scratch"/{host,vm,package,python}.log <<'EOF'
 import re, sys
 counts = {"passed": 0, "failed": 0, "skipped": 0, "error": 0}
 for path in sys.argv[1:]:

@@ -251,7 +251,7 @@ class TableOption:
 @pytest.fixture(scope="session")
 def option_table() -> list[TableOption]:
     src = OPTIONS_CPP.read_text()
-    start = src.index("table = {")
+    start = src.index("kOptions[] = {")
     end = src.index("};", start)
     rows = re.findall(
         r'\{\s*"([a-z0-9-]+)",\s*OptKind::(\w+),\s*"([^"]*)",\s*"([^"]*)",.*?,\s*(true|false)\s*\}',

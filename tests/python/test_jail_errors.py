@@ -62,7 +62,7 @@ def test_a_pool_and_its_runs_and_sessions():
     with pytest.raises(pyjail.JailError) as info:
         pyjail.Pool(["no_such_module_xyz"])
     e = info.value
-    assert e.step == "serve" and "--preload" in e.hint
+    assert e.step == "template" and "--preload" in e.hint
     # pyjail's line says the template's error is above it: that error's last line is added.
     assert e.message.endswith("the template said: ModuleNotFoundError: No module named "
                               "'no_such_module_xyz'"), e.message
