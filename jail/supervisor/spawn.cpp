@@ -415,6 +415,23 @@ int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     return facts.exit_code;
 }
 
+// Both doors from here on, once the jail's pid 1 exists (a fresh jail's clone, or a run the
+// template forked): supervised until it is gone, then the output flushed, the relay's
+// decisions, the usage (`usage`: where each door reads it) and how the run ended.
+int supervise_to_the_end(const RunPlan& p, JailHandle& jail, Channels& channels,
+                         std::optional<CgroupLeaf>& leaf, TerminalSettings& terminal,
+                         double started_ms, RunFacts& facts,
+                         Usage (*usage)(const std::optional<CgroupLeaf>&, const Supervised&)) {
+    Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
+    jail.mark_reaped();
+    terminal.restore();
+    finish_output(p, channels);
+    finish_egress(channels, s);
+    static_cast<JailEnd&>(facts) = s.end;
+    static_cast<Usage&>(facts) = usage(leaf, s);
+    return report_end(p, s, facts);
+}
+
 }  // namespace
 
 int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
@@ -442,15 +459,7 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     channels.close_jail_ends();
     release_jail(ids, jail, channels);
 
-    Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
-    jail.mark_reaped();
-    terminal.restore();
-    finish_output(p, channels);
-    finish_egress(channels, s);
-
-    static_cast<JailEnd&>(facts) = s.end;
-    static_cast<Usage&>(facts) = collect_usage(leaf, s);
-    return report_end(p, s, facts);
+    return supervise_to_the_end(p, jail, channels, leaf, terminal, started_ms, facts, collect_usage);
 }
 
 
@@ -630,15 +639,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     // The run's pid 1 is the template's child, not ours: the supervisor watches it through
     // the pidfd, reads how it ended from its messages, and kills it through the pidfd.
     JailHandle jail(pidfd.release(), reply.pid);
-    Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
-    jail.mark_reaped();
-    terminal.restore();
-    finish_output(p, channels);
-    finish_egress(channels, s);
-
-    static_cast<JailEnd&>(facts) = s.end;
-    static_cast<Usage&>(facts) = via_usage(leaf, s);
-    return report_end(p, s, facts);
+    return supervise_to_the_end(p, jail, channels, leaf, terminal, started_ms, facts, via_usage);
 }
 
 }  // namespace pyjail::supervisor
