@@ -767,11 +767,13 @@ class Server:
     @staticmethod
     def _describe(e):
         """The exception as the cell would see it: its traceback without the
-        server's own frames (the cell, and what the cell called)."""
-        import traceback
+        server's own frames (the cell, and what the cell called). Never fails:
+        the cell's result goes back even when the traceback cannot be made
+        (e.g. the traceback module cannot be imported)."""
         here = _OWN_FILES
         text = te = None
         try:
+            import traceback
             te = traceback.TracebackException(type(e), e, e.__traceback__, limit=200)
             seen = set()
             todo = [te]

@@ -103,7 +103,7 @@ def test_timeout_interrupts_and_keeps_state(session):
     r = session.run("print('before')\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)",
                     timeout=1)
     assert 0.9 < time.monotonic() - t < 5
-    assert r.timed_out and not r.restarted
+    assert r.timed_out and not r.restarted, r.error
     assert r.error.type == "KeyboardInterrupt" and "time.sleep" in r.error.traceback
     assert r.stdout == "before\n"
     assert session.run("state, n > 10").value == "('kept', True)"
@@ -111,6 +111,16 @@ def test_timeout_interrupts_and_keeps_state(session):
     r = session.run("while True: pass", timeout=0.5)
     assert r.timed_out and not r.restarted
     assert session.run("state").value == "'kept'"
+
+
+def test_a_failure_is_reported_when_its_traceback_cannot_be_made(session):
+    # The traceback module cannot be imported (here the cell hid it; a rootfs deleted under a
+    # running session does the same): the cell's error still comes back as its result, and
+    # the session keeps its state, where the server used to break the protocol.
+    r = session.run("import sys\nsys.modules['traceback'] = None\nkept = 1\n1/0")
+    assert r.error is not None and r.error.type == "ZeroDivisionError", r.error
+    assert not r.restarted and "traceback unavailable" in r.error.traceback
+    assert session.run("del sys.modules['traceback']\nkept").value == "1"
 
 
 def test_unresponsive_interpreter_is_killed_and_restarted():

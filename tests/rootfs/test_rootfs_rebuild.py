@@ -31,6 +31,9 @@ from test_rootfs_command import (  # noqa: E402,F401  (fixtures are used by name
     stderr_of, users, world_dir)
 from tiny_packages import make_sdist, make_wheel  # noqa: E402
 
+sys.path.insert(0, str(REPO / "rootfs"))
+import rootfs_rebuild  # noqa: E402
+
 SOURCES = "etc/pyjail-rootfs.sources.json"
 
 
@@ -427,7 +430,9 @@ def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
     # The default rootfs as installed, kept as hard links (instant, no copy): the rebuild
     # makes a new tree and swaps it in, so these stay as they were, and putting them back
     # afterwards spares a second full rebuild just to return to this host's own database.
-    kept = top / "default-as-installed"
+    # (Its name has the suffix a build's own temporary tree has, so that retiring it below
+    # keeps it under a name of its own.)
+    kept = top / ("default-as-installed.tmp-" + uuid.uuid4().hex[:8])
     same_fs = top.stat().st_dev == default.stat().st_dev
     subprocess.run(["cp", "-al" if same_fs else "-a", str(default), str(kept)], check=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(user.home)}
@@ -452,7 +457,10 @@ def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
             # At once (renameat2 RENAME_EXCHANGE): the installed rootfs is never missing for
             # the jails the other lanes start from it meanwhile.
             exchange(kept, default)
-            shutil.rmtree(kept, ignore_errors=True)
+            # `kept` now holds the rebuilt tree, the root of every jail another lane started
+            # since the rebuild (a session imports from it for as long as it lives): it is
+            # retired as the rebuild retires a tree, kept as DIR.old-* while a jail runs in it.
+            rootfs_rebuild.retire(str(kept), str(default), lambda text: None)
         else:
             shutil.rmtree(default, ignore_errors=True)
             shutil.move(str(kept), str(default))
