@@ -89,8 +89,9 @@ class Limits:
     """The jail's rarer limits, as pyjail's options of the same names (None:
     the profile's); ``timeout`` and ``memory`` are keywords of their own, and
     any other limit (``cpus``, ``fsize``, ``nofile``, ...) goes by name
-    through ``options=``. Taken by run(), Session, AsyncSession, Pool and
-    the agent adapters::
+    through ``options=``. A setting given both by a keyword or here and in
+    ``options=`` is refused (ValueError). Taken by run(), Session,
+    AsyncSession, Pool and the agent adapters::
 
         pyjail.run(code, limits=pyjail.Limits(cpu_time=5, pids=32))
     """
@@ -313,6 +314,20 @@ def option_args(options: Optional[Mapping[str, Any]]) -> List[str]:
     return args
 
 
+def refuse_given_twice(named: Mapping[str, Any],
+                       options: Optional[Mapping[str, Any]]) -> None:
+    """ValueError when ``options=`` gives a setting that a keyword or a Limits
+    field (``named``: pyjail's option name -> the value given, None or empty
+    for not given) already gives: which of the two should win is not for
+    pyjail to guess, and a silent winner hides a limit the caller set."""
+    for key, value in (options or {}).items():
+        name = str(key).replace("_", "-")
+        if value is None or named.get(name) in (None, (), [], {}):
+            continue
+        raise ValueError("the %s option is given twice, as options[%r] and as a keyword or "
+                         "Limits field of the call: give it once" % (name, key))
+
+
 def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = None,
               memory: Optional[Size] = None, net: Optional[str] = None,
               env: Optional[Mapping[str, str]] = None,
@@ -347,6 +362,9 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     rare = (limits or Limits()).as_options()
     if wall_time is not None:
         rare["wall_time"] = wall_time
+    refuse_given_twice(dict({k.replace("_", "-"): v for k, v in rare.items()},
+                            profile=profile, memory=memory, net=net, rootfs=rootfs, env=env,
+                            **{"allow-host": allow_hosts}), options)
     args += option_args({"wall-time": rare.pop("wall_time"), "memory": memory, "net": net,
                          "allow-host": [str(h) for h in allow_hosts],
                          "rootfs": None if rootfs is None else os.fspath(rootfs),

@@ -31,7 +31,7 @@ import time
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from ._common import (EXIT_PYJAIL_ERROR, JailError, Limits, Report, find_binary, option_args,
-                      setup_error)
+                      refuse_given_twice, setup_error)
 from ._run import Result, run
 from ._session import Session
 
@@ -141,6 +141,11 @@ class Pool:
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
         self._allow_hosts = [str(h) for h in allow_hosts]
+        # The limits are options like the others, each given once.
+        refuse_given_twice(dict({k.replace("_", "-"): v
+                                 for k, v in (limits or Limits()).as_options().items()},
+                                profile=profile, net=net, rootfs=rootfs,
+                                **{"allow-host": allow_hosts}), options)
         self._binary = find_binary(binary)
         self._profile = profile
         self._rootfs = None if rootfs is None else os.fspath(rootfs)
@@ -149,7 +154,6 @@ class Pool:
         self._closed = False
         self._lock = threading.Lock()
         self._turn = itertools.count()
-        # The limits are options like the others (a later one wins, as on pyjail's command line).
         options = dict((limits or Limits()).as_options(), **(options or {}))
         args = ["--profile", profile]
         if self._rootfs is not None:

@@ -6,6 +6,8 @@ import re
 import pytest
 
 from pyjail_testing import REPO
+import pyjail
+from pyjail import Limits
 from pyjail._common import FLAG_OPTIONS, jail_args, option_args
 
 pytestmark = pytest.mark.no_binary
@@ -60,3 +62,27 @@ def test_run_session_and_pool_map_options_the_same_way(monkeypatch):
                      defaults=option_args({"memory": "64M", "wall_time": 3}))
     assert args == ["--profile", "strict", "--memory", "64M", "--wall-time", "3",
                     "--memory", "1G", "--env", "A=1", "--cpu-time", "5", "--quiet"]
+
+
+@pytest.mark.parametrize("keywords, options", [
+    ({"memory": "1G"}, {"memory": "2G"}),
+    ({"limits": Limits(cpu_time=5)}, {"cpu_time": 10}),
+    ({"limits": Limits(pids=8)}, {"pids": 64}),
+    ({"wall_time": 3}, {"wall-time": 30}),
+    ({"allow_hosts": ["pypi.org"]}, {"allow_host": ["example.com"]}),
+    ({"profile": "strict"}, {"profile": "standard"}),
+])
+def test_a_setting_given_twice_is_refused(keywords, options):
+    # A limit given by its keyword (or in Limits) and again in options=: refused, where the
+    # later option used to win silently and drop the limit the caller set.
+    with pytest.raises(ValueError, match="given twice"):
+        jail_args(options=options, **keywords)
+
+
+def test_a_pool_refuses_a_setting_given_twice(monkeypatch):
+    monkeypatch.delenv("PYJAIL_AUDIT_LOG", raising=False)
+    with pytest.raises(ValueError, match="given twice"):
+        pyjail.Pool(size=1, limits=Limits(cpu_time=5), options={"cpu-time": 10})
+    # Given once, in either place, it is taken (and an option left None is not given).
+    assert jail_args(limits=Limits(cpu_time=5), options={"cpu_time": None, "pids": 8}) == [
+        "--cpu-time", "5", "--pids", "8"]
