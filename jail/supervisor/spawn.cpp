@@ -202,6 +202,8 @@ void check_host_before_run(const RunPlan& p) {
     }
 }
 
+void say_no_cgroup(const RunPlan& p);
+
 // The jail's cgroup, if we have one: limits written before the jail exists, and the jail
 // born into it, so not one instruction of it runs outside its limits.
 void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFacts& facts) {
@@ -211,7 +213,13 @@ void create_cgroup_leaf(const RunPlan& p, std::optional<CgroupLeaf>& leaf, RunFa
         if (p.policy.verbose) std::fprintf(stderr, "pyjail: cgroup %s\n", leaf->path().c_str());
         return;
     }
-    if (p.cgroup.why_not.empty() || p.policy.quiet) return;
+    say_no_cgroup(p);
+}
+
+// Without a cgroup, which limits fell back to what: said by both doors, a fresh run's and a
+// template run's.
+void say_no_cgroup(const RunPlan& p) {
+    if (p.cgroup.ok || p.cgroup.why_not.empty() || p.policy.quiet) return;
     // Once a day by default: a cron job's mail must not repeat it every run (notice.hpp).
     if (!notice_wanted(p.policy.cgroup_notice, p.cgroup.why_not)) return;
     // Only the limits a cgroup would have enforced (as the man page lists them): the fixed
@@ -629,6 +637,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
         std::fprintf(stderr, "pyjail: the template at %s had ended; it was started again for this run\n",
                      socket.c_str());
     channels.close_jail_ends();
+    say_no_cgroup(p);
 
     // The run's leaf, made (and removed, when this connection closes) by the server.
     std::optional<CgroupLeaf> leaf;
