@@ -323,11 +323,43 @@ std::string rootfs_sources_changed(const DataDirs& dirs, const std::string& path
 // the rootfs with no symbolic link followed, so a link planted in a user's rootfs cannot make
 // doctor read (and report on) a file outside it. Returns the count checked; `bad` says the
 // first file that fails, or why the manifest cannot be read.
+// A regular file below `dir`, opened with no symbolic link followed (a link planted in a
+// user's rootfs must not make doctor, run by root, read a file outside it, e.g. show the first
+// line of /etc/shadow as "a malformed manifest line"); why not in `why`.
+UniqueFd open_regular_beneath(int dir, const std::string& name, std::string& why) {
+    open_how how{};
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+    UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir, name.c_str(), &how, sizeof how)));
+    struct stat st {};
+    if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
+        why = fmt::format("{}: {}", name, !fd ? std::strerror(errno) : "not a regular file");
+        return UniqueFd();
+    }
+    return fd;
+}
+
+// A manifest lists a rootfs's files, some thousands of lines: one larger than this is not one
+// the builder wrote, and is not read into memory.
+constexpr off_t kMaxManifestBytes = 64 << 20;
+
 std::size_t verify_manifest(const std::string& rootfs, std::string& bad) {
     UniqueFd dir(::open(rootfs.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dir) {
+        bad = fmt::format("cannot open the rootfs: {}", std::strerror(errno));
+        return 0;
+    }
+    UniqueFd mf = open_regular_beneath(dir.get(), "etc/pyjail-manifest.sha256", bad);
+    struct stat mst {};
     std::string manifest;
-    if (!dir || !try_read_file(rootfs + "/etc/pyjail-manifest.sha256", manifest)) {
-        bad = "cannot read etc/pyjail-manifest.sha256";
+    if (mf && ::fstat(mf.get(), &mst) == 0 && mst.st_size > kMaxManifestBytes)
+        bad = fmt::format("etc/pyjail-manifest.sha256: {} bytes, more than a manifest takes", mst.st_size);
+    else if (mf && !try_read_fd(mf.get(), manifest))
+        bad = fmt::format("etc/pyjail-manifest.sha256: {}", std::strerror(errno));
+    else if (mf)
+        bad.clear();
+    if (!bad.empty()) {
+        bad = "cannot read " + bad;
         return 0;
     }
     std::size_t files = 0;
@@ -339,15 +371,8 @@ std::size_t verify_manifest(const std::string& rootfs, std::string& bad) {
             bad = fmt::format("a malformed manifest line: {:.80}", line);
             return files;
         }
-        open_how how{};
-        how.flags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;
-        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
-        UniqueFd fd(static_cast<int>(::syscall(SYS_openat2, dir.get(), entry->name.c_str(), &how, sizeof how)));
-        struct stat st {};
-        if (!fd || ::fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) {
-            bad = fmt::format("{}: {}", entry->name, !fd ? std::strerror(errno) : "not a regular file");
-            return files;
-        }
+        UniqueFd fd = open_regular_beneath(dir.get(), entry->name, bad);
+        if (!fd) return files;
         Sha256 h;
         ssize_t n;
         while ((n = ::read(fd.get(), buf.data(), buf.size())) > 0) h.update(buf.data(), static_cast<std::size_t>(n));

@@ -98,6 +98,24 @@ def test_the_manifest_check_needs_no_tool_and_follows_no_link(pyjail_bin, as_use
     r = doctor(pyjail_bin, as_user, "--rootfs", str(copy), prefix=no_tools)
     assert r.returncode == 1, r.stdout
     assert "json/decoder.py: Too many levels of symbolic links" in r.stdout
+    # The manifest itself swapped for a link to a file only root reads: doctor run by root
+    # used to follow it and print the file's first line as "a malformed manifest line".
+    secret = world_tmp.dir() / "secret"
+    secret.write_text("SECRET-first-line-of-a-root-only-file\n")
+    os.chmod(secret, 0o600)
+    manifest = copy / "etc/pyjail-manifest.sha256"
+    manifest.unlink()
+    manifest.symlink_to(secret)
+    r = doctor(pyjail_bin, as_user, "--rootfs", str(copy), prefix=no_tools)
+    assert r.returncode == 1, r.stdout
+    assert "SECRET" not in r.stdout + r.stderr
+    assert "cannot read etc/pyjail-manifest.sha256: Too many levels of symbolic links" in r.stdout
+    # A manifest larger than any a builder writes is not read into memory.
+    manifest.unlink()
+    with open(manifest, "wb") as f:
+        f.truncate(65 << 20)
+    r = doctor(pyjail_bin, as_user, "--rootfs", str(copy), prefix=no_tools)
+    assert r.returncode == 1 and "more than a manifest takes" in r.stdout, r.stdout
 
 
 def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
