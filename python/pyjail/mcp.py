@@ -26,8 +26,15 @@ closed for a new one).
 Every run is a fork of a Pool's template: no code runs outside a jail.
 
     pyjail-mcp [--profile P] [--rootfs R] [--transport stdio|http]
-               [--listen HOST:PORT] [--config FILE] [--memory M] [--timeout S]
-               [--net none|allow] [--allow-host H ...] [--preload MOD ...]
+               [--listen HOST:PORT] [--tokens FILE | --no-auth] [--config FILE]
+               [--memory M] [--timeout S] [--net none|allow] [--allow-host H ...]
+               [--preload MOD ...]
+
+Over HTTP, whoever reaches the port can run code in the jails: with
+``--tokens FILE`` (``TENANT TOKEN`` lines, mode 0600, as pyjail-server's)
+every request must carry ``Authorization: Bearer TOKEN``. A listen address
+other than loopback without ``--tokens`` is refused unless ``--no-auth``
+says that something in front (a proxy, a network policy) does the checking.
 """
 
 
@@ -43,6 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from . import _tokens
 from ._common import find_binary
 from ._pool import Pool
 from ._session import CellResult, Session
@@ -74,6 +82,8 @@ class Config:
     idle_timeout: float = 1800.0
     max_sessions: int = 16
     binary: Optional[str] = None
+    tokens: Optional[str] = None     # HTTP: the bearer tokens' file
+    no_auth: bool = False            # HTTP: serve a non-loopback address without tokens
 
     @classmethod
     def load(cls, path: str) -> "Config":
@@ -378,6 +388,64 @@ def parse_listen(listen: str) -> Tuple[str, int]:
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
+def _loopback(host: str) -> bool:
+    import ipaddress
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_auth(cfg: Config) -> None:
+    """Over HTTP, a listen address others can reach needs tokens, or an explicit
+    --no-auth: code execution open to a network by default is not a default."""
+    if cfg.transport != "http":
+        if cfg.tokens or cfg.no_auth:
+            raise SystemExit("pyjail-mcp: --tokens and --no-auth are for --transport http")
+        return
+    if cfg.tokens and cfg.no_auth:
+        raise SystemExit("pyjail-mcp: --tokens and --no-auth: give one")
+    host, _ = parse_listen(cfg.listen)
+    if not cfg.tokens and not cfg.no_auth and not _loopback(host):
+        raise SystemExit("pyjail-mcp: --listen %s without --tokens would let anyone who reaches "
+                         "the port run code: give --tokens FILE (TENANT TOKEN lines, mode 600), "
+                         "or --no-auth if a proxy in front checks who calls" % cfg.listen)
+
+
+class BearerAuth:
+    """ASGI middleware: every HTTP request carries a token of the tokens file
+    (else 401, before the MCP app reads its body)."""
+
+    def __init__(self, app: Any, tokens: Dict[bytes, str]) -> None:
+        self.app, self.tokens = app, tokens
+
+    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
+            if _tokens.tenant_of(self.tokens, header.decode("latin-1")) is None:
+                body = b'{"error": "a valid bearer token is required (Authorization: Bearer TOKEN)"}'
+                await send({"type": "http.response.start", "status": 401,
+                            "headers": [(b"content-type", b"application/json"),
+                                        (b"www-authenticate", b"Bearer"),
+                                        (b"content-length", str(len(body)).encode())]})
+                await send({"type": "http.response.body", "body": body})
+                return
+        await self.app(scope, receive, send)
+
+
+def serve_http(server: Any, cfg: Config, tokens: Optional[Dict[bytes, str]]) -> None:
+    """The streamable HTTP transport on uvicorn, behind BearerAuth with ``tokens``."""
+    import uvicorn
+    host, port = parse_listen(cfg.listen)
+    app = server.streamable_http_app(session_idle_timeout=cfg.idle_timeout,
+                                     max_sessions=max(1, cfg.max_sessions), host=host)
+    if tokens is not None:
+        app = BearerAuth(app, tokens)
+    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
+
+
 def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p = argparse.ArgumentParser(prog="pyjail-mcp",
                                 description="pyjail as an MCP server: Python in a jail, as tools.")
@@ -396,6 +464,10 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     p.add_argument("--idle-timeout", type=float, help="close a session idle this long (s)")
     p.add_argument("--max-sessions", type=int)
     p.add_argument("--binary", help="the pyjail binary (default $PYJAIL_BIN, else on PATH)")
+    p.add_argument("--tokens", help="HTTP: a file of TENANT TOKEN lines (mode 600); every "
+                   "request then needs Authorization: Bearer TOKEN")
+    p.add_argument("--no-auth", action="store_true", default=None,
+                   help="HTTP: serve an address other than loopback without tokens")
     a = p.parse_args(argv)
     cfg = Config.load(a.config) if a.config else Config()
     for k, v in vars(a).items():
@@ -404,6 +476,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> Config:
     if cfg.transport not in ("stdio", "http"):
         raise SystemExit("pyjail-mcp: transport %r: stdio or http" % cfg.transport)
     parse_listen(cfg.listen)
+    check_auth(cfg)
     return cfg
 
 
@@ -422,6 +495,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         raise KeyboardInterrupt
     # SIGTERM (a service manager, kubectl) ends the server as ^C does: its templates with it.
     signal.signal(signal.SIGTERM, stop)
+    # Read before any jail starts: a tokens file others can read stops the server here.
+    tokens = _tokens.read_tokens(cfg.tokens, "pyjail-mcp") if cfg.tokens else None
     try:
         pool = make_pool(cfg)
     except PyjailError as e:
@@ -433,10 +508,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if cfg.transport == "stdio":
                 server.run("stdio")
             else:
-                host, port = parse_listen(cfg.listen)
-                server.run("streamable-http", host=host, port=port,
-                           session_idle_timeout=cfg.idle_timeout,
-                           max_sessions=max(1, cfg.max_sessions))
+                serve_http(server, cfg, tokens)
         finally:
             sessions.close()
     except KeyboardInterrupt:

@@ -37,22 +37,21 @@ import argparse
 import asyncio
 import concurrent.futures
 import errno
-import hashlib
 import hmac
 import json
 import os
 import secrets
-import stat
 import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
-from . import _wire
+from . import _tokens, _wire
 from ._async import AsyncSession, _in_thread
 from ._common import PyjailError, check_name
 from ._pool import Pool
 from ._session import Session, SessionClosedError, SessionDiedError, SessionError
+from ._tokens import read_tokens
 from .remote import _plain, encode_cell, encode_result
 
 __all__ = ["ServerConfig", "Service", "create_app", "read_tokens", "main"]
@@ -91,37 +90,6 @@ class ServerConfig:
     call_timeout: float = 300.0        # a host function's answer from the client
     binary: Optional[str] = None
 
-
-def read_tokens(path: str) -> Dict[bytes, str]:
-    """{sha256(token): tenant} from a ``TENANT TOKEN`` file that only its owner can read."""
-    # Secrets in a file others can read are not secrets: refuse it rather than serve.
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        raise SystemExit("pyjail-server: --tokens %s: %s" % (path, e.strerror))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise SystemExit("pyjail-server: --tokens %s: not a regular file" % path)
-        if st.st_mode & 0o077:
-            raise SystemExit("pyjail-server: --tokens %s: mode %o lets others read the tokens; "
-                             "chmod 600 it" % (path, stat.S_IMODE(st.st_mode)))
-        data = os.read(fd, 1 << 20)
-    finally:
-        os.close(fd)
-    out: Dict[bytes, str] = {}
-    for n, line in enumerate(data.decode("utf-8").splitlines(), 1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        parts = line.split()
-        if len(parts) != 2 or len(parts[1]) < 16:
-            raise SystemExit("pyjail-server: --tokens %s:%d: give TENANT TOKEN (a token of 16 "
-                             "characters or more)" % (path, n))
-        out[hashlib.sha256(parts[1].encode()).digest()] = parts[0]
-    if not out:
-        raise SystemExit("pyjail-server: --tokens %s: no TENANT TOKEN line" % path)
-    return out
 
 
 @dataclass
@@ -187,16 +155,10 @@ class Service:
 
     def tenant_of(self, authorization: Optional[str]) -> str:
         if not authorization or not authorization.startswith("Bearer ") or \
-                len(authorization) > 4096:
+                len(authorization) > _tokens.MAX_HEADER:
             self.metrics.refused.labels("auth").inc()
             raise HTTPError(401, "a bearer token is required (Authorization: Bearer TOKEN)")
-        given = hashlib.sha256(authorization[7:].strip().encode("utf-8", "replace")).digest()
-        found = None
-        # Every token is compared, each in constant time: neither the time to answer nor
-        # its order tells an attacker how much of a token was right, or which.
-        for digest, tenant in self.tokens.items():
-            if hmac.compare_digest(digest, given):
-                found = tenant
+        found = _tokens.tenant_of(self.tokens, authorization)
         if found is None:
             self.metrics.refused.labels("auth").inc()
             raise HTTPError(401, "the token is not valid")

@@ -98,15 +98,15 @@ def test_stdio_session_keeps_state_fresh_run_does_not(mcp_sdk, pyjail_bin):
     asyncio.run(scenario())
 
 
-@pytest.fixture
-def http_server(mcp_sdk, pyjail_bin, data_rootfs, tmp_path):
+def _serve_http(data_rootfs, tmp_path, *extra):
+    """pyjail-mcp over HTTP on a free port: yields its /mcp URL."""
     port = _free_port()
     config = tmp_path / "mcp.toml"
     # The config file gives the rootfs and limits; the command line the transport.
     config.write_text('rootfs = "%s"\nmemory = "1G"\ntimeout = 60\nmax-sessions = 4\n'
                       % data_rootfs)
     proc = subprocess.Popen(PY + ["--config", str(config), "--transport", "http",
-                                  "--listen", "127.0.0.1:%d" % port],
+                                  "--listen", "127.0.0.1:%d" % port, *extra],
                             env=_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, start_new_session=True)
     deadline = time.monotonic() + 120
@@ -129,6 +129,22 @@ def http_server(mcp_sdk, pyjail_bin, data_rootfs, tmp_path):
             proc.kill()
             proc.wait()
         proc.stderr.close()
+
+
+@pytest.fixture
+def http_server(mcp_sdk, pyjail_bin, data_rootfs, tmp_path):
+    yield from _serve_http(data_rootfs, tmp_path)
+
+
+TOKEN = "tok-" + "0123456789abcdef" * 2
+
+
+@pytest.fixture
+def tokens_file(tmp_path):
+    path = tmp_path / "tokens"
+    path.write_text("# tenant token\nalice %s\n" % TOKEN)
+    path.chmod(0o600)
+    return path
 
 
 def test_http_sessions_images_and_facts(http_server):
@@ -163,3 +179,48 @@ def test_http_sessions_images_and_facts(http_server):
             assert "value: 10" in _texts(r)
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--transport", "http", "--listen", "0.0.0.0:8123"],
+     "without --tokens would let anyone who reaches the port run code"),
+    (["--transport", "http", "--listen", "127.0.0.1:8123", "--tokens", "{tokens}",
+      "--no-auth"], "--tokens and --no-auth: give one"),
+    (["--tokens", "{tokens}"], "--tokens and --no-auth are for --transport http"),
+    (["--transport", "http", "--listen", "0.0.0.0:8123", "--tokens", "{open_tokens}"],
+     "lets others read the tokens; chmod 600 it"),
+])
+def test_http_refuses_to_serve_code_execution_without_auth(mcp_sdk, tokens_file, args, message):
+    # Before any jail starts: a listen address others can reach without tokens, a tokens
+    # file others can read, contradictory settings.
+    open_tokens = tokens_file.with_name("open-tokens")
+    open_tokens.write_text(tokens_file.read_text())
+    open_tokens.chmod(0o644)
+    args = [a.format(tokens=tokens_file, open_tokens=open_tokens) for a in args]
+    r = subprocess.run(PY + args, env=_env(), stdin=subprocess.DEVNULL, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and message in r.stderr, r.stderr
+
+
+def test_http_with_tokens_needs_a_valid_bearer_token(mcp_sdk, pyjail_bin, data_rootfs, tmp_path,
+                                                     tokens_file):
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    for url in _serve_http(data_rootfs, tmp_path, "--tokens", str(tokens_file)):
+        hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}
+        for headers in ({}, {"Authorization": "Bearer " + TOKEN[:-1] + "x"},
+                        {"Authorization": TOKEN}):
+            r = httpx2.post(url, json=hello, headers=headers, timeout=30)
+            assert r.status_code == 401, (headers, r.status_code, r.text)
+
+        async def scenario():
+            client = httpx2.AsyncClient(headers={"Authorization": "Bearer " + TOKEN},
+                                        timeout=60)
+            async with client, Client(streamable_http_client(url, http_client=client),
+                                      mode="legacy") as c:
+                r = await c.call_tool("run_python", {"code": "6 * 7"})
+                assert "value: 42" in _texts(r), _texts(r)
+
+        asyncio.run(scenario())
