@@ -167,12 +167,14 @@ if [[ $mode == kube ]]; then
     echo "==> podman kube play pyjail-server.yaml (podman $version, its own runtime settings)"
     pm kube play pyjail-server.yaml
     if ! wait_ready 120; then
-        why=$(server_log | grep -m1 -E 'pyjail serve: the template: ' || true)
-        if [[ $(printf '%s\n' 4.7.0 "$version" | sort -V | head -1) == 4.7.0 ]]; then
+        why=$(server_log | grep -m1 -E 'the template: |the template did not start: ' || true)
+        # Only the fault this podman is known for is worked around; any other is reported.
+        if [[ $(printf '%s\n' 4.7.0 "$version" | sort -V | head -1) == 4.7.0 ||
+              $why != */proc/* ]]; then
             not_ready
             exit 1
         fi
-        blocked="podman $version's kube play ignores procMount: Unmasked (podman maps it from 4.7.0 on): /proc in the pod is masked and the templates cannot start (${why:-no message})"
+        blocked="podman $version's kube play ignores procMount: Unmasked (podman maps it from 4.7.0 on): /proc in the pod is masked and the templates cannot start ($why)"
         echo "BLOCKED: $blocked"
         pm kube down pyjail-server.yaml
         podman volume rm -f pyjail-run pyjail-tmp >/dev/null 2>&1 || true
