@@ -58,6 +58,9 @@ def test_man_pages_are_installed(prefix):
     assert (prefix / "share/man/man1/pyjail.1").is_file()
     assert (prefix / "share/man/man5/pyjail-profile.5").is_file()
     assert (prefix / "share/man/man1/pyjail-rootfs.1").is_file()
+    # The Python package's commands: pyjail-mcp's page is a link to pyjail-server's (.so).
+    assert (prefix / "share/man/man1/pyjail-server.1").is_file()
+    assert (prefix / "share/man/man1/pyjail-mcp.1").read_text() == ".so man1/pyjail-server.1\n"
 
 
 def test_the_rootfs_builder_is_installed_and_found(prefix, pyjail_bin, as_user):
