@@ -82,6 +82,8 @@ std::string encode_launch_ended(std::uint64_t id, int status) {
     return joined({kLaunchMagic, "ended", std::to_string(id), std::to_string(status)});
 }
 
+std::string encode_launch_started(std::uint64_t id) { return joined({kLaunchMagic, "started", std::to_string(id)}); }
+
 std::string encode_launch_refused(std::uint64_t id, std::string_view why) {
     return joined({kLaunchMagic, "refused", std::to_string(id), why});
 }
@@ -214,6 +216,11 @@ private:
         if (pid < 0) return answer(sock_, encode_launch_refused(r.id, std::string("fork: ") + std::strerror(errno)));
         if (pid == 0) run_in_child(r, fds, run_command_, self_);
         runs_.push_back({r.id, pid, UniqueFd(pidfd)});
+        // The driver's own handle on the run's pyjail: it ends the run (and, if this launcher
+        // is gone, every run it had: their parent-death signal does not survive the fsuid
+        // changes of opening a script as root) without a pid that could be reused.
+        std::string started = encode_launch_started(r.id);
+        (void)send_with_fd(sock_, started.data(), started.size(), pidfd);
     }
 
     int sock_;

@@ -9,11 +9,12 @@
 // datagrams, and the launcher's answers (pure: encode/decode below):
 //   "PYJAIL-LAUNCH/1\0run\0ID\0CWD\0ARG\0ARG..."  + SCM_RIGHTS {stdin, stdout, stderr, fd 3}
 //   "PYJAIL-LAUNCH/1\0kill\0ID"                   SIGKILL to that run's pyjail
+//   "PYJAIL-LAUNCH/1\0started\0ID"               (answer) + SCM_RIGHTS {its pyjail's pidfd}
 //   "PYJAIL-LAUNCH/1\0ended\0ID\0STATUS"          (answer) the run's pyjail ended: its exit
 //                                                 status, or -N for signal N
 //   "PYJAIL-LAUNCH/1\0refused\0ID\0WHY"            (answer) it could not be started
-// The launcher ends when the driver's end closes; its runs' pyjails are killed then (and
-// by their parent-death signal, if the launcher itself is killed).
+// The launcher ends when the driver's end closes; its runs' pyjails are killed then. If the
+// launcher itself is killed, the driver kills them through their pidfds.
 #pragma once
 
 #include <cstdint>
@@ -41,6 +42,7 @@ struct LaunchRequest {
 // Pure. nullopt for anything but a well-formed request (the driver is trusted, but a bad
 // datagram is refused, not guessed at).
 std::optional<LaunchRequest> decode_launch_request(std::string_view bytes);
+std::string encode_launch_started(std::uint64_t id);
 std::string encode_launch_ended(std::uint64_t id, int status);
 std::string encode_launch_refused(std::uint64_t id, std::string_view why);
 

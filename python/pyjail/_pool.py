@@ -126,15 +126,36 @@ class _LaunchedProcess:
         self.stderr: Any = None
         self._done = threading.Event()
         self._lost: Optional[JailError] = None
+        self._pidfd: Optional[int] = None    # its pyjail's, from the launcher
+
+    def _started(self, pidfd: int) -> None:
+        self._pidfd = pidfd
 
     def _ended(self, status: int) -> None:
         self.returncode = status
+        self._forget_pidfd()
         self._done.set()
 
     def _failed(self, error: JailError) -> None:
         self._lost = error
         self.returncode = EXIT_PYJAIL_ERROR
+        self._forget_pidfd()
         self._done.set()
+
+    def _signal(self) -> bool:
+        """SIGKILL to its pyjail through its pidfd (its jail ends with it)."""
+        if self._pidfd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        return True
+
+    def _forget_pidfd(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            os.close(fd)
 
     def poll(self) -> Optional[int]:
         return self.returncode if self._done.is_set() else None
@@ -151,8 +172,10 @@ class _LaunchedProcess:
         return self.returncode
 
     def kill(self) -> None:
-        if not self._done.is_set():
-            self._launcher.kill(self._id)
+        with self._launcher._lock:
+            if self._done.is_set() or self._signal():
+                return
+        self._launcher.kill(self._id)
 
     send_signal = None  # only kill(): the launcher relays nothing else
 
@@ -207,26 +230,32 @@ class _Launcher:
         until it ends; then every run it still had fails, saying why."""
         while True:
             try:
-                data = sock.recv(4096)
+                data, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)
             except OSError:
-                data = b""
+                data, fds = b"", []
             if not data:
+                for fd in fds:
+                    os.close(fd)
                 break
             words = data.split(b"\0")
+            if len(words) == 3 and words[:2] == [_LAUNCH_MAGIC, b"started"] and fds:
+                with self._lock:
+                    run = self._runs.get(int(words[2])) if words[2].isdigit() else None
+                    if run is not None:
+                        run._started(fds.pop())
+            for fd in fds:
+                os.close(fd)
             if len(words) != 4 or words[0] != _LAUNCH_MAGIC or not words[2].isdigit():
                 continue
-            with self._lock:
+            status = int(words[3]) if words[1] == b"ended" and words[3].lstrip(b"-").isdigit() \
+                else None
+            with self._lock:    # a run's pidfd is closed only under the lock kill() takes
                 run = self._runs.pop(int(words[2]), None)
-            if run is None:
-                continue
-            if words[1] == b"ended":
-                try:
-                    run._ended(int(words[3]))
-                except ValueError:
-                    run._failed(JailError("pyjail: the launcher sent a malformed status"))
-            elif words[1] == b"refused":
-                run._failed(JailError("pyjail: the Pool's launcher cannot start the run: %s"
-                                      % words[3][:500].decode("utf-8", "replace")))
+                if run is not None and status is not None:
+                    run._ended(status)
+                elif run is not None:
+                    run._failed(JailError("pyjail: the Pool's launcher cannot start the run: %s"
+                                          % words[3][:500].decode("utf-8", "replace")))
         try:
             proc.wait(5)
         except subprocess.TimeoutExpired:
@@ -241,12 +270,17 @@ class _Launcher:
             runs, self._runs = list(self._runs.values()), {}
             if self._sock is sock:
                 self._sock = None
+            # Its runs' pyjails, which outlive it (their parent-death signal does not
+            # survive the fsuid changes of root opening a script), end here.
+            for run in runs:
+                run._signal()
         why = "exit status %s" % proc.returncode if proc.returncode is not None else "gone"
-        for run in runs:
-            run._failed(JailError(
-                "pyjail: the Pool's launcher (pyjail launcher) ended while the run was in "
-                "flight (%s%s); the Pool starts another for its next run"
-                % (why, ": " + said.splitlines()[-1][:500] if said else "")))
+        with self._lock:
+            for run in runs:
+                run._failed(JailError(
+                    "pyjail: the Pool's launcher (pyjail launcher) ended while the run was in "
+                    "flight (%s%s); the Pool starts another for its next run"
+                    % (why, ": " + said.splitlines()[-1][:500] if said else "")))
         sock.close()
         err.close()
 
