@@ -7,11 +7,14 @@ program prints, its first statement (`print("ready", flush=True)` after the impo
 template has already done). Every round runs each command once, in a fresh random order.
 
     bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--markdown FILE]
+                      [--baseline-package DIR]
 
 Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
 imports them, and an empty template against a cold `python -c` jail, with bare python3 for
 reference; throughput (whole runs per second) through the numpy/pandas template with one and
-two concurrent callers; the Python package's Pool.run end to end.
+two concurrent callers; the Python package's Pool.run end to end. With --baseline-package (another
+checkout's python/ directory, e.g. `git archive main python | tar -x -C /tmp/base`), that package's
+Pool.run too, through the same --pyjail binary, in the same rounds in a fresh random order each.
 """
 from __future__ import annotations
 
@@ -34,15 +37,17 @@ DATA_CODE = "import numpy, pandas; print('ready', flush=True)"
 PLAIN_CODE = "print('ready', flush=True)"
 
 
-def first_line_ms(argv: list[str]) -> float:
+def first_line_ms(argv: list[str]) -> tuple[float, float]:
+    """ms from the start to the first line, and to the command's exit."""
     t0 = time.perf_counter()
     p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     line = p.stdout.readline()
     t1 = time.perf_counter()
     _, err = p.communicate()
+    t2 = time.perf_counter()
     if line != b"ready\n" or p.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} failed ({p.returncode}): {line!r} {err.decode()[-500:]}")
-    return (t1 - t0) * 1e3
+    return (t1 - t0) * 1e3, (t2 - t0) * 1e3
 
 
 def pct(xs: list[float], q: float) -> float:
@@ -84,6 +89,39 @@ def throughput(argv: list[str], callers: int, seconds: float) -> float:
     return sum(done) / (time.monotonic() - t0)
 
 
+def load_package(python_dir: str, name: str):
+    """The pyjail package of another checkout, imported as `name` beside this one's."""
+    import importlib.util
+    pkg = os.path.join(python_dir, "pyjail")
+    spec = importlib.util.spec_from_file_location(name, os.path.join(pkg, "__init__.py"),
+                                                  submodule_search_locations=[pkg])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def pool_rounds(packages: dict, rounds: int) -> dict:
+    """Pool.run end to end, each package's Pool once a round, in a fresh random order."""
+    pools = {k: p.Pool(preload=["numpy", "pandas"], rootfs="data") for k, p in packages.items()}
+    times: dict = {k: [] for k in pools}
+    try:
+        for pool in pools.values():
+            pool.run("pass")
+        for _ in range(rounds):
+            order = list(pools)
+            random.shuffle(order)
+            for k in order:
+                t0 = time.perf_counter()
+                res = pools[k].run("import pandas; print('ready')")
+                times[k].append((time.perf_counter() - t0) * 1e3)
+                assert res.stdout == "ready\n", res.stderr
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return times
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
@@ -91,6 +129,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--markdown")
+    ap.add_argument("--baseline-package", help="another checkout's python/ directory: its Pool.run "
+                    "in the same rounds, through --pyjail's binary")
+    ap.add_argument("--pool-rounds", type=int, default=0, help="Pool.run rounds (default: --rounds, at most 50)")
     a = ap.parse_args()
     pj = os.path.abspath(a.pyjail)
     tmp = tempfile.mkdtemp(prefix="pyjail-bench-")
@@ -107,6 +148,7 @@ def main() -> None:
         "bare python3 -c print": [a.python, "-c", PLAIN_CODE],
     }
     times: dict[str, list[float]] = {k: [] for k in cmds}
+    whole: dict[str, list[float]] = {k: [] for k in cmds}
     try:
         for k, argv in cmds.items():  # warm-up
             first_line_ms(argv)
@@ -114,7 +156,9 @@ def main() -> None:
             order = list(cmds)
             random.shuffle(order)
             for k in order:
-                times[k].append(first_line_ms(cmds[k]))
+                first, to_exit = first_line_ms(cmds[k])
+                times[k].append(first)
+                whole[k].append(to_exit)
             if (r + 1) % 20 == 0:
                 print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
         via_data = cmds["template numpy+pandas: import numpy, pandas"]
@@ -124,21 +168,20 @@ def main() -> None:
         sys.path.insert(0, str(REPO / "python"))
         os.environ["PYJAIL_BIN"] = pj
         import pyjail
-        with pyjail.Pool(preload=["numpy", "pandas"], rootfs="data") as pool:
-            pool.run("pass")
-            pool_ms = []
-            for _ in range(min(a.rounds, 50)):
-                t0 = time.perf_counter()
-                res = pool.run("import pandas; print('ready')")
-                pool_ms.append((time.perf_counter() - t0) * 1e3)
-                assert res.stdout == "ready\n", res.stderr
+        packages = {"this build": pyjail}
+        if a.baseline_package:
+            packages["baseline"] = load_package(os.path.abspath(a.baseline_package), "pyjail_baseline")
+        print("Pool.run", file=sys.stderr)
+        pool_times = pool_rounds(packages, a.pool_rounds or min(a.rounds, 50))
+        pool_ms = pool_times["this build"]
     finally:
         for s in servers:
             s.stop()
     lines = [f"Template runs ({a.rounds} interleaved rounds; ms from the request to the program's first line)",
-             "", "| command | p50 ms | p99 ms |", "|---|---|---|"]
+             "", "| command | p50 ms | p99 ms | to exit: p50 ms | p99 ms |", "|---|---|---|---|---|"]
     for k, xs in times.items():
-        lines.append(f"| {k} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} |")
+        lines.append(f"| {k} | {statistics.median(xs):.1f} | {pct(xs, 0.99):.1f} | "
+                     f"{statistics.median(whole[k]):.1f} | {pct(whole[k], 0.99):.1f} |")
     cold_d = statistics.median(times["cold data jail: import numpy, pandas"])
     tmpl_d = statistics.median(times["template numpy+pandas: import numpy, pandas"])
     cold_p = statistics.median(times["cold jail: python -c print"])
@@ -152,6 +195,11 @@ def main() -> None:
               f"with 2 ({tp2 / tp1:.2f}x)",
               f"- pyjail.Pool(preload=[numpy, pandas]).run(...) end to end: p50 {statistics.median(pool_ms):.1f} ms, "
               f"p99 {pct(pool_ms, 0.99):.1f} ms"]
+    if "baseline" in pool_times:
+        base = pool_times["baseline"]
+        lines += [f"- the same with --baseline-package {a.baseline_package}: p50 {statistics.median(base):.1f} ms, "
+                  f"p99 {pct(base, 0.99):.1f} ms; this build / baseline = "
+                  f"{statistics.median(pool_ms) / statistics.median(base):.2f}x (p50)"]
     text = "\n".join(lines) + "\n"
     print(text)
     if a.markdown:

@@ -23,6 +23,7 @@
 #include "exitstatus.hpp"
 #include "explain.hpp"
 #include "hostopen.hpp"
+#include "launcher.hpp"
 #include "mountplan.hpp"
 #include "notice_stamp.hpp"
 #include "paths.hpp"
@@ -289,11 +290,30 @@ int plan_and_run(const CliArgs& cli, const std::string& cwd, RunRecords& rec, ch
     return run_command(cli, settings, dirs, cwd, rec, argv);
 }
 
+int run_or_fail(int argc, char** argv);
+
+// `pyjail launcher` (launcher.hpp): each run it is sent is this same main's path, in a child.
+int serve_launched_runs() {
+    return launcher::serve_runs(0, [](const std::vector<std::string>& args) {
+        if (!args.empty() && args[0] == "launcher") {  // its stdin is the run's, not a driver's
+            std::fprintf(stderr, "pyjail: launcher: a run cannot be another launcher\n");
+            return kExitJailError;
+        }
+        std::vector<std::string> words = {"pyjail"};
+        words.insert(words.end(), args.begin(), args.end());
+        std::vector<char*> argv;
+        for (auto& w : words) argv.push_back(w.data());
+        argv.push_back(nullptr);
+        return run_or_fail(static_cast<int>(words.size()), argv.data());
+    });
+}
+
 int run(int argc, char** argv) {
     std::vector<std::string> args(argv + 1, argv + argc);
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) return answer_now(cli, args);
     if (cli.subcommand == Subcommand::Doctor) return run_doctor(cli);
+    if (cli.subcommand == Subcommand::Launcher) return serve_launched_runs();
     if (cli.subcommand == Subcommand::Rootfs) {
         std::vector<std::string> rootfs = {"rootfs"};
         rootfs.insert(rootfs.end(), cli.rootfs_args.begin(), cli.rootfs_args.end());
@@ -335,10 +355,8 @@ void ensure_standard_fds() {
     }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    ensure_standard_fds();
+// Every failure as one line on stderr and its exit status.
+int run_or_fail(int argc, char** argv) {
     try {
         return run(argc, argv);
     } catch (const JailError& e) {
@@ -349,4 +367,11 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "pyjail: internal error: %s\n", e.what());
         return kExitJailError;
     }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    ensure_standard_fds();
+    return run_or_fail(argc, argv);
 }

@@ -54,6 +54,7 @@ struct Model {
     CLI::Option* version = nullptr;
     CLI::App* serve = nullptr;   // the run's options (fallthrough), no command
     CLI::App* doctor = nullptr;  // its own options, none of a run's
+    CLI::App* launcher = nullptr;  // no options: its requests carry each run's
     CLI::Option* doctor_json = nullptr;
     CLI::Option* doctor_rootfs = nullptr;
     CLI::App* rootfs = nullptr;  // everything after it is the builder's
@@ -122,6 +123,10 @@ struct Model {
             doctor_json = doctor->add_flag("--json")->disable_flag_override();
             doctor_rootfs = doctor->add_option("--rootfs")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
             doctor->allow_extras();  // refused in parse_cli, in doctor's own words
+        }
+        if (first == "launcher") {  // the Python package's, not a user's: not in --help
+            launcher = app.add_subcommand("launcher");
+            launcher->allow_extras();  // refused in parse_cli
         }
         if (for_help || first == "rootfs") {
             rootfs = app.add_subcommand("rootfs", text("Build, rebuild, inspect or list root filesystems"));
@@ -304,6 +309,13 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
                              "pyjail rootfs --help");
         out.subcommand = Subcommand::Rootfs;
         out.rootfs_args = m.rootfs->remaining();
+        return out;
+    }
+    if (m.launcher != nullptr && m.launcher->parsed()) {
+        if (!out.given.empty() || !m.launcher->remaining().empty())
+            throw UsageError("pyjail launcher takes no options nor arguments: each request carries its run's",
+                             "usage: pyjail launcher (its stdin a socket from the Python package's Pool)");
+        out.subcommand = Subcommand::Launcher;
         return out;
     }
     if (m.serve != nullptr && m.serve->parsed()) {

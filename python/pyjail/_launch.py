@@ -211,10 +211,15 @@ class Launched:
 
 
 def launch(binary: str, options: List[str], program: List[str], *,
-           stderr_to_file: bool = True) -> Launched:
+           stderr_to_file: bool = True, launcher: Any = None) -> Launched:
     """Start ``binary --quiet --report-fd N OPTIONS -- PROGRAM`` with pipes
     for its stdin and stdout, and its stderr in a file (or a pipe, if not
-    ``stderr_to_file``). JailError if it cannot be run."""
+    ``stderr_to_file``). JailError if it cannot be run. With ``launcher`` (a
+    Pool's ``pyjail launcher``, _pool._Launcher), that pyjail is forked by the
+    launcher instead of started here: the same command line, the same pipes,
+    its report and stderr in unnamed memory files."""
+    if launcher is not None:
+        return launcher.launch(options, program, stderr_to_file)
     report = tempfile.TemporaryFile(prefix="pyjail-report-")
     errfile = tempfile.TemporaryFile(prefix="pyjail-stderr-") if stderr_to_file else None
     fd = report.fileno()

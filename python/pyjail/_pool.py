@@ -24,6 +24,7 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import tempfile
 import threading
@@ -105,6 +106,262 @@ class _Server:
         self._report.close()
 
 
+_LAUNCH_MAGIC = b"PYJAIL-LAUNCH/1"
+
+
+class _LaunchedProcess:
+    """A ``pyjail`` that a Pool's launcher forked for one run, with the face
+    of the ``subprocess.Popen`` a run would otherwise have (stdin, stdout,
+    stderr, poll, wait, kill, returncode), so that ``pyjail.run`` reads it
+    the same way."""
+
+    def __init__(self, launcher: "_Launcher", run_id: int) -> None:
+        self._launcher = launcher
+        self._id = run_id
+        self.pid: Optional[int] = None
+        self.args = ["pyjail", "launcher"]
+        self.returncode: Optional[int] = None
+        self.stdin: Any = None
+        self.stdout: Any = None
+        self.stderr: Any = None
+        self._done = threading.Event()
+        self._lost: Optional[JailError] = None
+        self._pidfd: Optional[int] = None    # its pyjail's, from the launcher
+
+    def _started(self, pidfd: int) -> None:
+        self._pidfd = pidfd
+
+    def _ended(self, status: int) -> None:
+        self.returncode = status
+        self._forget_pidfd()
+        self._done.set()
+
+    def _failed(self, error: JailError) -> None:
+        self._lost = error
+        self.returncode = EXIT_PYJAIL_ERROR
+        self._forget_pidfd()
+        self._done.set()
+
+    def _signal(self) -> bool:
+        """SIGKILL to its pyjail through its pidfd (its jail ends with it)."""
+        if self._pidfd is None:
+            return False
+        try:
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        return True
+
+    def _forget_pidfd(self) -> None:
+        fd, self._pidfd = self._pidfd, None
+        if fd is not None:
+            os.close(fd)
+
+    def poll(self) -> Optional[int]:
+        return self.returncode if self._done.is_set() else None
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        """Its exit status; raises, once, the JailError of a run that the
+        launcher could not start or lost (it ended while the run was in flight)."""
+        if not self._done.wait(timeout):
+            raise subprocess.TimeoutExpired("pyjail", timeout or 0.0)
+        lost, self._lost = self._lost, None
+        if lost is not None:
+            raise lost
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        with self._launcher._lock:
+            if self._done.is_set() or self._signal():
+                return
+        self._launcher.kill(self._id)
+
+    send_signal = None  # only kill(): the launcher relays nothing else
+
+
+class _Launcher:
+    """The Pool's ``pyjail launcher``: one long-lived pyjail that forks the
+    ``pyjail --via`` of each run (launcher.hpp in pyjail's sources), instead
+    of a fork and exec of pyjail from this process per run. The same command
+    line, pipes and report as a run started here; the run's supervision (its
+    limits, filter listener and report) is that pyjail's own, in a process of
+    its own. Started on the first run; if it ends, the runs in flight fail
+    with a JailError that says so, and the next run starts another."""
+
+    def __init__(self, binary: str) -> None:
+        self._binary = binary
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._runs: dict = {}
+        self._sock: Optional[socket.socket] = None
+        self._proc: Optional["subprocess.Popen[bytes]"] = None
+        self._err: Any = None
+        self._closed = False
+        # The runs' scripts: in memory (/dev/shm) unless a temporary directory is named
+        # (TMPDIR, TEMP, TMP): a disk's journal under load made a run wait tens of ms
+        # to create and remove its script's directory.
+        shm = "/dev/shm"
+        in_memory = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) and not any(
+            os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP"))
+        self.script_dir = tempfile.mkdtemp(prefix="pyjail-pool-", dir=shm if in_memory else None)
+
+    def _start(self) -> socket.socket:
+        """Called with the lock held."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        err = tempfile.TemporaryFile(prefix="pyjail-launcher-")
+        try:
+            proc = subprocess.Popen([self._binary, "launcher"], stdin=theirs.fileno(),
+                                    stdout=subprocess.DEVNULL, stderr=err, close_fds=True,
+                                    start_new_session=True)
+        except OSError as e:
+            ours.close()
+            err.close()
+            raise JailError("pyjail: cannot run %s launcher: %s" % (self._binary, e.strerror)) from e
+        finally:
+            theirs.close()
+        self._sock, self._proc, self._err = ours, proc, err
+        threading.Thread(target=self._read, args=(ours, proc, err), daemon=True,
+                         name="pyjail-launcher").start()
+        return ours
+
+    def _read(self, sock: socket.socket, proc: "subprocess.Popen[bytes]", err: Any) -> None:
+        """The launcher's answers (bounded: a status or a short reason each),
+        until it ends; then every run it still had fails, saying why."""
+        while True:
+            try:
+                data, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)
+            except OSError:
+                data, fds = b"", []
+            if not data:
+                for fd in fds:
+                    os.close(fd)
+                break
+            words = data.split(b"\0")
+            if len(words) == 3 and words[:2] == [_LAUNCH_MAGIC, b"started"] and fds:
+                with self._lock:
+                    run = self._runs.get(int(words[2])) if words[2].isdigit() else None
+                    if run is not None:
+                        run._started(fds.pop())
+            for fd in fds:
+                os.close(fd)
+            if len(words) != 4 or words[0] != _LAUNCH_MAGIC or not words[2].isdigit():
+                continue
+            status = int(words[3]) if words[1] == b"ended" and words[3].lstrip(b"-").isdigit() \
+                else None
+            with self._lock:    # a run's pidfd is closed only under the lock kill() takes
+                run = self._runs.pop(int(words[2]), None)
+                if run is not None and status is not None:
+                    run._ended(status)
+                elif run is not None:
+                    run._failed(JailError("pyjail: the Pool's launcher cannot start the run: %s"
+                                          % words[3][:500].decode("utf-8", "replace")))
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        try:
+            err.seek(0)
+            said = err.read(4096).decode("utf-8", "replace").strip()
+        except (OSError, ValueError):
+            said = ""
+        with self._lock:
+            runs, self._runs = list(self._runs.values()), {}
+            if self._sock is sock:
+                self._sock = None
+            # Its runs' pyjails, which outlive it (their parent-death signal does not
+            # survive the fsuid changes of root opening a script), end here.
+            for run in runs:
+                run._signal()
+        why = "exit status %s" % proc.returncode if proc.returncode is not None else "gone"
+        with self._lock:
+            for run in runs:
+                run._failed(JailError(
+                    "pyjail: the Pool's launcher (pyjail launcher) ended while the run was in "
+                    "flight (%s%s); the Pool starts another for its next run"
+                    % (why, ": " + said.splitlines()[-1][:500] if said else "")))
+        sock.close()
+        err.close()
+
+    def kill(self, run_id: int) -> None:
+        with self._lock:
+            sock = self._sock
+            if sock is None or run_id not in self._runs:
+                return
+        try:
+            sock.send(b"\0".join([_LAUNCH_MAGIC, b"kill", b"%d" % run_id]))
+        except OSError:
+            pass
+
+    def launch(self, options: List[str], program: List[str], stderr_to_file: bool) -> Any:
+        from ._launch import Launched
+        report = open(os.memfd_create("pyjail-report", os.MFD_CLOEXEC), "w+b", buffering=0)
+        errfile = (open(os.memfd_create("pyjail-stderr", os.MFD_CLOEXEC), "w+b", buffering=0)
+                   if stderr_to_file else None)
+        ends: List[int] = []    # the run's ends of its pipes, closed here once sent
+        mine: List[int] = []    # ours: its stdin's writing end, its stdout's (stderr's) reading
+        try:
+            r, w = os.pipe()
+            ends.append(r)
+            mine.append(w)
+            for _ in range(1 if stderr_to_file else 2):
+                r, w = os.pipe()
+                ends.append(w)
+                mine.append(r)
+            # The run's fds 0-3: stdin, stdout, stderr, the report (--report-fd 3).
+            fds = ends + ([errfile.fileno()] if errfile is not None else []) + [report.fileno()]
+            args = ["--quiet", "--report-fd", "3"] + list(options) + ["--"] + list(program)
+            with self._lock:
+                if self._closed:
+                    raise JailError("pyjail: this Pool is closed")
+                sock = self._sock if self._sock is not None else self._start()
+                run_id = next(self._ids)
+                proc = _LaunchedProcess(self, run_id)
+                self._runs[run_id] = proc
+            message = b"\0".join([_LAUNCH_MAGIC, b"run", b"%d" % run_id, os.fsencode(os.getcwd())]
+                                 + [os.fsencode(a) for a in args])
+            try:
+                socket.send_fds(sock, [message], fds)
+            except OSError as e:
+                with self._lock:
+                    self._runs.pop(run_id, None)
+                raise JailError("pyjail: cannot send the run to the Pool's launcher: %s"
+                                % e.strerror) from e
+        except BaseException:
+            for fd in ends + mine:
+                os.close(fd)
+            report.close()
+            if errfile is not None:
+                errfile.close()
+            raise
+        for fd in ends:
+            os.close(fd)
+        proc.stdin = open(mine[0], "wb", buffering=0)
+        proc.stdout = open(mine[1], "rb", buffering=0)
+        proc.stderr = open(mine[2], "rb", buffering=0) if errfile is None else None
+        return Launched(proc, report, errfile)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        """Ends the launcher, and with it the runs in flight."""
+        with self._lock:
+            self._closed = True
+            sock, proc = self._sock, self._proc
+            self._sock = None
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        if proc is not None:
+            try:
+                proc.wait(10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        shutil.rmtree(self.script_dir, ignore_errors=True)
+
+
 class Pool:
     """Templates that fork fresh jails with ``preload`` already imported.
 
@@ -151,6 +408,7 @@ class Pool:
         self._rootfs = None if rootfs is None else os.fspath(rootfs)
         self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
         self._servers: List[_Server] = []
+        self._launcher = _Launcher(self._binary)
         self._closed = False
         self._lock = threading.Lock()
         self._turn = itertools.count()
@@ -189,9 +447,12 @@ class Pool:
                 raise JailError("pyjail: this Pool is closed")
             return self._servers[next(self._turn) % len(self._servers)].socket
 
-    def _through_template(self, kwargs: Any) -> Any:
+    def _through_template(self, kwargs: Any, launched: bool = False) -> Any:
         """The arguments of a run or session, sent to one of the templates:
-        the Pool's profile and options first, the call's own on top."""
+        the Pool's profile and options first, the call's own on top; a run's
+        pyjail (``launched``) forked by the Pool's launcher."""
+        if launched:
+            kwargs["_launcher"] = self._launcher
         kwargs.setdefault("profile", self._profile)
         if self._allow_hosts and not kwargs.get("allow_hosts"):
             kwargs["allow_hosts"] = list(self._allow_hosts)
@@ -205,7 +466,7 @@ class Pool:
         """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
         a template: the same arguments (``files``, ``outputs``, ``stdin``,
         ``timeout``, ``memory``, ``limits``, ...) and the same Result."""
-        return run(code, **self._through_template(kwargs))
+        return run(code, **self._through_template(kwargs, launched=True))
 
     def session(self, **kwargs: Any) -> Session:
         """A ``Session`` whose interpreter is a fork of a template: its cells
@@ -222,7 +483,7 @@ class Pool:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
         async callbacks); cancelling it ends the run."""
         from ._async import arun
-        return await arun(code, **self._through_template(kwargs))
+        return await arun(code, **self._through_template(kwargs, launched=True))
 
     @property
     def sockets(self) -> List[str]:
@@ -234,6 +495,7 @@ class Pool:
         with self._lock:
             self._closed = True
             servers, self._servers = self._servers, []
+        self._launcher.close()
         for s in servers:
             s.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -200,7 +200,7 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
         callbacks: Optional[Callbacks] = None, python_args: Sequence[str] = (),
         binary: Optional[str] = None,
         _started: Optional[Callable[[Launched], None]] = None,
-        _defaults: Sequence[str] = (), **_deprecated: Any) -> Result:
+        _defaults: Sequence[str] = (), _launcher: Any = None, **_deprecated: Any) -> Result:
     """Run Python code (or a script file) in a fresh jail and wait for it.
 
     ``code`` is the program's source, or ``script`` a host path to it; ``args``
@@ -277,10 +277,10 @@ def run(code: Optional[str] = None, *, script: Optional[Union[str, "os.PathLike[
     if not inputs and not outputs:
         jail, (out, err, rc, pyjail_err) = _run_script_file(
             exe, opts, list(python_args), script_name, source, list(args), stdin, max_output,
-            backstop, streams, _started)
+            backstop, streams, _started, _launcher)
     else:
         collect: Union[bool, List[str]] = True if outputs is True else list(outputs or [])
-        jail = launch(exe, opts, server_command())
+        jail = launch(exe, opts, server_command(), launcher=_launcher)
         try:
             if _started is not None:
                 _started(jail)
@@ -321,17 +321,20 @@ def _program(code: Optional[str], script: Optional[Union[str, "os.PathLike[str]"
 def _run_script_file(exe: str, opts: List[str], python_args: List[str], script_name: str,
                      source: bytes, args: List[str], stdin: Optional[bytes], max_output: int,
                      backstop: Optional[float], streams: Optional[Streams],
-                     started: Optional[Callable[[Launched], None]]
+                     started: Optional[Callable[[Launched], None]], launcher: Any = None
                      ) -> Tuple[Launched, Tuple[_wire.Capture, _wire.Capture, int, bytes]]:
     """A run without files: the script is bound into the jail from a host
     path, the one named file of a run, removed however the run ends (but a
-    SIGKILL of this process)."""
-    tmpdir = tempfile.mkdtemp(prefix="pyjail-run-")
+    SIGKILL of this process). A Pool's launcher names where (a directory in
+    memory where there is one: no disk's journal to wait for)."""
+    tmpdir = tempfile.mkdtemp(prefix="pyjail-run-",
+                              dir=launcher.script_dir if launcher is not None else None)
     try:
         path = os.path.join(tmpdir, script_name)
         with open(path, "wb") as f:
             f.write(source)
-        jail = launch(exe, opts, ["python"] + python_args + [path] + args, stderr_to_file=False)
+        jail = launch(exe, opts, ["python"] + python_args + [path] + args, stderr_to_file=False,
+                      launcher=launcher)
         try:
             if started is not None:
                 started(jail)   # arun: a cancelled call kills it
