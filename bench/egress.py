@@ -14,7 +14,12 @@
    one supervisor; its peak memory (VmHWM) and CPU time (utime + stime of the pyjail process
    itself, read from /proc before it exits), against an idle jail with the same allowlist.
 
-    bench/egress.py [--pyjail build/pyjail] [--rounds 40] [--downloads 5] [--markdown FILE]
+With `--baseline PYJAIL`, the downloads through another build's relay join the same interleaved
+rounds (a third command in each), so two builds are compared in one run; `--parts` runs only some
+of the three parts.
+
+    bench/egress.py [--pyjail build/pyjail] [--baseline PYJAIL] [--rounds 40] [--downloads 5]
+                    [--parts startup,throughput,flood] [--markdown FILE]
 """
 from __future__ import annotations
 
@@ -166,16 +171,16 @@ def startup(pyjail: str, port: int, rounds: int, tmp: str) -> dict[str, list[flo
     return times
 
 
-SUPERVISOR_CPU: list[float] = []  # pyjail's own CPU seconds per relayed download
+SUPERVISOR_CPU: dict[str, list[float]] = {}  # pyjail's own CPU seconds per relayed download
 
 
-def download(argv: list[str]) -> float:
+def download(argv: list[str], cpu: list[float] | None = None) -> float:
     """MiB/s as the client measured it; for pyjail, its own CPU time is kept too (read from /proc
     while the program waits for its stdin to close, after it printed)."""
     p = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     fields = p.stdout.readline().split()
-    if "pyjail" in os.path.basename(argv[0]) and fields:
-        SUPERVISOR_CPU.append(proc_status(p.pid)[2])
+    if cpu is not None and fields:
+        cpu.append(proc_status(p.pid)[2])
     p.stdin.close()
     err = p.stderr.read()
     p.wait()
@@ -186,19 +191,24 @@ def download(argv: list[str]) -> float:
     return BIG / float(fields[1]) / MB  # MiB/s
 
 
-def throughput(pyjail: str, python: str, port: int, n: int) -> dict[str, list[float]]:
-    cmds = {
-        "host": [python, "-c", CLIENT, "127.0.0.1", str(port), str(BIG)],
-        "relay": [pyjail, "--quiet", *allow(port), "--", "python", "-c", CLIENT, "web.test", str(port), str(BIG)],
-    }
+def relayed(pyjail: str, port: int) -> list[str]:
+    return [pyjail, "--quiet", *allow(port), "--", "python", "-c", CLIENT, "web.test", str(port), str(BIG)]
+
+
+def throughput(pyjail: str, python: str, port: int, n: int, baseline: str | None = None) -> dict[str, list[float]]:
+    cmds = {"host": [python, "-c", CLIENT, "127.0.0.1", str(port), str(BIG)], "relay": relayed(pyjail, port)}
+    if baseline:
+        cmds["baseline"] = relayed(baseline, port)
     out: dict[str, list[float]] = {k: [] for k in cmds}
     for k in cmds:
         download(cmds[k])  # warm-up
+        if k != "host":
+            SUPERVISOR_CPU[k] = []
     for i in range(n):
         order = list(cmds)
         random.shuffle(order)
         for k in order:
-            out[k].append(download(cmds[k]))
+            out[k].append(download(cmds[k], SUPERVISOR_CPU.get(k)))
         print(f"download: {i + 1}/{n}", file=sys.stderr)
     return out
 
@@ -242,52 +252,72 @@ def med(xs):
 
 def report(args, times, dl, fl) -> str:
     lines = ["## Controlled egress (`bench/egress.py`)", ""]
-    lines += [f"`bench/egress.py --pyjail {args.pyjail} --rounds {args.rounds} --downloads {args.downloads}`, "
+    lines += [f"`{' '.join(sys.argv)}`, "
               f"{time.strftime('%Y-%m-%d %H:%M %z')}, uid {os.geteuid()}, {os.cpu_count()} CPUs (shared: read the "
               "ratios, which come from the same interleaved rounds).", ""]
-    lines += ["| start-up (`python -c pass`, whole command) | median ms | p90 ms | paired median difference |",
-              "|---|---|---|---|"]
-    for base, egress in (("fresh --net none", "fresh --net allow"), ("template --net none", "template --net allow")):
-        for k in (base, egress):
-            xs = sorted(times[k])
-            p90 = xs[int(0.9 * (len(xs) - 1))]
-            diff = ""
-            if k == egress:
-                d = med([a - b for a, b in zip(times[egress], times[base])])
-                diff = f"{d:+.2f} ms ({med(times[egress]) / med(times[base]):.3f}x)"
-            lines.append(f"| {k} | {med(xs):.2f} | {p90:.2f} | {diff} |")
-    host, relay = dl["host"], dl["relay"]
-    lines += ["", "| 100 MB download from a loopback HTTP server | median MiB/s | best MiB/s |", "|---|---|---|",
-              f"| on the host (python3) | {med(host):.0f} | {max(host):.0f} |",
-              f"| in the jail, through the relay | {med(relay):.0f} | {max(relay):.0f} |",
-              f"| ratio relay / host | {med(relay) / med(host):.2f} | {max(relay) / max(host):.2f} |",
-              "", f"The supervisor's own CPU time per relayed 100 MB download: median {med(SUPERVISOR_CPU):.2f} s, "
-              f"most {max(SUPERVISOR_CPU):.2f} s."]
-    (ih, ir, ic), (bh, br, bc), line, secs = fl
-    got = line.split()
-    lines += ["", f"| one supervisor, {args.connections} connections at once (each 100 KB) | VmHWM | VmRSS at the end "
-              "| CPU (user+sys) |", "|---|---|---|---|",
-              f"| idle jail, same allowlist | {ih} KiB | {ir} KiB | {ic:.2f} s |",
-              f"| {got[0] if got else '?'} of {args.connections} downloads done "
-              f"({int(got[1]) / MB if len(got) > 1 else 0:.1f} MiB, {secs:.1f} s) | {bh} KiB | {br} KiB | {bc:.2f} s |",
-              ""]
+    if times:
+        lines += ["| start-up (`python -c pass`, whole command) | median ms | p90 ms | paired median difference |",
+                  "|---|---|---|---|"]
+        for base, egress in (("fresh --net none", "fresh --net allow"), ("template --net none", "template --net allow")):
+            for k in (base, egress):
+                xs = sorted(times[k])
+                p90 = xs[int(0.9 * (len(xs) - 1))]
+                diff = ""
+                if k == egress:
+                    d = med([a - b for a, b in zip(times[egress], times[base])])
+                    diff = f"{d:+.2f} ms ({med(times[egress]) / med(times[base]):.3f}x)"
+                lines.append(f"| {k} | {med(xs):.2f} | {p90:.2f} | {diff} |")
+        lines.append("")
+    if dl:
+        host = dl["host"]
+        names = {"relay": f"in the jail, through the relay (`{args.pyjail}`)",
+                 "baseline": f"in the jail, through the relay (`{args.baseline}`)"}
+        lines += [f"| 100 MB download from a loopback HTTP server, {args.downloads} rounds | median MiB/s | best MiB/s "
+                  "| ratio to the host: median | best | paired (median of the rounds' ratios) "
+                  "| supervisor CPU per download (median) |", "|---|---|---|---|---|---|---|",
+                  f"| on the host (python3) | {med(host):.0f} | {max(host):.0f} | | | | |"]
+        for k in ("relay", "baseline"):
+            if k in dl:
+                xs = dl[k]
+                lines.append(f"| {names[k]} | {med(xs):.0f} | {max(xs):.0f} | **{med(xs) / med(host):.2f}** "
+                             f"| {max(xs) / max(host):.2f} | {med([r / h for r, h in zip(xs, host)]):.2f} "
+                             f"| {med(SUPERVISOR_CPU[k]):.3f} s |")
+        lines.append("")
+    if fl:
+        (ih, ir, ic), (bh, br, bc), line, secs = fl
+        got = line.split()
+        lines += [f"| one supervisor, {args.connections} connections at once (each 100 KB) | VmHWM | VmRSS at the end "
+                  "| CPU (user+sys) |", "|---|---|---|---|",
+                  f"| idle jail, same allowlist | {ih} KiB | {ir} KiB | {ic:.2f} s |",
+                  f"| {got[0] if got else '?'} of {args.connections} downloads done "
+                  f"({int(got[1]) / MB if len(got) > 1 else 0:.1f} MiB, {secs:.1f} s) | {bh} KiB | {br} KiB | {bc:.2f} s |",
+                  ""]
     return "\n".join(lines)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
+    ap.add_argument("--baseline", help="another pyjail whose relay's downloads join the same rounds")
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--downloads", type=int, default=5)
     ap.add_argument("--connections", type=int, default=200)
+    ap.add_argument("--parts", default="startup,throughput,flood")
     ap.add_argument("--markdown")
     args = ap.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - {"startup", "throughput", "flood"}:
+        ap.error(f"--parts: unknown {sorted(parts - {'startup', 'throughput', 'flood'})}")
     port = start_web()
-    with tempfile.TemporaryDirectory(prefix="pyjail-bench-") as tmp:
-        times = startup(args.pyjail, port, args.rounds, tmp)
-    dl = throughput(args.pyjail, args.python, port, args.downloads)
-    fl = flood(args.pyjail, port, args.connections)
+    times, dl, fl = {}, {}, None
+    if "startup" in parts:
+        with tempfile.TemporaryDirectory(prefix="pyjail-bench-") as tmp:
+            times = startup(args.pyjail, port, args.rounds, tmp)
+    if "throughput" in parts:
+        dl = throughput(args.pyjail, args.python, port, args.downloads, args.baseline)
+    if "flood" in parts:
+        fl = flood(args.pyjail, port, args.connections)
     text = report(args, times, dl, fl)
     print(text)
     if args.markdown:

@@ -35,12 +35,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def do_GET(self):  # noqa: N802 (the stdlib's name)
+        if self.path == "/gigabyte":
+            return self.stream(1 << 30)
         size = {"/big": 1 << 20, "/small": 1000}.get(self.path, 0)
         body = b"x" * size if size else f"hello {self.headers.get('Host')}\n".encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def stream(self, size):
+        """`size` bytes, a MiB at a time, until the reader is gone."""
+        self.send_response(200)
+        self.send_header("Content-Length", str(size))
+        self.end_headers()
+        chunk, sent = b"x" * (1 << 20), 0
+        try:
+            while sent < size:
+                self.wfile.write(chunk)
+                sent += len(chunk)
+        except OSError:
+            pass  # the reader is gone
 
     def log_message(self, *args):
         pass
@@ -451,6 +466,32 @@ def test_net_bytes_cuts_a_download_over_it(run_py, world_tmp, internet, as_user)
     assert r.result["big"] in ("IncompleteRead", "ConnectionResetError", "RemoteDisconnected"), r.result
     e = r.report["egress"]
     assert e["bytes_limit_hit"] and e["bytes_in"] <= 100 * 1024, e
+    assert [d["why"] for d in decisions(r.report, "cut")] == ["over --net-bytes"], e
+
+
+def test_net_bytes_cuts_a_gigabyte_download_at_its_limit(run_py, world_tmp, internet, as_user):
+    # Control: without the jail, the server offers the whole gigabyte.
+    with socket.create_connection(("127.0.0.1", internet.http_port), timeout=3) as s:
+        s.sendall(b"GET /gigabyte HTTP/1.1\r\nHost: web.test\r\n\r\n")
+        assert b"Content-Length: 1073741824" in s.recv(4096)
+    r = egress_run(run_py, world_tmp, internet, f"""\
+        import urllib.request
+        length, got, err = 0, 0, None
+        try:
+            with urllib.request.urlopen("http://web.test:{internet.http_port}/gigabyte", timeout=5) as u:
+                length = int(u.headers["Content-Length"])
+                while chunk := u.read(1 << 16):
+                    got += len(chunk)
+        except Exception as e:
+            err = type(e).__name__
+        emit({{"length": length, "got": got, "err": err}})
+        """, as_user, [*allow(internet), *PINNED, "--net-bytes", "2M"], setup=HELPERS)
+    got = r.result
+    # Cut at the limit (the client reads less than the length it was promised).
+    assert got["length"] == 1 << 30 and got["got"] <= 2 << 20, got
+    assert got["err"] in (None, "IncompleteRead", "ConnectionResetError"), got
+    e = r.report["egress"]
+    assert e["bytes_limit_hit"] and e["bytes_in"] <= 2 << 20, e
     assert [d["why"] for d in decisions(r.report, "cut")] == ["over --net-bytes"], e
 
 
