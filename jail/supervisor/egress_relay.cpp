@@ -699,7 +699,15 @@ void EgressRelay::close_conn(std::size_t i, const char* verdict, const std::stri
     Conn& c = *conns_[i];
     std::string what = why;
     if (std::string_view(verdict) == "refused") ++report_.refused;
-    if (c.cut) report_.bytes_limit_hit = true;
+    if (c.cut) {
+        report_.bytes_limit_hit = true;
+        // A cut connection ends with a reset, both ways: a plain close reads as the end of the
+        // stream, and a client (or server) that does not check the length it was promised
+        // would take a truncated download (or upload) for a whole one.
+        const linger reset{1, 0};
+        for (int fd : {c.client.get(), c.upstream.get()})
+            if (fd >= 0) (void)::setsockopt(fd, SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+    }
     report_.add({c.name.empty() ? "(unnamed)" : c.name, c.port, verdict, what, c.out, c.in, 1});
     conns_[i].reset();  // closes its descriptors, which leave the epoll set
     ++generations_[i];
