@@ -485,9 +485,6 @@ std::vector<MountOp> plan_forked_mounts(const MountPlan& plan) {
         // --net allow's resolver files, staged in /tmp and bound over /etc: a run from a
         // template has its template's (which serves --net allow too: serve_bounds.hpp).
         if (op.kind == OpKind::Write || op.target.rfind("tmp/.net", 0) == 0) continue;
-        // The read-only empty directory the /proc masks are bound from: a run keeps its
-        // template's /proc, masks and all, so it has nothing to bind from it.
-        if (op.target == "tmp/.empty" && op.kind != OpKind::Mkdir) continue;
         MountOp kept = op;
         if (kept.kind == OpKind::Copy) kept.source_slot = 1;
         ops.push_back(std::move(kept));
