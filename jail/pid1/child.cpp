@@ -16,6 +16,7 @@
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -103,8 +104,15 @@ void set_userns_limits(const ChildPlan& p) {
         int fd = ::openat(dir, l.name, O_WRONLY | O_CLOEXEC);
         if (fd < 0 && errno == ENOENT && !l.required) continue;
         if (fd < 0) fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot open /proc/sys/user/%s", l.name);
-        int n = std::snprintf(value, sizeof value, "%llu\n", static_cast<unsigned long long>(l.value));
-        if (::write(fd, value, static_cast<std::size_t>(n)) != n)
+        // By hand, not snprintf: its first call here faulted in stdio's pages (about 0.05 ms).
+        char* end = value + sizeof value;
+        char* at = end;
+        *--at = '\n';
+        std::uint64_t v = l.value;
+        do *--at = static_cast<char>('0' + v % 10);
+        while ((v /= 10) != 0);
+        const auto n = static_cast<ssize_t>(end - at);
+        if (::write(fd, at, static_cast<std::size_t>(n)) != n)
             fail(ChildStep::UsernsLimits, errno, kExitJailError, "cannot set /proc/sys/user/%s to %llu", l.name,
                  static_cast<unsigned long long>(l.value));
         ::close(fd);

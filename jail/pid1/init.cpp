@@ -19,6 +19,16 @@ namespace {
 // their usage to ours. Again and again: a process may fork while kill(-1) runs. Gives up
 // after kReapAllMs (a process stuck in the kernel), when the kernel's own kill takes over.
 bool reap_all() {
+    // Nothing left to kill when pid 1 has no child at all (ECHILD, zombies included): every
+    // process of this pid namespace descends from pid 1, and an orphan becomes pid 1's child,
+    // so no process of the jail can be missed. kill(-1) walks every process of the host to
+    // find ours, which cost each run about 0.1 ms.
+    while (true) {
+        pid_t pid = ::waitpid(-1, nullptr, WNOHANG | __WALL);
+        if (pid < 0 && errno == EINTR) continue;
+        if (pid < 0 && errno == ECHILD) return true;
+        if (pid <= 0) break;
+    }
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);

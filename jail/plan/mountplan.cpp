@@ -177,11 +177,14 @@ void plan_proc(std::vector<MountOp>& ops) {
     for (const char* const* f = kProcMaskedFiles; *f != nullptr; ++f)
         add(ops, {.kind = OpKind::Bind, .target = (t = std::string("proc/") + *f).c_str(),
                   .source = "/dev/null", .flags = MS_BIND, .if_exists = true});
-    for (const char* const* d = kProcMaskedDirs; *d != nullptr; ++d) {
+    // The empty directory made a read-only mount once: a bind copies its source mount's flags
+    // (read-only, nosuid, nodev, noexec), so each masked directory is one bind, with no
+    // remount of its own (two calls, four where the entry is absent, for each before).
+    add(ops, {.kind = OpKind::Bind, .target = kEmptyDir, .source = kEmptyDir, .flags = MS_BIND});
+    add(ops, {.kind = OpKind::Remount, .target = kEmptyDir, .flags = kReadOnlyRemount | kProcFlags});
+    for (const char* const* d = kProcMaskedDirs; *d != nullptr; ++d)
         add(ops, {.kind = OpKind::Bind, .target = (t = std::string("proc/") + *d).c_str(), .source = kEmptyDir,
                   .flags = MS_BIND, .if_exists = true});
-        add(ops, {.kind = OpKind::Remount, .target = t.c_str(), .flags = kReadOnlyRemount | kProcFlags, .if_exists = true});
-    }
     for (const char* const* d = kProcReadOnly; *d != nullptr; ++d) {
         t = std::string("proc/") + *d;
         add(ops, {.kind = OpKind::Bind, .target = t.c_str(), .source = t.c_str(), .flags = MS_BIND, .if_exists = true});

@@ -174,13 +174,26 @@ int write_id_maps(const std::string& proc_dir, const std::string& uid_map,
                   const std::string& gid_map, const char*& failed) noexcept {
     const std::pair<const char*, const std::string*> files[] = {
         {"setgroups", nullptr}, {"uid_map", &uid_map}, {"gid_map", &gid_map}};
+    // Each file below the one directory, looked up once: not /proc and the pid three times.
+    int dir = ::open(proc_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC);
+    if (dir < 0) {
+        failed = "setgroups";  // the first of them, as a failed open of it would say
+        return errno;
+    }
+    int err = 0;
     for (const auto& [name, text] : files) {
-        if (int e = write_file(proc_dir + name, text != nullptr ? *text : "deny"); e != 0) {
+        const std::string_view data = text != nullptr ? std::string_view(*text) : std::string_view("deny");
+        int fd = ::openat(dir, name, O_WRONLY | O_CLOEXEC);
+        ssize_t n = fd < 0 ? -1 : ::write(fd, data.data(), data.size());
+        err = n < 0 ? errno : (static_cast<std::size_t>(n) != data.size() ? EIO : 0);
+        if (fd >= 0) ::close(fd);
+        if (err != 0) {
             failed = name;
-            return e;
+            break;
         }
     }
-    return 0;
+    ::close(dir);
+    return err;
 }
 
 }  // namespace pyjail

@@ -167,6 +167,14 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
     CHECK(has(OpKind::Devpts, "dev/pts"));
     CHECK(has(OpKind::Copy, "work/x.py"));
     CHECK(has(OpKind::Bind, "proc/keys"));  // the masks too
+    // The masked directories' source made read-only before them: each mask copies its flags.
+    auto at = [&](OpKind kind, const std::string& target) {
+        return std::find_if(ops.begin(), ops.end(), [&](const MountOp& o) { return o.kind == kind && o.target == target; }) -
+               ops.begin();
+    };
+    CHECK(at(OpKind::Remount, "tmp/.empty") < at(OpKind::Bind, "proc/acpi"));
+    CHECK(at(OpKind::Bind, "tmp/.empty") < at(OpKind::Remount, "tmp/.empty"));
+    CHECK(at(OpKind::Mkdir, "tmp/.empty") < at(OpKind::Bind, "tmp/.empty"));
     for (const auto& op : ops) {
         INFO(op.target);
         CHECK_FALSE(op.target.empty());  // never the root
