@@ -57,8 +57,13 @@ _SERVER_SHA256_IN_USE = [SERVER_SHA256]
 _BOOT_TEMPLATE = r"""
 import sys
 def _boot(want):
-    import os, struct
     names = @MODULES@
+    t = sys.modules.get("pyjail_template")
+    if getattr(t, "SESSION_SERVER_SHA256", None) == want and @SERVER_NAME@ in sys.modules:
+        # A fork of a template that imported these very modules from the rootfs.
+        sys.modules[@SERVER_NAME@].main()
+        return
+    import os, struct
     jail_dir = @JAIL_DIR@
     try:
         import hashlib
@@ -70,6 +75,8 @@ def _boot(want):
     except (OSError, ImportError):
         have = None
     if have == want:
+        for name in names:
+            sys.modules.pop(name, None)    # a template's copies, of another version
         sys.path.insert(0, jail_dir)
         try:
             import @SERVER@ as m
@@ -112,6 +119,7 @@ def boot_text() -> str:
     values = {
         "@MODULES@": repr([module for module, _ in _wire.JAIL_MODULES]),
         "@JAIL_DIR@": repr(_wire.JAIL_DIR),
+        "@SERVER_NAME@": repr(_wire.JAIL_MODULES[-1][0]),
         "@SERVER@": _wire.JAIL_MODULES[-1][0],
         "@NEED_SOURCE@": repr(_wire.encode_frame({"op": "need-source"})),
         "@FRAME@": repr(_wire.FRAME.format),
