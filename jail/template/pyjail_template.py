@@ -38,6 +38,7 @@ def main(preload):
     import atexit, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
     for name in preload:
         importlib.import_module(name)
+    _preload_session_server()
     import gc
     gc.collect()
     gc.freeze()        # the runs' first collection does not touch (and copy) these pages
@@ -52,6 +53,43 @@ def main(preload):
 
 
 _TEMPLATE_MODULES = frozenset()
+
+# The rootfs's session server (the in-jail half of pyjail.Session and of pyjail.run with
+# files), as the driver's boot names it: its modules under SESSION_SERVER_DIR, in the order
+# the driver hashes them (pyjail._wire.JAIL_MODULES).
+SESSION_SERVER_DIR = "/usr/lib/pyjail"
+SESSION_SERVER_MODULES = ("pyjail_wire", "pyjail_spawn", "pyjail_server")
+# The hash of the copies imported here (as the driver's boot computes it: sha256 over the
+# sha256 of each module), or None: none was imported.
+SESSION_SERVER_SHA256 = None
+
+
+def _preload_session_server():
+    """Import the rootfs's session server once, here: a session forked from this template
+    finds it imported, and its boot (pyjail._launch) neither hashes nor imports it again when
+    SESSION_SERVER_SHA256 is the hash it wants. A rootfs without it (or whose copy does not
+    import) leaves the boot to do as in a fresh jail. It is the rootfs's trusted code, as the
+    preloads are: importing it runs nothing but definitions."""
+    global SESSION_SERVER_SHA256
+    import hashlib
+    h = hashlib.sha256()
+    try:
+        for name in SESSION_SERVER_MODULES:
+            with open(os.path.join(SESSION_SERVER_DIR, name + ".py"), "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+    except OSError:
+        return
+    sys.path.insert(0, SESSION_SERVER_DIR)
+    try:
+        for name in SESSION_SERVER_MODULES:
+            __import__(name)
+    except Exception:
+        for name in SESSION_SERVER_MODULES:
+            sys.modules.pop(name, None)
+        return
+    finally:
+        del sys.path[0]
+    SESSION_SERVER_SHA256 = h.hexdigest()
 
 
 def _exit_fast(code):

@@ -129,8 +129,7 @@ class _Drain:
         self.lock = threading.Lock()
         self.buf = Capture(limit)
         os.set_blocking(rfd, False)
-        self.thread = threading.Thread(target=self._loop, name="pyjail-drain", daemon=True)
-        self.thread.start()
+        _start_thread(self._loop)
 
     def _read_available(self):
         while True:
@@ -234,8 +233,7 @@ class Server:
             self.output_poll = select.poll()
             for d in self.drains:
                 self.output_poll.register(d.rfd, select.POLLIN)
-            threading.Thread(target=self._channel_thread, name="pyjail-channel",
-                             daemon=True).start()
+            _start_thread(self._channel_thread)
         finally:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
         self.sigint_handler = self._on_sigint
@@ -1239,6 +1237,14 @@ def _fit_result(result):
                 if isinstance(err.get(key), str):
                     err[key] = _cut(err[key], limit)
     return result
+
+
+def _start_thread(target):
+    """Start the server's own thread running target(), without waiting for it to run (as
+    threading.Thread.start does: a context switch each, paid by every session's start). It
+    is not among threading.enumerate()'s, and like a daemon thread it ends with the process."""
+    import _thread
+    _thread.start_new_thread(target, ())
 
 
 def _become_unreachable():

@@ -119,6 +119,23 @@ def test_a_session_from_a_template_serves_the_agent_adapters(pool):
         tool.python_repl.close()
 
 
+def test_a_session_from_a_template_starts_the_template_s_server_only_of_the_same_version(
+        pool, monkeypatch):
+    from pyjail import _launch
+    ask = ("import sys; t = sys.modules['pyjail_template']; "
+           "(t.SESSION_SERVER_SHA256, 'pyjail_server' in t._TEMPLATE_MODULES, "
+           "sys.modules['pyjail_server'].__dict__.get('FROM_DRIVER'))")
+    with pool.session() as s:
+        if s.server_info["server"] != "rootfs":
+            pytest.skip("the rootfs's in-jail modules differ from python/pyjail's")
+        assert s.run(ask).value == repr((_launch.SERVER_SHA256, True, None))
+    # A driver of another version gets its own server, not the template's.
+    monkeypatch.setattr(_launch, "_SERVER_SHA256_IN_USE", ["0" * 64])
+    with pool.session() as s:
+        assert s.server_info["server"] == "driver"
+        assert s.run(ask).value == repr((_launch.SERVER_SHA256, True, True))
+
+
 def test_a_batch_pool_reads_and_writes_the_current_directory(pyjail_bin, monkeypatch):
     # The cron case: a job's directory is /work, writable, through a template.
     os.environ.setdefault("PYJAIL_BIN", pyjail_bin)

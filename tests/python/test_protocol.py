@@ -187,6 +187,19 @@ def test_the_hash_covers_every_jail_module():
         assert (REPO / "python" / "pyjail" / filename).is_file()
 
 
+def test_a_template_preloads_the_session_server_the_boot_names():
+    # The template's copy of the names (it imports nothing of the driver's package): where
+    # they drifted apart, no session would ever find its server preloaded.
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(
+        "template_under_test", REPO / "jail" / "template" / "pyjail_template.py")
+    template = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(template)
+    assert template.SESSION_SERVER_DIR == _wire.JAIL_DIR
+    assert list(template.SESSION_SERVER_MODULES) == [m for m, _ in _wire.JAIL_MODULES]
+    assert "SESSION_SERVER_SHA256" in _launch.BOOT
+
+
 # ------------------------------------------------------------------ the codec, type by type
 
 Point = namedtuple("Point", "x y")
