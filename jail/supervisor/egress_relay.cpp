@@ -55,7 +55,9 @@ constexpr std::size_t kPipeCapacity = 64 * 1024;  // a pipe's default size
 // 32 x 256 KiB of download pipes to the user; an idle connection's pipes keep the default.
 constexpr std::size_t kDownloadPipeCapacity = 256 * 1024;
 
-struct Pipe {
+}  // namespace
+
+struct EgressRelay::Pipe {
     UniqueFd r, w;
     std::size_t fill = 0;  // bytes in it
     std::size_t capacity = kPipeCapacity;
@@ -79,8 +81,6 @@ struct Pipe {
         size_up(want);
     }
 };
-
-}  // namespace
 
 // One allowed name's address in the jail: which name it stands for now (a wildcard's slot
 // gets one when the jail first asks for it), and what pyjail resolved it to.
