@@ -82,13 +82,13 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
     pids+=("$kernel_pid")
 fi
 
-say "building ($build)"
+# With the data rootfs, for tests/integration/test_data_rootfs.py: its wheels are downloaded
+# from PyPI once, into $build/data-wheels, and taken from there afterwards. One build of both,
+# so that the download and the jails that install it overlap the compiling of what pyjail
+# itself does not need (the unit tests).
+say "building ($build) and the data rootfs"
 cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null
-cmake --build "$build"
-# The data rootfs, for tests/integration/test_data_rootfs.py: its wheels are downloaded from
-# PyPI once, into $build/data-wheels, and taken from there afterwards.
-say "building the data rootfs"
-cmake --build "$build" --target rootfs-data
+cmake --build "$build" --target all rootfs-data
 
 say "unit tests"
 (cd "$build" && ctest --output-on-failure)
