@@ -82,13 +82,15 @@ if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
     pids+=("$kernel_pid")
 fi
 
-say "building ($build)"
+# With the data rootfs, for tests/integration/test_data_rootfs.py: its wheels are downloaded
+# from PyPI once, into $build/data-wheels, and taken from there afterwards. First what the data
+# rootfs needs (pyjail, its filters, the default rootfs), then the rest in the same build as
+# the data rootfs, so that its download and the jails that install it overlap the compiling of
+# what pyjail itself does not need (the unit tests).
+say "building ($build) and the data rootfs"
 cmake -S "$root" -B "$build" -G Ninja -DPYJAIL_WERROR=ON >/dev/null
-cmake --build "$build"
-# The data rootfs, for tests/integration/test_data_rootfs.py: its wheels are downloaded from
-# PyPI once, into $build/data-wheels, and taken from there afterwards.
-say "building the data rootfs"
-cmake --build "$build" --target rootfs-data
+cmake --build "$build" --target pyjail seccomp_filters rootfs
+cmake --build "$build" --target rootfs-data all
 
 say "unit tests"
 (cd "$build" && ctest --output-on-failure)

@@ -164,6 +164,13 @@ HostIdFacts host_id_facts(const RunPlan& p, const Policy& policy, uid_t root_uid
 
 }  // namespace
 
+// In host, beside its caller above, not in supervisor: what links host alone (the fuzz
+// targets, and prepare.cpp's neighbours in a unity batch) must find it.
+bool systemd_booted() {
+    struct stat st {};
+    return ::lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid) {
     HostIdFacts f;
     f.invoker_uid = uid;

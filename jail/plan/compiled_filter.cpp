@@ -11,14 +11,14 @@ namespace pyjail {
 
 namespace {
 
-constexpr std::string_view kMagic = "pyjail-seccomp-filter 1\n";
+constexpr std::string_view kFilterFileMagic = "pyjail-seccomp-filter 1\n";
 
 // What else the program depends on: this pyjail (how sets become rules, also between
 // releases: kSeccompRulesRevision), libseccomp (how rules become BPF) and the architecture
 // the BPF checks for.
 std::string header() {
     const scmp_version* v = seccomp_version();
-    return fmt::format("{}pyjail {} rules {}\nlibseccomp {}.{}.{}\narch {:#x}\n", kMagic,
+    return fmt::format("{}pyjail {} rules {}\nlibseccomp {}.{}.{}\narch {:#x}\n", kFilterFileMagic,
                        PYJAIL_VERSION, kSeccompRulesRevision, v->major, v->minor, v->micro,
                        seccomp_arch_native());
 }
@@ -35,9 +35,9 @@ void put_names(std::string& out, std::string_view tag, const std::vector<std::st
 }
 
 // A cursor over the file that fails (and stays failed) on the first surprise.
-class Reader {
+class FilterFileReader {
 public:
-    explicit Reader(std::string_view s) : s_(s) {}
+    explicit FilterFileReader(std::string_view s) : s_(s) {}
     bool ok() const { return ok_; }
     bool at_end() const { return ok_ && s_.empty(); }
 
@@ -135,7 +135,7 @@ std::string encode_compiled_filter(const FilterInputs& in, const CompiledFilter&
 }
 
 std::optional<CompiledFilter> decode_compiled_filter(const std::string& file, const FilterInputs& in) {
-    Reader r(file);
+    FilterFileReader r(file);
     if (!r.literal(header()) || !r.literal(fmt::format("net {}\n", net_mode_name(in.net))) ||
         !r.blob_equals("set", in.set_text) || !r.blob_equals("groups", in.groups_text))
         return std::nullopt;

@@ -56,7 +56,20 @@ constexpr std::size_t kPipeCapacity = 64 * 1024;  // a pipe's default size
 // 32 x 256 KiB of download pipes to the user; an idle connection's pipes keep the default.
 constexpr std::size_t kDownloadPipeCapacity = 256 * 1024;
 
-struct Pipe {
+// The jail's side of a connection is a loopback in the jail's own network namespace, which
+// inherits the host's congestion control. Where that is BBR, every byte the relay sends to the
+// jail is paced by timers (a pacing hrtimer, TCP small queues, smaller bursts): on a loopback,
+// pacing only costs the supervisor CPU (about a third of the relay's, on a 100 MB download) and
+// the download its speed. Reno does not pace, and is always allowed to an unprivileged user.
+// The upstream side keeps the host's choice: that leg is a real network.
+void send_to_jail_unpaced(int client) {
+    static constexpr char kReno[] = "reno";
+    (void)::setsockopt(client, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof kReno - 1);
+}
+
+}  // namespace
+
+struct EgressRelay::Pipe {
     UniqueFd r, w;
     std::size_t fill = 0;  // bytes in it
     std::size_t capacity = kPipeCapacity;
@@ -80,19 +93,6 @@ struct Pipe {
         size_up(want);
     }
 };
-
-// The jail's side of a connection is a loopback in the jail's own network namespace, which
-// inherits the host's congestion control. Where that is BBR, every byte the relay sends to the
-// jail is paced by timers (a pacing hrtimer, TCP small queues, smaller bursts): on a loopback,
-// pacing only costs the supervisor CPU (about a third of the relay's, on a 100 MB download) and
-// the download its speed. Reno does not pace, and is always allowed to an unprivileged user.
-// The upstream side keeps the host's choice: that leg is a real network.
-void send_to_jail_unpaced(int client) {
-    static constexpr char kReno[] = "reno";
-    (void)::setsockopt(client, IPPROTO_TCP, TCP_CONGESTION, kReno, sizeof kReno - 1);
-}
-
-}  // namespace
 
 // One allowed name's address in the jail: which name it stands for now (a wildcard's slot
 // gets one when the jail first asks for it), and what pyjail resolved it to.

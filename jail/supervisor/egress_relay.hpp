@@ -70,6 +70,7 @@ public:
 
     struct Conn;
     struct Slot;
+    struct Pipe;  // one direction of a connection, spliced through a pipe
 
 private:
     void on_dns(double now);

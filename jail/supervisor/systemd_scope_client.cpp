@@ -3,7 +3,6 @@
 #include <poll.h>
 #include <sys/random.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -144,15 +143,6 @@ std::uint64_t random_u64() {
 }
 
 }  // namespace
-
-namespace setup {
-
-bool systemd_booted() {
-    struct stat st {};
-    return ::lstat("/run/systemd/system", &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-}  // namespace setup
 
 namespace supervisor {
 

@@ -9,14 +9,14 @@
 using namespace pyjail;
 
 namespace {
-Policy policy_from(std::string_view profile, std::vector<std::string> command = {"python3"}) {
+Policy policy_from_profile(std::string_view profile, std::vector<std::string> command = {"python3"}) {
     Settings s = default_settings();
     apply_profile(s, parse_profile(profile, "p.toml"));
     return make_policy(s, std::move(command), "/home/u/proj");
 }
-std::string error_of(std::string_view profile) {
+std::string policy_error_of(std::string_view profile) {
     try {
-        policy_from(profile);
+        policy_from_profile(profile);
     } catch (const JailError& e) {
         return e.one_line();
     }
@@ -81,7 +81,7 @@ TEST_CASE("binds: SRC[:DST], validated before anything runs") {
 }
 
 TEST_CASE("policy: values are typed and errors name their origin") {
-    Policy p = policy_from("net = \"loopback\"\nwall-time = 1.5\ntmpfs-size = \"8M\"\n"
+    Policy p = policy_from_profile("net = \"loopback\"\nwall-time = 1.5\ntmpfs-size = \"8M\"\n"
                            "env = [\"A=1\", \"B=x=y\"]\nworkdir = \"out\"\n");
     CHECK(p.net == NetMode::Loopback);
     CHECK(p.wall_time == doctest::Approx(1.5));
@@ -90,21 +90,21 @@ TEST_CASE("policy: values are typed and errors name their origin") {
     CHECK(p.env[1] == std::pair<std::string, std::string>{"B", "x=y"});
     CHECK(p.workdir == "/home/u/proj/out");
 
-    CHECK(error_of("net = \"host\"\n") ==
+    CHECK(policy_error_of("net = \"host\"\n") ==
           "p.toml:1: key 'net': 'host' is not a network mode (use none, loopback or allow)");
-    CHECK(error_of("wall-time = \"soon\"\n") ==
+    CHECK(policy_error_of("wall-time = \"soon\"\n") ==
           "p.toml:1: key 'wall-time': 'soon' is not a number of seconds (write e.g. 30 or 2.5; "
           "0 means no limit)");
-    CHECK(error_of("env = [\"NOVALUE\"]\n") ==
+    CHECK(policy_error_of("env = [\"NOVALUE\"]\n") ==
           "p.toml:1: key 'env': 'NOVALUE' is not KEY=VALUE (the host's environment is never "
           "passed; give the value)");
-    CHECK(error_of("hostname = \"a b\"\n").find("not a valid host name") != std::string::npos);
-    CHECK(error_of("host-user = \"0\"\n").find("must never be host root") != std::string::npos);
-    CHECK(error_of("host-user = \"root\"\n").find("must never be host root") != std::string::npos);
-    CHECK(error_of("host-user = \"65534:0\"\n").find("must never be host root") != std::string::npos);
-    CHECK(error_of("ro-bind = [\"/a:/x\", \"/b:/x\"]\n") ==
+    CHECK(policy_error_of("hostname = \"a b\"\n").find("not a valid host name") != std::string::npos);
+    CHECK(policy_error_of("host-user = \"0\"\n").find("must never be host root") != std::string::npos);
+    CHECK(policy_error_of("host-user = \"root\"\n").find("must never be host root") != std::string::npos);
+    CHECK(policy_error_of("host-user = \"65534:0\"\n").find("must never be host root") != std::string::npos);
+    CHECK(policy_error_of("ro-bind = [\"/a:/x\", \"/b:/x\"]\n") ==
           "p.toml:1: key 'ro-bind' and p.toml:1: key 'ro-bind' both bind to /x");
-    CHECK(error_of("workdir = \"/w\"\nbind = [\"/a:/work\"]\n").find("binds over it") !=
+    CHECK(policy_error_of("workdir = \"/w\"\nbind = [\"/a:/work\"]\n").find("binds over it") !=
           std::string::npos);
 }
 
@@ -116,7 +116,7 @@ TEST_CASE("policy: a command is required unless explaining") {
 }
 
 TEST_CASE("environment: built from scratch, --env last") {
-    Policy p = policy_from("env = [\"LANG=de_DE.UTF-8\", \"X=1\"]\n");
+    Policy p = policy_from_profile("env = [\"LANG=de_DE.UTF-8\", \"X=1\"]\n");
     auto env = jail_environment(p);
     CHECK(env == std::vector<std::string>{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=/tmp",
                                           "USER=jail", "LOGNAME=jail", "LANG=de_DE.UTF-8",

@@ -28,7 +28,7 @@ SeccompSet python_set() {
     return parse_seccomp_set(slurp(kSeccompDir + "python.toml"), "python.toml", slurp(kSeccompDir + "groups.toml"),
                              "groups.toml");
 }
-bool has(const std::vector<std::string>& v, const char* n) {
+bool lists(const std::vector<std::string>& v, const char* n) {
     return std::binary_search(v.begin(), v.end(), std::string(n));
 }
 
@@ -60,15 +60,15 @@ TEST_CASE("the python set allows what CPython needs and denies the dangerous gro
     SeccompSet s = python_set();
     for (const char* n : {"read", "write", "openat", "mmap", "futex", "clone", "execve", "wait4",
                           "socket", "ioctl", "epoll_wait", "getrandom", "rseq"})
-        CHECK_MESSAGE(has(s.allow, n), n);
+        CHECK_MESSAGE(lists(s.allow, n), n);
     for (const char* n : {"ptrace", "process_vm_readv", "process_vm_writev", "bpf",
                           "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
                           "keyctl", "add_key", "request_key", "mount", "umount2", "pivot_root",
                           "chroot", "open_by_handle_at", "init_module", "finit_module",
                           "kexec_load", "reboot", "swapon", "acct", "quotactl",
                           "settimeofday", "clock_settime", "unshare", "setns"})
-        CHECK_MESSAGE(has(s.deny, n), n);
-    CHECK_FALSE(has(s.allow, "clone3"));
+        CHECK_MESSAGE(lists(s.deny, n), n);
+    CHECK_FALSE(lists(s.allow, "clone3"));
     CHECK(s.allow.size() > 150);
 }
 

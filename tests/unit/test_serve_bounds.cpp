@@ -15,10 +15,10 @@ using pyjail::test::policy_with;
 
 namespace {
 
-const std::vector<std::string> kAllow = {"exit", "mmap", "read", "write"};
+const std::vector<std::string> kTemplateSeccompAllow = {"exit", "mmap", "read", "write"};
 
 ServeBounds bounds_of(const Policy& p, bool cgroup) {
-    return serve_bounds(p, plan_limits(p.limits, cgroup), kAllow);
+    return serve_bounds(p, plan_limits(p.limits, cgroup), kTemplateSeccompAllow);
 }
 
 // The request a client with this policy sends (as spawn.cpp's make_run_request makes it).
@@ -34,7 +34,7 @@ RunRequest request_of(const Policy& p, bool cgroup) {
                  0, false},
                 {OpKind::Tmpfs, "proc/acpi", -1, "", MS_RDONLY, "mode=0555,size=4k,nr_inodes=1", 0, true}};
     r.lockdown.seccomp_filter = {{0x06, 0, 0, 0x7fff0000}};
-    r.seccomp_allow = kAllow;
+    r.seccomp_allow = kTemplateSeccompAllow;
     r.net = static_cast<std::uint32_t>(p.net);
     r.wall_time = p.wall_time;
     r.cpu_time = p.limits.cpu_time;

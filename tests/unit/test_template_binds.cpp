@@ -20,7 +20,7 @@ using pyjail::test::refusal;
 
 namespace {
 
-Policy policy_with(const std::vector<std::pair<std::string, std::string>>& options) {
+Policy policy_in_project(const std::vector<std::pair<std::string, std::string>>& options) {
     return test::policy_with(options, "/home/u/proj");
 }
 
@@ -53,7 +53,7 @@ const MountOp* op_at(const RunRequest& r, OpKind kind, const std::string& target
 }  // namespace
 
 TEST_CASE("a run keeps its binds below /work and /tmp, numbered as they are handed over") {
-    Policy p = policy_with({{"workdir", "/srv/job"}, {"ro-bind", "/srv/in:/tmp/in"}});
+    Policy p = policy_in_project({{"workdir", "/srv/job"}, {"ro-bind", "/srv/in:/tmp/in"}});
     RunRequest r = request_for(p);
     CHECK(r.binds == 2);
     REQUIRE(r.mounts.sources.size() == kFirstHandedSlot + 2);
@@ -81,19 +81,19 @@ TEST_CASE("a run keeps its binds below /work and /tmp, numbered as they are hand
 }
 
 TEST_CASE("a run binds nowhere but below /work and /tmp, and at most kMaxRunBinds paths") {
-    CHECK_THROWS_WITH_AS(request_for(policy_with({{"ro-bind", "/srv/in:/data"}})),
+    CHECK_THROWS_WITH_AS(request_for(policy_in_project({{"ro-bind", "/srv/in:/data"}})),
                          "--via: a run from a template binds host paths only below /work and /tmp, not at /data",
                          UsageError);
     std::vector<std::pair<std::string, std::string>> many;
     for (std::uint32_t i = 0; i <= kMaxRunBinds; ++i)
         many.push_back({"ro-bind", "/srv/d" + std::to_string(i) + ":/tmp/d" + std::to_string(i)});
-    CHECK_THROWS_AS(request_for(policy_with(many)), UsageError);
+    CHECK_THROWS_AS(request_for(policy_in_project(many)), UsageError);
     many.pop_back();
-    CHECK(request_for(policy_with(many)).binds == kMaxRunBinds);
+    CHECK(request_for(policy_in_project(many)).binds == kMaxRunBinds);
 }
 
 TEST_CASE("a request's list of handed-over binds is checked") {
-    RunRequest r = request_for(policy_with({{"workdir", "/srv/job"}}));
+    RunRequest r = request_for(policy_in_project({{"workdir", "/srv/job"}}));
     REQUIRE(r.binds == 1);
     std::string good = encode_request(r);
     CHECK(refusal(good) == "");
@@ -123,8 +123,8 @@ TEST_CASE("a request's list of handed-over binds is checked") {
 }
 
 TEST_CASE("a server takes a run's binds only with --allow-binds, and its own fixed ids") {
-    Policy plain = policy_with({});
-    RunRequest r = request_for(policy_with({{"workdir", "/srv/job"}}));
+    Policy plain = policy_in_project({});
+    RunRequest r = request_for(policy_in_project({{"workdir", "/srv/job"}}));
     r.files_uid = r.files_gid = 1000;
     ServeBounds b = serve_bounds(plain, plan_limits(plain.limits, false), std::nullopt);
     r.lockdown.rlimits = plan_limits(plain.limits, false).rlimits;
@@ -133,7 +133,7 @@ TEST_CASE("a server takes a run's binds only with --allow-binds, and its own fix
     r.cpu_time = plain.limits.cpu_time;
     CHECK(beyond_bounds(r, b).value_or("").find("start pyjail serve with --allow-binds") != std::string::npos);
 
-    Policy allowing = policy_with({{"allow-binds", "true"}});
+    Policy allowing = policy_in_project({{"allow-binds", "true"}});
     b = serve_bounds(allowing, plan_limits(allowing.limits, false), std::nullopt);
     CHECK(b.allow_binds);
     // A template with ids of a range: what runs write would not be the client's.
@@ -157,7 +157,7 @@ TEST_CASE("a server takes a run's binds only with --allow-binds, and its own fix
 }
 
 TEST_CASE("a client hands over no kernel file system, and nothing a fresh jail would refuse") {
-    Policy p = policy_with({{"ro-bind", "/srv/in:/tmp/in"}});
+    Policy p = policy_in_project({{"ro-bind", "/srv/in:/tmp/in"}});
     const BindSpec& b = p.binds.at(0);
     const std::vector<std::string> homes = {"/home/u"};
     CHECK_FALSE(opened_source_refusal(p, b, "/srv/in", 0xEF53, {}, homes).has_value());
@@ -172,13 +172,13 @@ TEST_CASE("a client hands over no kernel file system, and nothing a fresh jail w
     CHECK(opened_source_refusal(p, b, "/srv/keys", 0xEF53, {".ssh"}, homes).value_or("").find("credentials") !=
           std::string::npos);
     // Named on the command line with --allow-sensitive-bind, as a fresh jail allows it.
-    Policy allowed = policy_with({{"ro-bind", "/srv/in:/tmp/in"}, {"allow-sensitive-bind", "true"}});
+    Policy allowed = policy_in_project({{"ro-bind", "/srv/in:/tmp/in"}, {"allow-sensitive-bind", "true"}});
     CHECK_FALSE(opened_source_refusal(allowed, allowed.binds.at(0), "/home/u", 0xEF53, {}, homes).has_value());
     CHECK(opened_source_refusal(allowed, allowed.binds.at(0), "/proc", PROC_SUPER_MAGIC, {}, homes).has_value());
 }
 
 TEST_CASE("a run whose /work is a host directory gets its script in its own /tmp") {
-    Policy p = policy_with({{"workdir", "/srv/job"}});
+    Policy p = policy_in_project({{"workdir", "/srv/job"}});
     MountFacts facts = facts_for(p);
     facts.script_real_path = "/srv/code/x.py";
     MountPlan plan = plan_mounts(p, "/r", facts, std::string("/srv/code/x.py"));
