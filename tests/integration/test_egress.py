@@ -24,6 +24,7 @@ import time
 
 import pytest
 
+from pyjail_testing import skip_or_fail
 from pyjail_testing.runs import describe
 
 
@@ -270,6 +271,31 @@ def test_allowed_names_work_with_urllib_and_sockets(run_py, world_tmp, internet,
     conn = [d for d in decisions(r.report, "allowed") if d["host"] == "files.test" and d["port"] != "dns"][0]
     assert conn["bytes_out"] > 0 and conn["bytes_in"] > 0
     assert r.report["egress"]["refused"] == 0
+
+
+def test_requests_reaches_allowed_names_and_no_other(run_py, run_jail, current_user, world_tmp,
+                                                      internet, as_user):
+    # The data rootfs's requests (urllib3 underneath, its own CA bundle unless told): the same
+    # relay, with no proxy variable; a name not allowed fails as a name that does not exist.
+    r = run_jail(["--rootfs", "data", "--explain"], user=current_user)
+    if r.returncode != 0:
+        skip_or_fail("no data rootfs (cmake --build build --target rootfs-data): " + r.stderr.strip())
+    r = egress_run(run_py, world_tmp, internet, f"""\
+        import requests
+        out = {{"http": requests.get("http://web.test:{internet.http_port}/", timeout=5).text,
+               "https": requests.get("https://files.test:{internet.https_port}/", timeout=5).text}}
+        try:
+            requests.get("http://elsewhere.test:{internet.http_port}/", timeout=5)
+        except requests.ConnectionError as e:
+            out["elsewhere"] = "NameResolutionError" if "NameResolutionError" in repr(e) else repr(e)[:300]
+        emit(out)
+        """, as_user, ["--rootfs", "data", "--env", "REQUESTS_CA_BUNDLE=/tmp/ca.pem",
+                       *allow(internet), *PINNED])
+    assert r.result == {"http": f"hello web.test:{internet.http_port}\n",
+                        "https": f"hello files.test:{internet.https_port}\n",
+                        "elsewhere": "NameResolutionError"}, r.result
+    refused = {d["host"]: d["why"] for d in decisions(r.report, "refused")}
+    assert refused.get("elsewhere.test") == "not an allowed host", r.report["egress"]
 
 
 # --------------------------------------------------------------------------------------------
