@@ -30,8 +30,7 @@ from pyjail_testing import skip_or_fail
 ROOT = Path(__file__).resolve().parents[2]
 MAN1 = ROOT / "man" / "pyjail.1"
 MAN5 = ROOT / "man" / "pyjail-profile.5"
-MAN_ROOTFS = ROOT / "man" / "pyjail-rootfs.1"
-PAGES = [MAN1, MAN5, MAN_ROOTFS]
+PAGES = sorted((ROOT / "man").glob("*.[1-8]"))  # every page, pyjail-server(1) too
 OPTIONS_CPP = ROOT / "jail" / "plan" / "options.cpp"
 README = ROOT / "README.md"
 PROFILES = ROOT / "profiles"
