@@ -30,6 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from publish import publish
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -196,10 +197,7 @@ def main() -> int:
     lines.append(f"Plot: {why_no_plot}." if why_no_plot else
                  f"Plot: `{os.path.relpath(args.png, REPO)}`.")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    publish(text, args.markdown)
     return 1 if failed else 0
 
 

@@ -36,6 +36,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import pyjail  # noqa: E402
+from publish import publish
 
 CELL = "state = {i: str(i) * 10 for i in range(10_000)}"
 
@@ -212,10 +213,7 @@ def main() -> int:
     row("`run('pass')` with the others idle beside",
         lambda r: f"p50 {pct(r['cells'], 50):.3f} ms, p99 {pct(r['cells'], 99):.3f} ms")
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    publish(text, args.markdown)
     return 0
 
 

@@ -35,6 +35,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from publish import publish
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -319,9 +320,7 @@ def main() -> None:
     if "flood" in parts:
         fl = flood(args.pyjail, port, args.connections)
     text = report(args, times, dl, fl)
-    print(text)
-    if args.markdown:
-        Path(args.markdown).write_text(text + "\n")
+    publish(text + "\n", args.markdown)
 
 
 if __name__ == "__main__":

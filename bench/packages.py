@@ -37,6 +37,7 @@ import time
 
 import startup
 from startup import REPO, Case, shown
+from publish import publish
 
 IMPORTS = {
     "import numpy, pandas": "import numpy, pandas",
@@ -194,10 +195,7 @@ def main() -> int:
         text = "\n".join(report(args, venv_python, found, all_cases, wall, cpu)) + "\n"
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    publish(text, args.markdown)
     return 0
 
 

@@ -60,6 +60,7 @@ sys.path.insert(0, str(REPO / "python"))
 
 import pyjail  # noqa: E402
 from pyjail.server import MAX_OUTPUT, ServerConfig  # noqa: E402
+from publish import publish
 
 RUN_CODE = "print(1)"
 CELL_CODE = "x = x + 1"
@@ -474,10 +475,7 @@ def main() -> int:
             os.cpu_count(), client_share),
     ]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    publish(text, args.markdown)
     return 0
 
 

@@ -33,6 +33,7 @@ import session
 import startup
 import throughput
 from startup import REPO, shown
+from publish import publish
 
 FULL = {"rounds": 300, "trips": 2000, "throughput_seconds": 5.0, "memory_runs": 10}
 QUICK = {"rounds": 20, "trips": 200, "throughput_seconds": 2.0, "memory_runs": 5}
@@ -328,10 +329,7 @@ def main() -> int:
     configs = run_throughput(args.pyjail, args.python, args.throughput_seconds)
     memory_argv, peaks = run_memory(args.pyjail, args.memory_runs)
     text = report(args, s, cases, samples, cells, pings, configs, memory_argv, peaks)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    publish(text, args.markdown)
     return 0
 
 

@@ -33,6 +33,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "python"))
 
 import pyjail  # noqa: E402
+from publish import publish
 
 CELLS = {
     "print": "print('hello')",
@@ -150,9 +151,7 @@ def main() -> None:
         "code runs with all of the host's rights, and its variables are lost after each call).",
     ]
     report = "\n".join(lines) + "\n"
-    print(report)
-    if args.markdown:
-        Path(args.markdown).write_text(report)
+    publish(report, args.markdown)
 
 
 if __name__ == "__main__":
