@@ -406,12 +406,6 @@ class Pool:
         self._binary = find_binary(binary)
         self._profile = profile
         self._rootfs = None if rootfs is None else os.fspath(rootfs)
-        self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
-        self._servers: List[_Server] = []
-        self._launcher = _Launcher(self._binary)
-        self._closed = False
-        self._lock = threading.Lock()
-        self._turn = itertools.count()
         options = dict((limits or Limits()).as_options(), **(options or {}))
         args = ["--profile", profile]
         if self._rootfs is not None:
@@ -433,6 +427,13 @@ class Pool:
         self._defaults = option_args({"net": net})
         self._defaults += option_args({k: v for k, v in options.items()
                                        if k.replace("_", "-") not in _SERVER_ONLY})
+        # Made once every argument above was taken: a bad option leaves nothing behind.
+        self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
+        self._servers: List[_Server] = []
+        self._launcher = _Launcher(self._binary)
+        self._closed = False
+        self._lock = threading.Lock()
+        self._turn = itertools.count()
         try:
             for i in range(size):
                 self._servers.append(_Server(self._binary, os.path.join(self._dir, "t%d.sock" % i),
