@@ -12,7 +12,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
 #include <cstdio>
 #include <cstring>
 #include <list>
@@ -20,6 +19,7 @@
 #include "error.hpp"
 #include "exitstatus.hpp"
 #include "sys.hpp"
+#include "whole_number.hpp"
 
 #ifndef P_PIDFD
 #define P_PIDFD 3
@@ -28,14 +28,6 @@
 namespace pyjail {
 
 namespace {
-
-std::optional<std::uint64_t> parse_id(std::string_view s) {
-    std::uint64_t v = 0;
-    if (s.empty() || s.size() > 19) return std::nullopt;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-    return v;
-}
 
 std::vector<std::string_view> split_nul(std::string_view bytes) {
     std::vector<std::string_view> words;
@@ -64,7 +56,7 @@ std::optional<LaunchRequest> decode_launch_request(std::string_view bytes) {
     std::vector<std::string_view> w = split_nul(bytes);
     if (w.size() < 3 || w[0] != kLaunchMagic) return std::nullopt;
     LaunchRequest r;
-    auto id = parse_id(w[2]);
+    auto id = whole_number<std::uint64_t>(w[2]);
     if (!id) return std::nullopt;
     r.id = *id;
     if (w[1] == "kill" && w.size() == 3) {

@@ -1,7 +1,8 @@
 #include "host_users.hpp"
 
 #include <algorithm>
-#include <charconv>
+
+#include "whole_number.hpp"
 
 namespace pyjail {
 
@@ -26,20 +27,12 @@ std::size_t split_fields(std::string_view line, std::string_view* field, std::si
     return n;
 }
 
-std::optional<std::uint32_t> id_field(std::string_view s) {
-    std::uint32_t v = 0;
-    if (s.empty() || s.size() > 10) return std::nullopt;
-    auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-    if (ec != std::errc() || end != s.data() + s.size()) return std::nullopt;
-    return v;
-}
-
 // name:password:uid:gid:gecos:home:shell
 std::optional<PasswdEntry> parse_passwd_line(std::string_view line) {
     std::string_view f[7];
     if (split_fields(line, f, 7) < 6) return std::nullopt;
-    auto uid = id_field(f[2]);
-    auto gid = id_field(f[3]);
+    auto uid = whole_number<std::uint32_t>(f[2]);
+    auto gid = whole_number<std::uint32_t>(f[3]);
     if (!uid || !gid || f[0].empty()) return std::nullopt;
     return PasswdEntry{std::string(f[0]), *uid, *gid, std::string(f[5])};
 }
@@ -65,7 +58,7 @@ bool group_holds_only(std::string_view passwd_text, std::string_view group_text,
     bool listed = false;
     for (std::string_view t = group_text; !t.empty();) {
         std::string_view f[4];
-        if (split_fields(next_line(t), f, 4) != 4 || id_field(f[2]) != gid) continue;
+        if (split_fields(next_line(t), f, 4) != 4 || whole_number<std::uint32_t>(f[2]) != gid) continue;
         listed = true;
         for (std::string_view members = f[3]; !members.empty();) {
             std::size_t comma = members.find(',');

@@ -1,6 +1,7 @@
 #include <doctest/doctest.h>
 
 #include "host_users.hpp"
+#include "whole_number.hpp"
 
 using namespace pyjail;
 
@@ -44,4 +45,13 @@ TEST_CASE("a group holds only trusted users: primary members and listed members 
     CHECK_FALSE(group_holds_only(kPasswd, kGroup, 27, {0}));  // not listed: members unknown
     // The odd line's primary gid 0 is unparsable: skipped, as the C library would.
     CHECK(group_holds_only(kPasswd, kGroup, 0, {0}));
+}
+
+TEST_CASE("whole_number: all of the text, decimal digits only, within the type") {
+    CHECK(whole_number<std::uint32_t>("0") == 0u);
+    CHECK(whole_number<std::uint32_t>("4294967295") == 4294967295u);
+    CHECK(whole_number<std::uint64_t>("18446744073709551615") == 18446744073709551615ull);
+    for (const char* bad : {"", "4294967296", "-1", "+1", " 1", "1 ", "1x", "0x10", "1e3"})
+        CHECK_MESSAGE(!whole_number<std::uint32_t>(bad), bad);
+    CHECK(!whole_number<std::uint64_t>("18446744073709551616"));
 }
