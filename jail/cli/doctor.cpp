@@ -356,8 +356,6 @@ std::size_t verify_manifest(const std::string& rootfs, std::string& bad) {
         bad = fmt::format("etc/pyjail-manifest.sha256: {} bytes, more than a manifest takes", mst.st_size);
     else if (mf && !try_read_fd(mf.get(), manifest))
         bad = fmt::format("etc/pyjail-manifest.sha256: {}", std::strerror(errno));
-    else if (mf)
-        bad.clear();
     if (!bad.empty()) {
         bad = "cannot read " + bad;
         return 0;
