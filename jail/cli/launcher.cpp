@@ -86,8 +86,7 @@ namespace {
 
 struct Launched {
     std::uint64_t id;
-    pid_t pid;
-    UniqueFd pidfd;
+    UniqueFd pidfd;  // the run's pyjail: waited for and killed through it, never by pid
 };
 
 // The fds a run was sent become its 0-3; then nothing else of the launcher's stays open.
@@ -206,7 +205,7 @@ private:
         pid_t pid = sys_clone3(args);
         if (pid < 0) return answer(sock_, encode_launch_refused(r.id, std::string("fork: ") + std::strerror(errno)));
         if (pid == 0) run_in_child(r, fds, run_command_, self_);
-        runs_.push_back({r.id, pid, UniqueFd(pidfd)});
+        runs_.push_back({r.id, UniqueFd(pidfd)});
         // The driver's own handle on the run's pyjail: it ends the run (and, if this launcher
         // is gone, every run it had: their parent-death signal does not survive the fsuid
         // changes of opening a script as root) without a pid that could be reused.
