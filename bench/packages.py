@@ -92,9 +92,7 @@ def time_once(case: Case) -> tuple[float, float]:
     for pyjail, the jail's too) of one run, in ms; a failed run ends the benchmark. CPU time
     is what a loaded machine moves least."""
     with tempfile.TemporaryFile() as err:
-        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-                   (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
+        actions = startup.spawn_actions(err.fileno())
         start = time.perf_counter_ns()
         # A session of its own, for both sides: the jail calls setsid(), and with the kernel's
         # autogroup scheduling a new session is a new group with its own fair share of the

@@ -339,6 +339,14 @@ def unprivileged_cases(s: Setup, cases: list[Case]) -> list[Case]:
             for c in cases if c.name in wanted]
 
 
+def spawn_actions(err_fd: int) -> list:
+    """posix_spawn's file actions for a timed start: no stdin, stdout discarded, stderr into
+    `err_fd` (a file, kept to show why a start failed)."""
+    return [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+            (os.POSIX_SPAWN_DUP2, err_fd, 2)]
+
+
 def run_case(case: Case, stdout=subprocess.DEVNULL) -> subprocess.CompletedProcess:
     return subprocess.run(case.argv, stdin=subprocess.DEVNULL, stdout=stdout,
                           stderr=subprocess.PIPE, pass_fds=case.pass_fds)
@@ -353,9 +361,7 @@ def time_once(case: Case) -> float:
     if case.prepare:
         case.prepare()
     with tempfile.TemporaryFile() as err:
-        actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-                   (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-                   (os.POSIX_SPAWN_DUP2, err.fileno(), 2)]
+        actions = spawn_actions(err.fileno())
         for fd in case.pass_fds:
             os.set_inheritable(fd, True)
         try:

@@ -33,10 +33,7 @@ def time_and_cpu(case: Case) -> tuple[float, float]:
     """Wall and CPU time (user + system of the reaped tree) of one run, in ms."""
     if case.prepare:
         case.prepare()
-    # stderr in a file, as startup.py has it (pyjail relays a file's output through a pipe).
-    actions = [(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
-               (os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
-               (os.POSIX_SPAWN_DUP2, ERR.fileno(), 2)]
+    actions = startup.spawn_actions(ERR.fileno())
     for fd in case.pass_fds:
         os.set_inheritable(fd, True)
     try:
