@@ -55,9 +55,9 @@ def descendants(parents: Dict[int, int], roots: Iterable[int]) -> Set[int]:
     return found
 
 
-def kill_if_child_of(pid: int, parent: int) -> bool:
-    """SIGKILL `pid` if it still is `parent`'s child: through a pidfd, so that a pid that
-    was freed and reused by another process since the listing is never signalled."""
+def signal_if_child_of(pid: int, parent: int, sig: int) -> bool:
+    """Sends `sig` to `pid` if it still is `parent`'s child: through a pidfd, so that a pid
+    that was freed and reused by another process since the listing is never signalled."""
     try:
         fd = os.pidfd_open(pid)
     except OSError:
@@ -65,7 +65,7 @@ def kill_if_child_of(pid: int, parent: int) -> bool:
     try:
         if parent_of(pid) != parent:
             return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        signal.pidfd_send_signal(fd, sig)
         return True
     except OSError:
         return False

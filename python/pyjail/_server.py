@@ -33,14 +33,15 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
     from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
                         check_header, decode_value, encode_frame, encode_value, list_files,
-                        parse_frame, processes)
+                        parse_frame, processes, stop_then_kill)
     from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _encode_json, check_header, decode_value, encode_frame,
-                             encode_value, list_files, parse_frame, processes)
+                             encode_value, list_files, parse_frame, processes,
+                             stop_then_kill)
     from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     import pyjail_spawn as spawn
 
@@ -1288,36 +1289,60 @@ def _pids():
 def _kill_started_since(since):
     """SIGKILL every process of the jail (but this one) that was not there at
     ``since`` (the pids then, and the time in ticks), reap the ones that were
-    this process's children, and return how many were killed."""
+    this process's children, and return how many were killed. Stopped first
+    (see stop_then_kill): a fork bomb's processes fork while they are killed."""
     import signal
     before, start = since
     me = os.getpid()
-    killed = set()
-    for _ in range(200):
-        alive = []
+
+    def earlier(pid, started):
+        # A pid that was there already is new only if it was reused: its
+        # start time is clearly (two ticks, for rounding) after the start.
+        return pid in (1, me) or (pid in before and (start is None or started <= start + 1))
+
+    def listing():
+        found = []
         for pid, state, ppid, started in processes():
-            # A pid that was there already is new only if it was reused: its
-            # start time is clearly (two ticks, for rounding) after the start.
-            if pid in (1, me) or (pid in before and (start is None or started <= start + 1)):
+            if earlier(pid, started):
                 continue
-            if state in ("Z", "X"):
-                if ppid == me:
-                    try:
-                        os.waitpid(pid, os.WNOHANG)
-                    except ChildProcessError:
-                        pass
-                continue
-            alive.append(pid)
-        if not alive:
-            break
-        for pid in alive:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except OSError:
-                pass
-        time.sleep(0.002)
-    return len(killed)
+            if state in ("Z", "X") and ppid == me:
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
+            found.append((pid, state))
+        return found
+
+    def suspects():
+        # Names only, no /proc/PID/stat read: what the bomb forks while this
+        # runs is stopped sooner. (A reused old pid waits for listing().)
+        return [pid for pid in _pids() if pid not in before and pid != me]
+
+    def send(pid, sig):
+        try:
+            os.kill(pid, sig)
+            return True
+        except OSError:
+            return False
+
+    resume = []
+
+    def stop_everyone():
+        # Every process of the jail but pid 1 and this one, in one call that
+        # no fork slips past; those of earlier cells that were running are
+        # continued once the new ones are dead.
+        resume.extend(pid for pid, state, _ppid, started in processes()
+                      if earlier(pid, started) and pid not in (1, me) and state in "RSD")
+        try:
+            os.kill(-1, signal.SIGSTOP)
+        except OSError:
+            pass
+
+    try:
+        return len(stop_then_kill(listing, send, suspects, stop_everyone))
+    finally:
+        for pid in resume:
+            send(pid, signal.SIGCONT)
 
 
 def _kill_others():

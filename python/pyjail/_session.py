@@ -684,24 +684,27 @@ class Session:
     def _kill_interpreter_descendants(self) -> int:
         """SIGKILLs, from the host, every process of the jail but its pid 1 and the
         interpreter (the jail's pid 2): what the cells started, and orphans of theirs that
-        pid 1 adopted. Repeated while new ones appear (a fork bomb forks while it is being
-        killed), within a bound. Returns how many were killed."""
+        pid 1 adopted. Stopped first, then killed, each repeated while new ones appear
+        within a bound (see _wire.stop_then_kill: a fork bomb forks while it is being
+        killed). Returns how many were killed."""
         if self._proc is None:
             return 0
-        killed: Set[int] = set()
         parents = _hostprocs.process_parents()
         # pid 1 and the interpreter stay the same processes for the whole call: found once.
         init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
         keep = {pid for pid, pp in parents.items() if pp in init and _hostprocs.is_jail_pid(pid, 2)}
-        for _ in range(20):
-            victims = _hostprocs.descendants(parents, init) - keep - killed
-            if not victims:
-                break
-            for pid in victims:
-                if _hostprocs.kill_if_child_of(pid, parents[pid]):
-                    killed.add(pid)
-            parents = _hostprocs.process_parents()
-        return len(killed)
+
+        def listing() -> List[Tuple[int, str]]:
+            listed = _wire.processes()
+            parents.clear()
+            parents.update((pid, pp) for pid, _state, pp, _start in listed)
+            wanted = _hostprocs.descendants(parents, init) - keep
+            return [(pid, state) for pid, state, _pp, _start in listed if pid in wanted]
+
+        def send(pid: int, sig: int) -> bool:
+            return pid in parents and _hostprocs.signal_if_child_of(pid, parents[pid], sig)
+
+        return len(_wire.stop_then_kill(listing, send, passes=20))
 
     def _killed_for_timeout(self, timeout: Optional[float], start: float) -> CellResult:
         self._stop()

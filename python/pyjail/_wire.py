@@ -44,7 +44,7 @@ import os
 import select
 import struct
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 PROTOCOL = 1
 MAGIC = b"PJF1"
@@ -979,6 +979,64 @@ def processes() -> "List[Tuple[int, str, int, int]]":
         except (IndexError, ValueError, UnicodeDecodeError):
             continue
     return out
+
+
+def stop_then_kill(listing: "Callable[[], List[Tuple[int, str]]]",
+                   send: "Callable[[int, int], bool]",
+                   suspects: "Optional[Callable[[], Iterable[int]]]" = None,
+                   stop_everyone: "Optional[Callable[[], None]]" = None,
+                   passes: int = 200) -> "Set[int]":
+    """Ends processes that may be forking while they are ended (a fork bomb):
+    SIGSTOP them until all are stopped, then SIGKILL them until none is left.
+
+    Why stopped first: a killed process frees its place under the pid limit
+    and the bomb's next fork takes it, so a killer that gets less CPU than the
+    bomb (no cgroup CPU limit, a busy host) never catches up; a stopped one
+    keeps its place. Why until each *is* stopped (its state, not the signal
+    sent): one stopped in the middle of fork() still makes its child. Why a
+    fresh list of pids after the states: /proc is listed before the states
+    are read, so a child forked in between is not in that list.
+
+    ``listing()``: (pid, state letter of /proc/PID/stat) of each process to
+    end, zombies ("Z", "X") included; it may reap them. ``suspects()``: a
+    cheaper list of their pids, read between listings so that stopping
+    outruns forking (the listing's pids if None). ``send(pid, sig)``: whether
+    the signal was sent. ``stop_everyone()``, if given, is called once when ten
+    passes have not stopped them all: a bomb whose processes live shorter than
+    a pass of a starved killer is never caught one by one. Bounded by twice
+    ``passes`` listings; returns the pids killed. The in-jail server and the
+    host's driver both end a cell's processes with it."""
+    import signal
+    stopped: "Set[int]" = set()
+    killed: "Set[int]" = set()
+
+    def stop(pids: "Iterable[int]") -> bool:
+        new = [pid for pid in pids if pid not in stopped]
+        stopped.update(pid for pid in new if send(pid, signal.SIGSTOP))
+        return bool(new)
+
+    for n in range(2 * passes):
+        if n == 10 and stop_everyone is not None and not killed:
+            stop_everyone()
+        elif suspects is not None and not killed and stop(suspects()):
+            continue
+        listed = listing()
+        live = [(pid, state) for pid, state in listed if state not in "ZX"]
+        if not live:
+            break
+        # Any that runs (not yet stopped, or woken) is stopped before one more
+        # is killed: the places the killed ones free are never the bomb's.
+        running = [pid for pid, state in live if state not in "Tt" and pid not in killed]
+        if running:
+            stopped.difference_update(running)      # signalled, not yet stopped: again
+            stop(running)
+            time.sleep(0.001)
+            continue
+        fresh = suspects() if suspects is not None else [pid for pid, _state in listing()]
+        if set(fresh) <= {pid for pid, _state in listed}:
+            killed.update(pid for pid, _state in live if send(pid, signal.SIGKILL))
+            time.sleep(0.002)
+    return killed
 
 
 # ---------------------------------------------------------------- file names
