@@ -553,6 +553,63 @@ def test_a_connection_flood_is_bounded_and_the_run_ends_on_time(run_py, world_tm
     assert e["connections"] <= 400, e
 
 
+# Attack: a slow-drip client. The jail opens as many connections as pyjail relays at once and
+# sends each request a byte at a time, never ending its head, to hold the relay's places (and
+# the servers' threads) as long as it likes. pyjail closes each one that has not said which host
+# it wants within 10 s (kEgressSniffMs): the places come back and a fetch made after works. A
+# connection that has named its host and then drips is bounded the same way as any allowed
+# one: 60 s idle, --net-bytes, the 32 at once and the run's wall time.
+def test_a_slow_drip_client_is_cut_when_it_has_not_named_its_host(run_py, world_tmp, internet, as_user):
+    # Control: without the jail, the server waits for a dripping request as long as it drips.
+    with socket.create_connection(("127.0.0.1", internet.http_port), timeout=3) as s:
+        for byte in b"GET / HTTP/1.1\r\nX-Pad: ":
+            s.sendall(bytes([byte]))
+            time.sleep(0.1)
+        s.settimeout(1)
+        with pytest.raises(socket.timeout):
+            s.recv(1)
+    r = egress_run(run_py, world_tmp, internet, f"""\
+        import time
+        conns = [socket.create_connection(("web.test", {internet.http_port}), timeout=5) for _ in range(32)]
+        for s in conns:
+            s.setblocking(False)
+        start, cut = time.monotonic(), {{}}
+        head = b"GET / HTTP/1.1\\r\\nX-Pad: " + b"a" * 100
+        i = 0
+        while len(cut) < len(conns) and time.monotonic() < start + 30:
+            for k, s in enumerate(conns):
+                if k in cut:
+                    continue
+                try:
+                    if s.recv(1) == b"":
+                        cut[k] = time.monotonic() - start
+                        continue
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    cut[k] = time.monotonic() - start
+                    continue
+                try:
+                    s.send(head[i:i + 1])
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    cut[k] = time.monotonic() - start
+            i = min(i + 1, len(head) - 1)
+            time.sleep(0.25)
+        emit({{"cut": len(cut), "first": min(cut.values(), default=None),
+               "last": max(cut.values(), default=None),
+               "after": len(fetch("http://web.test:{internet.http_port}/small"))}})
+        """, as_user, [*allow(internet), *PINNED, "--wall-time", "60"], timeout=90, setup=HELPERS)
+    res = r.result
+    # All 32 held on for most of the 10 s, then were cut; the places came back.
+    assert res["cut"] == 32 and res["first"] > 7 and res["last"] < 30, res
+    assert res["after"] == 1000, res
+    refused = {d["why"]: d["count"] for d in decisions(r.report, "refused")}
+    assert refused == {"the client did not say which host it wants within 10 s": 32}, r.report["egress"]
+    assert r.report["egress"]["refused"] == 32 and r.report["egress"]["most_at_once"] == 32
+
+
 def supervisor_pipe_sizes(pid: int) -> list[int]:
     """The sizes (F_GETPIPE_SZ) of the pipes process `pid` holds, each once."""
     sizes = {}
