@@ -273,29 +273,68 @@ def test_allowed_names_work_with_urllib_and_sockets(run_py, world_tmp, internet,
     assert r.report["egress"]["refused"] == 0
 
 
-def test_requests_reaches_allowed_names_and_no_other(run_py, run_jail, current_user, world_tmp,
-                                                      internet, as_user):
-    # The data rootfs's requests (urllib3 underneath, its own CA bundle unless told): the same
-    # relay, with no proxy variable; a name not allowed fails as a name that does not exist.
+def test_requests_and_httpx_reach_allowed_names_and_no_other(run_py, run_jail, current_user, world_tmp,
+                                                             internet, as_user):
+    # The data rootfs's requests (urllib3 underneath, its own CA bundle unless told) and httpx
+    # (httpcore and h11, its own connection code): the same relay, with no proxy variable; a
+    # name not allowed fails as a name that does not exist, an address goes nowhere.
     r = run_jail(["--rootfs", "data", "--explain"], user=current_user)
     if r.returncode != 0:
         skip_or_fail("no data rootfs (cmake --build build --target rootfs-data): " + r.stderr.strip())
     r = egress_run(run_py, world_tmp, internet, f"""\
-        import requests
+        import httpx, requests
         out = {{"http": requests.get("http://web.test:{internet.http_port}/", timeout=5).text,
                "https": requests.get("https://files.test:{internet.https_port}/", timeout=5).text}}
         try:
             requests.get("http://elsewhere.test:{internet.http_port}/", timeout=5)
         except requests.ConnectionError as e:
             out["elsewhere"] = "NameResolutionError" if "NameResolutionError" in repr(e) else repr(e)[:300]
+        with httpx.Client(verify="/tmp/ca.pem", timeout=5) as client:
+            out["httpx"] = [client.get("http://web.test:{internet.http_port}/").text,
+                            client.get("https://files.test:{internet.https_port}/").text]
+            for url in ("http://elsewhere.test:{internet.http_port}/", "http://127.0.0.1:{internet.http_port}/"):
+                try:
+                    client.get(url)
+                except httpx.ConnectError as e:
+                    out["httpx"].append(str(e)[:200])
         emit(out)
         """, as_user, ["--rootfs", "data", "--env", "REQUESTS_CA_BUNDLE=/tmp/ca.pem",
                        *allow(internet), *PINNED])
-    assert r.result == {"http": f"hello web.test:{internet.http_port}\n",
-                        "https": f"hello files.test:{internet.https_port}\n",
-                        "elsewhere": "NameResolutionError"}, r.result
+    res = dict(r.result)
+    got = res.pop("httpx")
+    assert got[:2] == [f"hello web.test:{internet.http_port}\n",
+                       f"hello files.test:{internet.https_port}\n"], r.result
+    assert res == {"http": f"hello web.test:{internet.http_port}\n",
+                   "https": f"hello files.test:{internet.https_port}\n",
+                   "elsewhere": "NameResolutionError"}, r.result
+    elsewhere, by_address = got[2:]
+    assert "Name or service not known" in elsewhere and "refused" in by_address, r.result
     refused = {d["host"]: d["why"] for d in decisions(r.report, "refused")}
     assert refused.get("elsewhere.test") == "not an allowed host", r.report["egress"]
+
+
+# busybox's wget (Debian's busybox-static, bound in): a client with its own HTTP and
+# resolver code, written in C, that reads no proxy variable. Control: on the host it reaches
+# the server by name and by address.
+def test_busybox_wget_reaches_allowed_names_and_no_other(run_jail, world_tmp, internet, as_user):
+    if not os.path.isfile("/bin/busybox"):
+        skip_or_fail("no /bin/busybox (apt-get install busybox-static)")
+    url = f"http://127.0.0.1:{internet.http_port}/"
+    host = subprocess.run(["/bin/busybox", "wget", "-q", "-O", "-", url], capture_output=True, text=True,
+                          timeout=30)
+    assert host.stdout == f"hello 127.0.0.1:{internet.http_port}\n", host
+
+    def wget(url):
+        return run_jail(["--quiet", "--net", "allow", *allow(internet), *PINNED,
+                         "--ro-bind", "/bin/busybox:/tmp/busybox", "--",
+                         "/tmp/busybox", "wget", "-q", "-O", "-", url], user=as_user, timeout=60)
+
+    r = wget(f"http://web.test:{internet.http_port}/")
+    assert r.returncode == 0 and r.stdout == f"hello web.test:{internet.http_port}\n", describe(r)
+    r = wget(f"http://elsewhere.test:{internet.http_port}/")
+    assert r.returncode == 1 and "bad address 'elsewhere.test" in r.stderr, describe(r)
+    r = wget(url)
+    assert r.returncode == 1 and "Connection refused" in r.stderr, describe(r)
 
 
 # --------------------------------------------------------------------------------------------
