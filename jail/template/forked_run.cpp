@@ -35,6 +35,10 @@ struct sigaction g_program_actions[NSIG];
 // one copy of the template, comes back into the template's frame through this jump.
 sigjmp_buf g_program_entry;
 int g_reaper_fd = -1;              // pyjail-reaper, opened when the template starts
+// The next run's network namespace, made while the template waits for requests (see
+// make_spare_network): a new one for each run, never used by two. -1: none, the run's pid 1
+// makes its own.
+int g_spare_net = -1;
 constexpr std::size_t kPid1Stack = 256 * 1024;
 void* g_pid1_stack = nullptr;      // mapped for each run's pid 1 while it shares our memory
 // pid 1's descriptors while it sets the run up: 3 the report socket, 4 the reaper's binary,
@@ -45,6 +49,7 @@ struct Pid1Args {
     const RunRequest* request;
     const int* fds;
     int release_w, release_r;
+    int spare_net;  // g_spare_net at the fork, or -1
 };
 
 }  // namespace
@@ -111,8 +116,13 @@ int run_forked(void* arg) {
         if (::write(procs, "0", 1) != 1) fail(ChildStep::RunCgroup, errno, kExitJailError, "join the run's cgroup");
     }
     // The run's own namespaces, besides the pid namespace it was forked into: nothing it
-    // mounts, binds, names or sends reaches the template or another run.
-    if (::unshare(CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
+    // mounts, binds, names or sends reaches the template or another run. Its network
+    // namespace is the spare the template made for it alone, if there is one (a new one takes
+    // the kernel most of a millisecond, on the path to the program's first line).
+    if (a.spare_net >= 0 && ::setns(a.spare_net, CLONE_NEWNET) != 0)
+        fail(ChildStep::RunNamespaces, errno, kExitJailError, "setns to the run's network namespace");
+    const int net = a.spare_net >= 0 ? 0 : CLONE_NEWNET;
+    if (::unshare(CLONE_NEWNS | net | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
     apply_mount_plan(r.mounts, bind_trees, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};
@@ -178,6 +188,31 @@ void save_program_signals() {
 
 void set_reaper(int fd) { g_reaper_fd = fd; }
 
+void make_spare_network(int own_net) {
+    if (g_spare_net >= 0 || own_net < 0) return;
+    // A network namespace of its own for the next run, made now rather than on that run's
+    // path: the template enters a new one, keeps a descriptor of it and goes back to its own.
+    // Only the template holds it until a run's pid 1 enters it; the run's lock-down is the
+    // same either way (its loopback, its filter). Any failure leaves the run to make its own.
+    if (set_effective_capabilities(true) != 0) return;
+    int spare = -1;
+    if (::unshare(CLONE_NEWNET) == 0) {
+        spare = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (::setns(own_net, CLONE_NEWNET) != 0) {
+            // Every later run would share the namespace the template is now in: it ends here
+            // (the server starts another), as when it cannot return to its pid namespace.
+            std::fprintf(stderr, "pyjail template: cannot return to its own network namespace: %s\n",
+                         std::strerror(errno));
+            ::_exit(kExitJailError);
+        }
+    }
+    if (set_effective_capabilities(false) != 0) {
+        std::fprintf(stderr, "pyjail template: cannot lower its capabilities: %s\n", std::strerror(errno));
+        ::_exit(kExitJailError);
+    }
+    g_spare_net = spare;
+}
+
 static pid_t fork_run_raised(const RunRequest& request, const int* fds, int own_pidns, const ForkHooks& hooks,
                       std::string& error) {
     int release[2];
@@ -209,10 +244,13 @@ static pid_t fork_run_raised(const RunRequest& request, const int* fds, int own_
         program::become_program();
         return 0;
     }
-    Pid1Args args{&request, fds, release[1], release[0]};
+    Pid1Args args{&request, fds, release[1], release[0], g_spare_net};
     pid_t pid = ::clone(pid1::run_forked, static_cast<char*>(g_pid1_stack) + kPid1Stack,
                         CLONE_VM | CLONE_VFORK | SIGCHLD, &args);
     int clone_errno = errno;
+    // Used (or its run failed): either way, never handed to another run.
+    if (g_spare_net >= 0) ::close(g_spare_net);
+    g_spare_net = -1;
     // pid 1 has exec'd the reaper (or failed): its stack and our ends of the release are ours.
     if (hooks.after_parent) hooks.after_parent();
     ::munmap(g_pid1_stack, kPid1Stack);

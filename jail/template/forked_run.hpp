@@ -55,6 +55,10 @@ void save_program_signals();
 // starts: each run's pid 1 execs it once the program is forked.
 void set_reaper(int fd);
 
+// Makes the next run's network namespace now, while the template waits (`own_net`: an fd of
+// the template's own), if none is ready: fork_run hands it to that one run, and no other.
+void make_spare_network(int own_net);
+
 // Forks `request`'s run. `fds` as request_fd_count says: report socket, fds 0-2, [script],
 // [cgroup.procs]; `own_pidns` an fd of the template's pid namespace. Returns the run's pid 1
 // (> 0) in the template, -1 with `error` set if it could not fork, and 0 in the run's program,

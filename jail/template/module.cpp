@@ -131,6 +131,9 @@ PyObject* serve(PyObject*, PyObject* args) {
     template_::save_program_signals();
     int pidns = ::open("/proc/self/ns/pid", O_RDONLY | O_CLOEXEC);
     if (pidns < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, "/proc/self/ns/pid");
+    int netns = ::open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+    if (netns < 0) return PyErr_SetFromErrnoWithFilename(PyExc_OSError, "/proc/self/ns/net");
+    template_::make_spare_network(netns);
     sigset_t chld;
     sigemptyset(&chld);
     sigaddset(&chld, SIGCHLD);
@@ -162,6 +165,7 @@ PyObject* serve(PyObject*, PyObject* args) {
             for (int k = 0; k < got; ++k) ::close(fds[k]);
             ::close(sigfd);
             ::close(pidns);
+            ::close(netns);
             Py_RETURN_NONE;
         }
         RunRequest request;
@@ -176,6 +180,7 @@ PyObject* serve(PyObject*, PyObject* args) {
         }
         if (pid == 0) return run_of(request);
         answer_request(ctl, pid, error, request, buf, static_cast<std::size_t>(n), fds, got);
+        template_::make_spare_network(netns);  // the next run's, while this one starts
     }
 }
 

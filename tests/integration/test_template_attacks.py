@@ -734,3 +734,44 @@ def test_a_run_whose_client_stops_is_ended_after_the_servers_wall_time(pyjail_co
         client.kill()
         client.wait()
         client.stdout.close()
+
+
+# The template makes each run's network namespace while it waits for the request (a new one
+# takes the kernel most of a millisecond): one for each run, handed to that run alone. Attack: a
+# run that leaves a listening abstract socket in its namespace, for the next run to find, or
+# that finds the template's own namespace or the one the template holds for the next run.
+def test_each_run_has_a_network_namespace_made_for_it_alone(run_jail, as_user, serve):
+    sock, p = serve(as_user, "--net", "loopback")
+    interpreters = [pid for pid in descendants(p.pid)
+                    if open(f"/proc/{pid}/comm").read().strip().startswith("python")]
+    assert len(interpreters) == 1, interpreters
+    template = interpreters[0]
+    code = """
+        import json, os, socket, sys
+        out = {"net": os.readlink("/proc/self/ns/net")}
+        c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            c.connect(b"\\\\0pjattack-left"); out["found"] = True
+        except OSError as e:
+            out["found"] = e.errno
+        left = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        left.bind(b"\\\\0pjattack-left"); left.listen(1)
+        out["fds"] = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                out["fds"].append(os.readlink("/proc/self/fd/" + fd))
+            except OSError:
+                pass        # listdir's own descriptor, closed since
+        print(json.dumps(out))
+    """
+    runs = [result(via(run_jail, as_user, sock, code, opts=["--net", "loopback"])) for _ in range(4)]
+    nets = [r["net"] for r in runs]
+    own = os.readlink(f"/proc/{template}/ns/net")
+    held = {os.readlink(f"/proc/{template}/fd/{fd}") for fd in os.listdir(f"/proc/{template}/fd")}
+    held = {link for link in held if link.startswith("net:")}
+    assert len(set(nets)) == 4 and own not in nets, (own, nets)
+    # Besides its own, the template holds one: the next run's, which no run has had.
+    assert len(held - {own}) == 1 and not held & set(nets), (own, held, nets)
+    for r in runs:
+        assert r["found"] != True, runs  # noqa: E712 (an errno otherwise)
+        assert not [link for link in r["fds"] if link.startswith("net:")], r
