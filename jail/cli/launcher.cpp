@@ -40,7 +40,9 @@ std::vector<std::string_view> split_nul(std::string_view bytes) {
     }
 }
 
-std::string joined(std::initializer_list<std::string_view> words) {
+}  // namespace
+
+std::string join_launch_words(std::initializer_list<std::string_view> words) {
     std::string out;
     for (auto w : words) {
         if (!out.empty()) out.push_back('\0');
@@ -48,8 +50,6 @@ std::string joined(std::initializer_list<std::string_view> words) {
     }
     return out;
 }
-
-}  // namespace
 
 std::optional<LaunchRequest> decode_launch_request(std::string_view bytes) {
     if (bytes.size() > kMaxLaunchBytes) return std::nullopt;
@@ -71,13 +71,13 @@ std::optional<LaunchRequest> decode_launch_request(std::string_view bytes) {
 }
 
 std::string encode_launch_ended(std::uint64_t id, int status) {
-    return joined({kLaunchMagic, "ended", std::to_string(id), std::to_string(status)});
+    return join_launch_words({kLaunchMagic, "ended", std::to_string(id), std::to_string(status)});
 }
 
-std::string encode_launch_started(std::uint64_t id) { return joined({kLaunchMagic, "started", std::to_string(id)}); }
+std::string encode_launch_started(std::uint64_t id) { return join_launch_words({kLaunchMagic, "started", std::to_string(id)}); }
 
 std::string encode_launch_refused(std::uint64_t id, std::string_view why) {
-    return joined({kLaunchMagic, "refused", std::to_string(id), why});
+    return join_launch_words({kLaunchMagic, "refused", std::to_string(id), why});
 }
 
 namespace launcher {

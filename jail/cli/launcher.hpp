@@ -19,6 +19,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,8 @@ struct LaunchRequest {
     std::vector<std::string> args;  // Run: pyjail's arguments (argv without argv[0])
 };
 
+// Pure. The words of a datagram, each ended by the next one's NUL (the wire of both ways).
+std::string join_launch_words(std::initializer_list<std::string_view> words);
 // Pure. nullopt for anything but a well-formed request (the driver is trusted, but a bad
 // datagram is refused, not guessed at).
 std::optional<LaunchRequest> decode_launch_request(std::string_view bytes);

@@ -11,14 +11,7 @@
 using namespace pyjail;
 
 namespace {
-std::string words(std::initializer_list<std::string_view> ws) {
-    std::string out;
-    for (auto w : ws) {
-        if (!out.empty()) out.push_back('\0');
-        out.append(w);
-    }
-    return out;
-}
+std::string words(std::initializer_list<std::string_view> ws) { return join_launch_words(ws); }
 }  // namespace
 
 TEST_CASE("launcher: a run request carries its id, directory and pyjail's arguments") {
