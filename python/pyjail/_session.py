@@ -188,6 +188,10 @@ _MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
           "extra_args": ("extra_args", "")}
 
 #: The caps a Session uses, and their defaults.
+# How long an interrupt may take from the driver through pyjail and the jail's pid 1 to the
+# interpreter, on a busy host: a cell starts no sooner after the last one sent.
+INTERRUPT_RELAY_S = 0.2
+
 SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
 
 
@@ -280,6 +284,8 @@ class Session:
         self._closed = False
         self._last_stderr = b""
         self._last_returncode: Optional[int] = None
+        # When the last interrupt was sent (monotonic), for _settle_interrupts.
+        self._interrupt_sent_at = float("-inf")
         self.restarts = 0
         """How many times the interpreter was replaced."""
         self.last_report: Optional[Report] = None
@@ -576,9 +582,21 @@ class Session:
             try:
                 # pyjail relays SIGINT to the program: the server raises
                 # KeyboardInterrupt in the cell.
+                self._interrupt_sent_at = time.monotonic()
                 os.kill(self._proc.pid, signal.SIGINT)
             except OSError:
                 pass
+
+    def _settle_interrupts(self) -> None:
+        """Waits, before a cell, until an interrupt sent for an earlier one has
+        reached the interpreter. pyjail relays SIGINT through the jail's pid 1,
+        so one sent just before the earlier cell's result arrived may still be
+        on its way; arriving between cells it is dropped, arriving in this cell
+        it would interrupt a cell nobody interrupted (a fork bomb's cell, ended
+        quickly, leaves one in flight while the next cells run)."""
+        wait = self._interrupt_sent_at + INTERRUPT_RELAY_S - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
 
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
               name: Optional[str], streams: Optional[Streams] = None,
@@ -587,6 +605,7 @@ class Session:
         escalates when it runs past ``timeout`` (see _CellClock)."""
         chan = self._chan
         assert chan is not None
+        self._settle_interrupts()
         rid = self._new_id()
         start = time.monotonic()
         clock = _CellClock(start, timeout, self.interrupt_grace)

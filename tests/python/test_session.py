@@ -10,6 +10,7 @@ import time
 import pytest
 
 import pyjail
+from pyjail_testing import skip_or_fail
 from pyjail_testing.package import host_processes, pyjail_children, wait_until
 from pyjail_testing.web import hello_server
 
@@ -375,6 +376,29 @@ def test_failing_cell_spares_processes_started_between_cells(session):
                     "'import time; time.sleep(300)'])\n1 / 0")
     assert r.processes_killed == 1
     assert session.run("p.wait(5) != None, late[0].poll() is None").value == "(True, True)"
+
+
+def test_an_interrupt_still_on_its_way_does_not_reach_the_next_cell(session):
+    # pyjail relays the driver's SIGINT through the jail's pid 1: one sent as a cell ends (a
+    # timed-out cell's last escalation) reaches the interpreter later when pid 1 is slow to
+    # run (a busy host). It must not interrupt the next cell, which nobody interrupted. Here
+    # pid 1 is held stopped for 0.1 s while the interrupt waits for it.
+    from pyjail import _hostprocs
+    init = [pid for pid, parent in _hostprocs.process_parents().items() if parent == session._proc.pid]
+    assert len(init) == 1, init
+    session.run("pass")
+    try:
+        os.kill(init[0], signal.SIGSTOP)
+    except PermissionError:
+        skip_or_fail("the jail's pid 1 runs as an id this user cannot signal (run the tests as root)")
+    try:
+        session._interrupt()
+        threading.Timer(0.1, os.kill, (init[0], signal.SIGCONT)).start()
+        r = session.run("import time\ntime.sleep(0.5)")
+    finally:
+        os.kill(init[0], signal.SIGCONT)
+    assert r.ok, r.error
+    assert session.run("1 + 1").value == "2"
 
 
 def test_fork_bomb_ends_the_cell_not_the_session(session):
