@@ -35,6 +35,13 @@ struct SupervisorRequest {
     Pid1Request kind;
 };
 
+// From the supervisor's side, before "ready": the jail's network namespace (SCM_RIGHTS), made
+// while pid 1 mounts (network_maker.hpp), or in `err` why there is none (pid 1 then makes
+// its own).
+struct NetworkHandoff {
+    std::int32_t err;
+};
+
 struct JailMessage {
     MsgKind kind;
     std::int32_t err;

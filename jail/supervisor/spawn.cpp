@@ -21,6 +21,9 @@
 //   5. (root) write setgroups=deny, uid_map,    the parent writes them
 //      gid_map (a user: newuidmap/newgidmap;
 //      hostid_lease.hpp), send "go"  ---------> become the jail user, mount plan, pivot_root,
+//   5b. a helper makes the network namespace    meanwhile; then enter that network namespace,
+//      in the jail's user namespace, sends it   (network_maker.hpp)
+//      (network_maker.hpp)  ------------------>
 //                                              hostname, lo, rlimits, setsid, close fds,
 //                                              drop caps, no_new_privs, (seccomp), "ready",
 //                                              fork: pid 2 execs the program,
@@ -64,6 +67,7 @@
 #include "hints.hpp"
 #include "hostid_lease.hpp"
 #include "hostroot.hpp"
+#include "network_maker.hpp"
 #include "init.hpp"
 #include "notice_stamp.hpp"
 #include "egress_relay.hpp"
@@ -287,8 +291,9 @@ JailHandle clone_jail(const RunPlan& p, const ChildPlan& child, const std::optio
     assert(own_thread_count() == 1 && "pyjail must be single-threaded when it clones the jail");
     int pidfd = -1;
     CloneArgs args;
-    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC |
-                 CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+    // The network namespace comes beside pid 1's mounts (network_maker.hpp), not in this call.
+    args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS |
+                 CLONE_NEWCGROUP | CLONE_PIDFD;
     args.pidfd = reinterpret_cast<std::uintptr_t>(&pidfd);
     args.exit_signal = SIGCHLD;
     if (leaf) {
@@ -466,6 +471,7 @@ int run_jail(const PreparedRun& prepared, char** host_argv, RunFacts& facts) {
     JailHandle jail = clone_jail(p, child, leaf);
     channels.close_jail_ends();
     release_jail(ids, jail, channels);
+    send_jail_network(jail.pidfd(), channels.parent_end.get());
 
     return supervise_to_the_end(p, jail, channels, leaf, terminal, started_ms, facts, collect_usage);
 }

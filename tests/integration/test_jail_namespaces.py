@@ -16,6 +16,45 @@ def test_every_namespace_is_the_jails_own(run_py, as_user, host_namespaces):
     assert not same, f"shared with the host: {sorted(same)}"
 
 
+# The network namespace is not made by the clone that makes the others: the supervisor has it
+# made beside pid 1's mounts, in the jail's user namespace, and pid 1 enters it before its
+# lock-down (jail/supervisor/network_maker.hpp). Attack on that path: a namespace made in the
+# supervisor's (the host's) user namespace, whose owner holds every capability over it, or one
+# shared by two jails, which could then reach each other's loopback and abstract sockets.
+NETNS_OWNER = """\
+    import fcntl, struct, sys
+    NS_GET_USERNS = 0xb701
+    net = os.open("/proc/self/ns/net", os.O_RDONLY)
+    owner = fcntl.ioctl(net, NS_GET_USERNS)
+    print(json.dumps({"net": os.readlink("/proc/self/ns/net"), "owner": os.fstat(owner).st_ino,
+                      "user": os.stat("/proc/self/ns/user").st_ino}), flush=True)
+    sys.stdin.read()  # alive until the test has seen every jail
+    """
+
+
+def test_each_jail_has_a_network_namespace_of_its_own_owned_by_its_user_namespace(
+        popen_jail, as_user, host_namespaces, helpers):
+    import json
+    import subprocess
+    import textwrap
+    code = "import json, os\n" + textwrap.dedent(NETNS_OWNER)
+    jails = [popen_jail(["--net", net, "--", "python", "-c", code], user=as_user, stdin=subprocess.PIPE)
+             for net in ("none", "loopback", "none")]
+    seen = []
+    for p in jails:
+        line = helpers.read_line(p.stdout, 30)
+        assert line, f"no answer from a jail: {p.poll()} {p.stderr.read1(4096) if p.poll() is not None else ''}"
+        seen.append(json.loads(line))
+    for p in jails:
+        p.communicate(timeout=30)  # stdin closed: the jail ends
+        assert p.returncode == 0
+    nets = [s["net"] for s in seen]
+    assert len(set(nets)) == len(nets), f"jails alive at once share a network namespace: {nets}"
+    assert host_namespaces["net"] not in nets
+    for s in seen:
+        assert s["owner"] == s["user"], f"the network namespace is not owned by the jail's user namespace: {s}"
+
+
 def test_hostname(run_py, as_user):
     host = socket.gethostname()
     sethostname = """\
