@@ -1,5 +1,6 @@
 """Namespaces: every one is new, and a namespace the program makes inside does not lead out."""
 
+import os
 import socket
 
 import pytest
@@ -53,6 +54,47 @@ def test_each_jail_has_a_network_namespace_of_its_own_owned_by_its_user_namespac
     assert host_namespaces["net"] not in nets
     for s in seen:
         assert s["owner"] == s["user"], f"the network namespace is not owned by the jail's user namespace: {s}"
+
+
+def _refuse_setns() -> None:
+    """In the child before it execs pyjail: a seccomp filter that fails setns(2) with EPERM
+    (as a container's profile may), and allows every other call (x86-64 only, as pyjail)."""
+    import ctypes
+    import struct
+    SYS_setns = 308
+    insns = [
+        (0x20, 0, 0, 0),                    # ld [0]: seccomp_data.nr
+        (0x15, 0, 1, SYS_setns),            # jeq #setns
+        (0x06, 0, 0, 0x00050000 | 1),       # ret ERRNO(EPERM)
+        (0x06, 0, 0, 0x7FFF0000),           # ret ALLOW
+    ]
+    code = b"".join(struct.pack("HBBI", *i) for i in insns)
+    buf = ctypes.create_string_buffer(code)
+    prog = struct.pack("HxxxxxxQ", len(insns), ctypes.addressof(buf))
+    libc = ctypes.CDLL(None, use_errno=True)
+    PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 or \
+            libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.c_char_p(prog), 0, 0) != 0:
+        os._exit(99)
+
+
+def test_without_setns_the_jail_still_gets_a_network_namespace_of_its_own(
+        popen_jail, as_user, host_namespaces, helpers):
+    """The supervisor's helper cannot enter the jail's user namespace (setns refused): pid 1
+    makes the namespace itself, and it is still new and owned by the jail's user namespace."""
+    import json
+    import subprocess
+    import textwrap
+    code = "import json, os\n" + textwrap.dedent(NETNS_OWNER)
+    p = popen_jail(["--", "python", "-c", code], user=as_user, stdin=subprocess.PIPE,
+                   preexec_fn=_refuse_setns)
+    line = helpers.read_line(p.stdout, 30)
+    assert line, f"no answer from the jail: {p.communicate(timeout=30)}"
+    seen = json.loads(line)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 0, err
+    assert seen["net"] != host_namespaces["net"]
+    assert seen["owner"] == seen["user"], seen
 
 
 def test_hostname(run_py, as_user):
