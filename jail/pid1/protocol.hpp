@@ -40,7 +40,11 @@ struct SupervisorRequest {
 // its own).
 struct NetworkHandoff {
     std::int32_t err;
+    // Never the size of a SupervisorRequest: a handoff pid 1 did not read (a second one, sent
+    // by the supervisor when its helper died just after sending) cannot be taken for one.
+    std::int32_t padding = 0;
 };
+static_assert(sizeof(NetworkHandoff) != sizeof(SupervisorRequest));
 
 struct JailMessage {
     MsgKind kind;
