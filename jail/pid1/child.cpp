@@ -120,7 +120,7 @@ void set_userns_limits(const ChildPlan& p) {
     ::close(dir);
 }
 
-void enter_network() {
+void enter_handed_network() {
     // The jail's network namespace: the one the supervisor made while we built the mount tree
     // (network_maker.hpp), or, if it could not, one of our own. Either way a new namespace
     // owned by the jail's user namespace, entered before the lock-down brings `lo` up and
@@ -135,15 +135,8 @@ void enter_network() {
         if (net >= 0) ::close(net);
         ::_exit(kExitJailError);  // the supervisor is gone: nothing to report to
     }
-    if (net >= 0 && h.err == 0) {
-        if (::setns(net, CLONE_NEWNET) != 0)
-            fail(ChildStep::Network, errno, kExitJailError, "cannot enter the jail's network namespace");
-        ::close(net);
-        return;
-    }
+    enter_network(h.err == 0 ? net : -1, ChildStep::Network);
     if (net >= 0) ::close(net);
-    if (::unshare(CLONE_NEWNET) != 0)
-        fail(ChildStep::Network, errno, kExitJailError, "cannot create the jail's network namespace");
 }
 
 }  // namespace
@@ -185,7 +178,7 @@ void run(const ChildPlan& p) noexcept {
     become_jail_user(p);
     set_userns_limits(p);
     apply_mount_plan(p.mounts, p.source_mount_fds, p.script_fd, p.staging_dir.c_str());
-    enter_network();
+    enter_handed_network();
     const int keep[1] = {report_fd()};
     lock_down(p.lockdown, p.stdio_fds, keep, 1);
     // pid 2 shares our memory until it execs (as posix_spawn does): no page tables to copy,

@@ -6,6 +6,7 @@
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
 #include <net/if.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -437,6 +438,15 @@ void apply_mount_plan(const MountPlan& plan, const std::vector<int>& source_moun
     }
     if (::chdir(plan.cwd.c_str()) != 0)
         fail(ChildStep::Chdir, errno, kExitJailError, "cannot enter %s", plan.cwd.c_str());
+}
+
+void enter_network(int net, ChildStep step) {
+    if (net >= 0) {
+        if (::setns(net, CLONE_NEWNET) != 0)
+            fail(step, errno, kExitJailError, "cannot enter the jail's network namespace");
+        return;
+    }
+    if (::unshare(CLONE_NEWNET) != 0) fail(step, errno, kExitJailError, "cannot create the jail's network namespace");
 }
 
 void lock_down(const Lockdown& l, const int (&stdio)[3], const int* keep, int keep_count) {

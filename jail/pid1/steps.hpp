@@ -51,6 +51,12 @@ void apply_mount_op(const MountOp& op, const MountPlan& plan, const std::vector<
 void apply_mount_plan(const MountPlan& plan, const std::vector<int>& source_mount_fds, int content_fd,
                       const char* staging_dir);
 
+// The jail's network namespace, before the lock-down: `net`, one made ahead for this jail
+// alone (by the supervisor's helper, network_maker.hpp, or the template's spare), or, when
+// there is none (-1), a new one of our own. Never the namespace pid 1 is in; a failure of
+// either is `step`'s, and ends the run.
+void enter_network(int net, ChildStep step);
+
 // The lock-down, in its one order (lockdown.hpp), ending in the "ready" message. `stdio`: the
 // fds to take as 0-2 (-1: keep); `keep`: the descriptors pid 1 keeps, moved to 3, 4, ...
 // (close-on-exec), the first being the report socket; every other fd above 2 is closed.

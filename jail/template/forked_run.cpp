@@ -119,10 +119,8 @@ int run_forked(void* arg) {
     // mounts, binds, names or sends reaches the template or another run. Its network
     // namespace is the spare the template made for it alone, if there is one (a new one takes
     // the kernel most of a millisecond, on the path to the program's first line).
-    if (a.spare_net >= 0 && ::setns(a.spare_net, CLONE_NEWNET) != 0)
-        fail(ChildStep::RunNamespaces, errno, kExitJailError, "setns to the run's network namespace");
-    const int net = a.spare_net >= 0 ? 0 : CLONE_NEWNET;
-    if (::unshare(CLONE_NEWNS | net | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
+    enter_network(a.spare_net, ChildStep::RunNamespaces);
+    if (::unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP) != 0)
         fail(ChildStep::RunNamespaces, errno, kExitJailError, "unshare");
     apply_mount_plan(r.mounts, bind_trees, script_fd, nullptr);
     const int stdio[3] = {fds[1], fds[2], fds[3]};

@@ -187,11 +187,11 @@ _MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
           "ro_bind": ("options", "ro_bind"), "net_resolve": ("options", "net_resolve"),
           "extra_args": ("extra_args", "")}
 
-#: The caps a Session uses, and their defaults.
 # How long an interrupt may take from the driver through pyjail and the jail's pid 1 to the
 # interpreter, on a busy host: a cell starts no sooner after the last one sent.
 INTERRUPT_RELAY_S = 0.2
 
+#: The caps a Session uses, and their defaults.
 SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
 
 
