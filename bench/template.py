@@ -7,7 +7,7 @@ program prints, its first statement (`print("ready", flush=True)` after the impo
 template has already done). Every round runs each command once, in a fresh random order.
 
     bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--markdown FILE]
-                      [--baseline-package DIR]
+                      [--baseline-package DIR] [--baseline-pyjail BIN]
 
 Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
 imports them, and an empty template against a cold `python -c` jail, with bare python3 for
@@ -15,6 +15,8 @@ reference; throughput (whole runs per second) through the numpy/pandas template 
 two concurrent callers; the Python package's Pool.run end to end. With --baseline-package (another
 checkout's python/ directory, e.g. `git archive main python | tar -x -C /tmp/base`), that package's
 Pool.run too, through the same --pyjail binary, in the same rounds in a fresh random order each.
+With --baseline-pyjail (another build's binary), that build's own numpy+pandas template too: its
+runs in the same rounds, the paired difference per round, and its throughput beside this one's.
 """
 from __future__ import annotations
 
@@ -122,6 +124,22 @@ def pool_rounds(packages: dict, rounds: int) -> dict:
     return times
 
 
+BASE_ROW = "baseline's template numpy+pandas: import numpy, pandas"
+THIS_ROW = "template numpy+pandas: import numpy, pandas"
+
+
+def paired_lines(times: dict, whole: dict, baseline: str, tp: tuple, base_tp: list) -> list[str]:
+    """This build's numpy+pandas template against the baseline's, round by round."""
+    first = [a - b for a, b in zip(times[THIS_ROW], times[BASE_ROW])]
+    to_exit = [a - b for a, b in zip(whole[THIS_ROW], whole[BASE_ROW])]
+    return [f"- against --baseline-pyjail {baseline} (its own template), this build minus the baseline, "
+            f"paired median per round: first line {statistics.median(first):+.2f} ms, "
+            f"to exit {statistics.median(to_exit):+.2f} ms",
+            f"- the baseline's throughput: {base_tp[0]:.1f} runs/s with 1 caller, {base_tp[1]:.1f} with 2 "
+            f"({base_tp[1] / base_tp[0]:.2f}x); this build / baseline: {tp[0] / base_tp[0]:.2f}x with 1, "
+            f"{tp[1] / base_tp[1]:.2f}x with 2"]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
@@ -131,6 +149,8 @@ def main() -> None:
     ap.add_argument("--markdown")
     ap.add_argument("--baseline-package", help="another checkout's python/ directory: its Pool.run "
                     "in the same rounds, through --pyjail's binary")
+    ap.add_argument("--baseline-pyjail", help="another build's pyjail: its own numpy+pandas template's runs "
+                    "in the same rounds, and its throughput")
     ap.add_argument("--pool-rounds", type=int, default=0, help="Pool.run rounds (default: --rounds, at most 50)")
     a = ap.parse_args()
     pj = os.path.abspath(a.pyjail)
@@ -139,6 +159,10 @@ def main() -> None:
     print("starting the templates", file=sys.stderr)
     servers = [Server(pj, data_sock, ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]),
                Server(pj, plain_sock, [])]
+    base_data = os.path.join(tmp, "base-data.sock")
+    if a.baseline_pyjail:
+        servers.append(Server(os.path.abspath(a.baseline_pyjail), base_data,
+                              ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]))
     cmds = {
         "cold data jail: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--", "python", "-c", DATA_CODE],
         "template numpy+pandas: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--via", data_sock,
@@ -147,6 +171,9 @@ def main() -> None:
         "empty template: python -c print": [pj, "--quiet", "--via", plain_sock, "--", "python", "-c", PLAIN_CODE],
         "bare python3 -c print": [a.python, "-c", PLAIN_CODE],
     }
+    if a.baseline_pyjail:
+        cmds[BASE_ROW] = [os.path.abspath(a.baseline_pyjail), "--quiet", "--rootfs", "data", "--via", base_data,
+                          "--", "python", "-c", DATA_CODE]
     times: dict[str, list[float]] = {k: [] for k in cmds}
     whole: dict[str, list[float]] = {k: [] for k in cmds}
     try:
@@ -165,6 +192,8 @@ def main() -> None:
         print("throughput", file=sys.stderr)
         tp1 = throughput(via_data, 1, a.seconds)
         tp2 = throughput(via_data, 2, a.seconds)
+        if a.baseline_pyjail:
+            base_tp = [throughput(cmds[BASE_ROW], n, a.seconds) for n in (1, 2)]
         sys.path.insert(0, str(REPO / "python"))
         os.environ["PYJAIL_BIN"] = pj
         import pyjail
@@ -195,6 +224,8 @@ def main() -> None:
               f"with 2 ({tp2 / tp1:.2f}x)",
               f"- pyjail.Pool(preload=[numpy, pandas]).run(...) end to end: p50 {statistics.median(pool_ms):.1f} ms, "
               f"p99 {pct(pool_ms, 0.99):.1f} ms"]
+    if a.baseline_pyjail:
+        lines += paired_lines(times, whole, a.baseline_pyjail, (tp1, tp2), base_tp)
     if "baseline" in pool_times:
         base = pool_times["baseline"]
         lines += [f"- the same with --baseline-package {a.baseline_package}: p50 {statistics.median(base):.1f} ms, "
