@@ -26,6 +26,7 @@
 #include <string>
 
 #include "forked_run.hpp"
+#include "huge_pages.hpp"
 #include "run_request.hpp"
 #include "sys.hpp"
 #include "template_protocol.hpp"
@@ -192,6 +193,12 @@ PyObject* lower_capabilities(PyObject*, PyObject*) {
     Py_RETURN_NONE;
 }
 
+PyObject* collapse_into_huge_pages(PyObject*, PyObject*) {
+    template_::CollapseResult r = template_::collapse_into_huge_pages();
+    return Py_BuildValue("(nnni)", static_cast<Py_ssize_t>(r.chunks), static_cast<Py_ssize_t>(r.sparse),
+                         static_cast<Py_ssize_t>(r.refused), r.last_errno);
+}
+
 // The names of `modules` (sys.modules) that `names` (a frozenset: the template's) lacks, and
 // "__main__". Looked at through borrowed references: in a run, whose pages are the template's
 // until written, a loop in Python raised every name's reference count, and so copied a page
@@ -228,6 +235,10 @@ PyMethodDef kMethods[] = {
     {"lower_capabilities", lower_capabilities, METH_NOARGS,
      "lower_capabilities(): the template's capabilities stay permitted only (not effective, not "
      "ambient) until serve() sets a run up. Called before any module of the rootfs runs."},
+    {"collapse_into_huge_pages", collapse_into_huge_pages, METH_NOARGS,
+     "collapse_into_huge_pages(): the template's settled anonymous memory in 2 MiB pages, so that "
+     "each run's fork and exit copy and free fewer page-table entries (huge_pages.hpp). Returns "
+     "(collapsed, sparse, refused, last_errno) chunk counts; never raises."},
     {"serve", serve, METH_VARARGS,
      "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
      "return (kind, target, args, options, env). reaper: the path of pyjail-reaper."},

@@ -11,6 +11,7 @@ fail under PYJAIL_MUST_WORK=1.
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -179,6 +180,45 @@ def test_default_rootfs_has_no_shell_tools(run_py, as_user):
         emit([r.returncode, "not found" in r.stderr])
     """, user=as_user)
     assert r.result == [127, True]
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and every process below it."""
+    out = [pid]
+    for task in os.listdir(f"/proc/{pid}/task"):
+        for child in open(f"/proc/{pid}/task/{task}/children").read().split():
+            out += process_tree(int(child))
+    return out
+
+
+def anon_huge_kib(pid: int) -> int:
+    rollup = Path(f"/proc/{pid}/smaps_rollup").read_text()
+    return int(re.search(r"^AnonHugePages:\s+(\d+) kB", rollup, re.M).group(1))
+
+
+def test_a_numpy_pandas_template_shares_its_memory_in_huge_pages(data_rootfs, run_jail, as_user, serve):
+    """jail/template/huge_pages.hpp: the template's settled memory is collapsed into huge pages
+    (each run's fork and exit cost less), and no run inherits a request for huge pages (each
+    page it touched afresh would cost 2 MiB)."""
+    enabled = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+    if not enabled.exists() or "[never]" in enabled.read_text():
+        skip_or_fail("transparent huge pages are off on this host (" + str(enabled) + ": never)")
+    if tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups()) < (6, 1):
+        skip_or_fail("MADV_COLLAPSE needs Linux 6.1, this is " + os.uname().release)
+    sock, server = serve(as_user, "--rootfs", "data", "--preload", "numpy", "--preload", "pandas")
+    templates = [pid for pid in process_tree(server.pid)
+                 if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")]
+    assert len(templates) == 1, templates
+    assert anon_huge_kib(templates[0]) >= 2048, Path(f"/proc/{templates[0]}/smaps_rollup").read_text()
+    r = run_jail(["--quiet", "--via", sock, "--rootfs", "data", "--", "python", "-c",
+                  "import pandas; df = pandas.DataFrame({'a': range(100000)}); big = bytearray(64 << 20); "
+                  "flags = [l for l in open('/proc/self/smaps') if l.startswith('VmFlags')]; "
+                  "print(int(df.a.sum()), len(flags), sum(' hg' in l for l in flags))"],
+                 user=as_user, timeout=TIMEOUT)
+    assert r.returncode == 0, describe(r)
+    total, mappings, asking = (int(x) for x in r.stdout.split())
+    assert total == 4999950000 and mappings > 100
+    assert asking == 0, "a run's mappings ask for huge pages (MADV_HUGEPAGE), as the template must not"
 
 
 def test_lock_has_the_pinned_versions(data_rootfs, run_jail, current_user):
