@@ -3,18 +3,18 @@
 //
 // Why: a run is a fork of the template (forked_run.cpp). The kernel copies the page tables of
 // the template's anonymous memory at each fork (about 40 MiB with numpy and pandas: 10,000
-// entries, each a reference to take) and frees the run's copy at its exit; together a few
-// milliseconds of every run, and most of the CPU that caps runs per second. A 2 MiB huge page
-// is one entry to copy and one to free. Since Linux 5.8 a write to a shared huge page copies
+// entries, each a reference to take) and frees the run's copy at its exit: milliseconds on
+// every run's way to its first line and to its end. A 2 MiB huge page is one entry to copy and
+// one to free. Since Linux 5.8 a write to a shared huge page copies
 // 4 KiB, not 2 MiB (the run's entry is split, the page stays whole in the template), so a run
 // costs no more memory for it; Linux 6.1's MADV_COLLAPSE turns the template's settled memory
 // into huge pages on request, whatever /sys/kernel/mm/transparent_hugepage/enabled says
-// (except `never`).
+// (`never` included, as madvise(2) says: the process asks for it at its own expense).
 //
 // What it must not do: set MADV_HUGEPAGE on the mappings (a run inherits it, and each 4 KiB it
 // touched afresh would cost a zeroed 2 MiB page: fewer sessions per machine), or grow the
 // template by much (a chunk is collapsed only when most of it is already resident, see
-// collapse_candidates).
+// worth_collapsing).
 #pragma once
 
 #include <cstddef>
