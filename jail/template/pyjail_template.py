@@ -33,9 +33,10 @@ def main(preload):
     import site
     site.main()
     import importlib
-    # What every run uses to start and end its program: imported once, here (pkgutil:
-    # runpy.run_path's, half a millisecond of every run that imported it itself).
-    import atexit, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
+    # What every run uses to start and end its program: imported once, here (pkgutil and
+    # runpy: what runs a module or an archive, half a millisecond of each such run if it
+    # imported them itself; marshal: compiled code).
+    import atexit, marshal, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
     for name in preload:
         importlib.import_module(name)
     _preload_session_server()
@@ -182,16 +183,78 @@ def _apply_options(options):
     return unbuffered, safe_path
 
 
-def _print_exception(exc, ran_path=False):
-    """The traceback as python prints it, without this module's frames, nor (a
-    file run with runpy.run_path: `ran_path`) runpy's, which `python FILE` does
-    not have: the same text as a fresh jail's (a SyntaxError of the file, then
-    without a "Traceback" line at all)."""
+def _new_main():
+    """A fresh __main__ module's namespace, as python's start makes it (add_main_module
+    in CPython's pylifecycle.c): __annotations__, the builtins module, and the builtin
+    importer as __loader__ until a file's loader replaces it."""
+    import builtins
+    import types
+    from importlib.machinery import BuiltinImporter
+    main = types.ModuleType("__main__")
+    namespace = main.__dict__
+    namespace["__annotations__"] = {}
+    namespace["__builtins__"] = builtins
+    namespace["__loader__"] = BuiltinImporter
+    sys.modules["__main__"] = main
+    return namespace
+
+
+def _run_file(target, namespace, safe_path):
+    """``python FILE``, as CPython's pymain_run_python and _PyRun_SimpleFileObject run it.
+    A directory or zip archive: its __main__ module, the archive first on sys.path.
+    Compiled code (.pyc, or the bytecode's magic): unmarshalled, a SourcelessFileLoader.
+    Source: compiled from the file's bytes (so its coding cookie holds), a
+    SourceFileLoader. __file__ and __cached__ are set while it runs, as python sets them.
+    (runpy's run_path, which ran every file before, left __loader__ None and took half a
+    millisecond more of each run: a zip importer tried first, a temporary module.)"""
+    import importlib.util
     import runpy
+    from importlib.machinery import SourceFileLoader, SourcelessFileLoader
+    path = os.path.abspath(target)
+    data = None if os.path.isdir(target) else _read(path)
+    # Only a file that ends as a zip archive does (its directory's record) is asked of the
+    # import system, as python asks it of every script.
+    if data is None or (b"PK\x05\x06" in data[-(1 << 16) - 22:] and _importer(target) is not None):
+        sys.path.insert(0, target)
+        runpy._run_module_as_main("__main__", alter_argv=False)
+        return
+    if not safe_path:
+        sys.path.insert(0, os.path.dirname(path))
+    namespace["__file__"] = path
+    namespace["__cached__"] = None
+    try:
+        if path.endswith(".pyc") or data[:2] == importlib.util.MAGIC_NUMBER[:2]:
+            if data[:4] != importlib.util.MAGIC_NUMBER:
+                raise RuntimeError("Bad magic number in .pyc file")
+            import marshal
+            namespace["__loader__"] = SourcelessFileLoader("__main__", path)
+            code = marshal.loads(data[16:])
+        else:
+            namespace["__loader__"] = SourceFileLoader("__main__", path)
+            code = compile(data, path, "exec", dont_inherit=True)
+        exec(code, namespace)
+    finally:
+        namespace.pop("__file__", None)
+        namespace.pop("__cached__", None)
+
+
+def _read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _importer(path):
+    import pkgutil
+    return pkgutil.get_importer(path)
+
+
+def _print_exception(exc):
+    """The traceback as python prints it, without this module's frames: the same
+    text as a fresh jail's (a SyntaxError of the file, then without a "Traceback"
+    line at all; runpy's frames where python has them too, under -m or a zip
+    archive)."""
     import traceback
     ours = {__file__}
-    if ran_path:
-        ours.add(runpy.run_path.__code__.co_filename)
     tb = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
@@ -232,13 +295,11 @@ def run_program(kind, target, rest, options, env):
     elif os.isatty(1):
         sys.stdout.reconfigure(line_buffering=True)
     import runpy
-    import types
     try:
+        namespace = _new_main()
         if kind == "file":
             sys.argv = [target] + rest
-            if not safe_path:
-                sys.path.insert(0, os.path.dirname(os.path.abspath(target)))
-            runpy.run_path(target, run_name="__main__")
+            _run_file(target, namespace, safe_path)
         elif kind == "m":
             sys.argv = [target] + rest
             if not safe_path:
@@ -253,14 +314,11 @@ def run_program(kind, target, rest, options, env):
                 source, filename = sys.stdin.read(), "<stdin>"
             if not safe_path:
                 sys.path.insert(0, "")
-            main = types.ModuleType("__main__")
-            main.__dict__["__builtins__"] = __builtins__
-            sys.modules["__main__"] = main
-            exec(compile(source, filename, "exec"), main.__dict__)
+            exec(compile(source, filename, "exec"), namespace)
     except SystemExit as e:
         return _exit_code(e)
     except KeyboardInterrupt as e:
-        _print_exception(e, kind == "file")
+        _print_exception(e)
         # As python does: end by the signal, so the caller sees it.
         import signal
         sys.stdout.flush()
@@ -268,6 +326,6 @@ def run_program(kind, target, rest, options, env):
         os.kill(os.getpid(), signal.SIGINT)
         return 130
     except BaseException as e:
-        _print_exception(e, kind == "file")
+        _print_exception(e)
         return 1
     return 0
