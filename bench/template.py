@@ -10,7 +10,7 @@ template has already done). Every round runs each command once, in a fresh rando
                       [--baseline-package DIR] [--baseline-pyjail BIN]
 
 Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
-imports them, and an empty template against a cold `python -c` jail, with bare python3 for
+imports them (and the same program as a file, `python FILE`, as Pool.run runs it), and an empty template against a cold `python -c` jail, with bare python3 for
 reference; throughput (whole runs per second) through the numpy/pandas template with one and
 two concurrent callers; the Python package's Pool.run end to end. With --baseline-package (another
 checkout's python/ directory, e.g. `git archive main python | tar -x -C /tmp/base`), that package's
@@ -126,15 +126,19 @@ def pool_rounds(packages: dict, rounds: int) -> dict:
 
 BASE_ROW = "baseline's template numpy+pandas: import numpy, pandas"
 THIS_ROW = "template numpy+pandas: import numpy, pandas"
+SCRIPT_ROW = "template numpy+pandas: the same as a script (python FILE)"
+BASE_SCRIPT_ROW = "baseline's template numpy+pandas: the same as a script"
 
 
 def paired_lines(times: dict, whole: dict, baseline: str, tp: tuple, base_tp: list) -> list[str]:
     """This build's numpy+pandas template against the baseline's, round by round."""
-    first = [a - b for a, b in zip(times[THIS_ROW], times[BASE_ROW])]
-    to_exit = [a - b for a, b in zip(whole[THIS_ROW], whole[BASE_ROW])]
+    def paired(this, base):
+        first = [a - b for a, b in zip(times[this], times[base])]
+        to_exit = [a - b for a, b in zip(whole[this], whole[base])]
+        return f"first line {statistics.median(first):+.2f} ms, to exit {statistics.median(to_exit):+.2f} ms"
     return [f"- against --baseline-pyjail {baseline} (its own template), this build minus the baseline, "
-            f"paired median per round: first line {statistics.median(first):+.2f} ms, "
-            f"to exit {statistics.median(to_exit):+.2f} ms",
+            f"paired median per round: -c {paired(THIS_ROW, BASE_ROW)}; a script "
+            f"{paired(SCRIPT_ROW, BASE_SCRIPT_ROW)}",
             f"- the baseline's throughput: {base_tp[0]:.1f} runs/s with 1 caller, {base_tp[1]:.1f} with 2 "
             f"({base_tp[1] / base_tp[0]:.2f}x); this build / baseline: {tp[0] / base_tp[0]:.2f}x with 1, "
             f"{tp[1] / base_tp[1]:.2f}x with 2"]
@@ -171,9 +175,19 @@ def main() -> None:
         "empty template: python -c print": [pj, "--quiet", "--via", plain_sock, "--", "python", "-c", PLAIN_CODE],
         "bare python3 -c print": [a.python, "-c", PLAIN_CODE],
     }
+    # The same as a file, as Pool.run and most callers run a program (python FILE).
+    script_dir = os.path.join(tmp, "scripts")
+    os.mkdir(script_dir)
+    os.chmod(tmp, 0o755)   # the jail's host user, when root runs this, opens the script
+    os.chmod(script_dir, 0o755)
+    script = os.path.join(script_dir, "main.py")
+    Path(script).write_text(DATA_CODE + "\n")
+    os.chmod(script, 0o644)
+    cmds[SCRIPT_ROW] = [pj, "--quiet", "--rootfs", "data", "--via", data_sock, "--", "python", script]
     if a.baseline_pyjail:
-        cmds[BASE_ROW] = [os.path.abspath(a.baseline_pyjail), "--quiet", "--rootfs", "data", "--via", base_data,
-                          "--", "python", "-c", DATA_CODE]
+        base = os.path.abspath(a.baseline_pyjail)
+        cmds[BASE_ROW] = [base, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", "-c", DATA_CODE]
+        cmds[BASE_SCRIPT_ROW] = [base, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", script]
     times: dict[str, list[float]] = {k: [] for k in cmds}
     whole: dict[str, list[float]] = {k: [] for k in cmds}
     try:
