@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <string>
 
 #include "sys.hpp"
@@ -67,6 +68,17 @@ std::vector<MemoryRange> huge_page_chunks(std::string_view maps) {
 
 bool worth_collapsing(std::size_t resident, std::size_t pages) {
     return pages > 0 && resident * 4 >= pages * 3;
+}
+
+std::string describe_collapse(const CollapseResult& r) {
+    std::string out = std::to_string(r.chunks * (kHugePage >> 20)) + " MiB in huge pages (" +
+                      std::to_string(r.chunks) + (r.chunks == 1 ? " chunk; " : " chunks; ") +
+                      std::to_string(r.sparse) + " mostly empty left alone";
+    if (r.refused > 0) {
+        out += "; " + std::to_string(r.refused) + " refused: " + std::strerror(r.last_errno);
+        if (r.last_errno == EINVAL) out += " (no MADV_COLLAPSE before Linux 6.1, or huge pages turned off for this process)";
+    }
+    return out + ")";
 }
 
 CollapseResult collapse_into_huge_pages() {

@@ -43,6 +43,9 @@ void reply(int control, TemplateReplyKind kind, pid_t pid, const std::string& te
     (void)send_with_fd(control, &r, sizeof r, fd);
 }
 
+// What collapse_into_huge_pages did, told to the server with "ready" (its --verbose says it).
+std::string g_memory_note;
+
 // Every run's pid 1 is our child: reaped here, so none stays a zombie.
 void reap_runs() {
     while (::waitpid(-1, nullptr, WNOHANG) > 0) {
@@ -143,7 +146,7 @@ PyObject* serve(PyObject*, PyObject* args) {
     if (sigfd < 0) return PyErr_SetFromErrno(PyExc_OSError);
     const template_::ForkHooks hooks{PyOS_BeforeFork, PyOS_AfterFork_Parent, PyOS_AfterFork_Child};
 
-    reply(ctl, TemplateReplyKind::Ready, 0, "", -1);
+    reply(ctl, TemplateReplyKind::Ready, 0, g_memory_note, -1);
     std::string buf(kMaxRequestBytes + 1, '\0');
     while (true) {
         pollfd p[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
@@ -195,6 +198,7 @@ PyObject* lower_capabilities(PyObject*, PyObject*) {
 
 PyObject* collapse_into_huge_pages(PyObject*, PyObject*) {
     template_::CollapseResult r = template_::collapse_into_huge_pages();
+    g_memory_note = template_::describe_collapse(r);
     return Py_BuildValue("(nnni)", static_cast<Py_ssize_t>(r.chunks), static_cast<Py_ssize_t>(r.sparse),
                          static_cast<Py_ssize_t>(r.refused), r.last_errno);
 }

@@ -379,6 +379,8 @@ private:
         if (r.kind == TemplateReplyKind::Ready) {
             template_ready_ = true;
             starts_ = 0;
+            if (prepared_.plan.policy.verbose && r.text[0] != '\0')  // huge_pages.hpp
+                std::fprintf(stderr, "pyjail serve: the template's memory: %s\n", r.text);
             if (!ever_ready_) {
                 ever_ready_ = true;
                 std::string mods;

@@ -561,15 +561,16 @@ def no_leftovers(request, pyjail_bin):
 
 @pytest.fixture
 def serve(pyjail_command, world_tmp):
-    """serve(user, *options, ready=True) -> (socket path, Popen) of a `pyjail serve` started as
-    `user` (and, with ready, waited for until it takes runs); stopped (SIGTERM) at the end of
-    the test, when its socket must be gone."""
+    """serve(user, *options, ready=True, quiet=True) -> (socket path, Popen) of a `pyjail serve`
+    started as `user` (and, with ready, waited for until it takes runs; with quiet, --quiet);
+    stopped (SIGTERM) at the end of the test, when its socket must be gone."""
     started = []
 
-    def serve(user, *options, ready=True):
+    def serve(user, *options, ready=True, quiet=True):
         d = world_tmp.dir(0o777)
         sock = str(d / "t.sock")
-        p = subprocess.Popen([*pyjail_command(user), "serve", "--quiet", "--socket", sock, *options],
+        p = subprocess.Popen([*pyjail_command(user), "serve", *(["--quiet"] if quiet else []), "--socket", sock,
+                              *options],
                              stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              cwd="/")
         started.append((p, sock))

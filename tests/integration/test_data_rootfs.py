@@ -206,11 +206,18 @@ def test_a_numpy_pandas_template_shares_its_memory_in_huge_pages(data_rootfs, ru
         skip_or_fail("this kernel has no transparent huge pages (CONFIG_TRANSPARENT_HUGEPAGE)")
     if tuple(int(x) for x in re.match(r"(\d+)\.(\d+)", os.uname().release).groups()) < (6, 1):
         skip_or_fail("MADV_COLLAPSE needs Linux 6.1, this is " + os.uname().release)
-    sock, server = serve(as_user, "--rootfs", "data", "--preload", "numpy", "--preload", "pandas")
+    sock, server = serve(as_user, "--verbose", "--rootfs", "data", "--preload", "numpy", "--preload", "pandas",
+                         quiet=False)
     templates = [pid for pid in process_tree(server.pid)
                  if os.path.basename(os.readlink(f"/proc/{pid}/exe")).startswith("python")]
     assert len(templates) == 1, templates
     assert anon_huge_kib(templates[0]) >= 2048, Path(f"/proc/{templates[0]}/smaps_rollup").read_text()
+    # --verbose says so, before its "ready" line.
+    os.set_blocking(server.stderr.fileno(), False)
+    said = (server.stderr.read() or b"").decode()
+    note = re.search(r"^pyjail serve: the template's memory: (\d+) MiB in huge pages \(\d+ chunks?; "
+                     r"\d+ mostly empty left alone\)$", said, re.M)
+    assert note and int(note.group(1)) >= 2, said
     r = run_jail(["--quiet", "--via", sock, "--rootfs", "data", "--", "python", "-c",
                   "import pandas; df = pandas.DataFrame({'a': range(100000)}); big = bytearray(64 << 20); "
                   "flags = [l for l in open('/proc/self/smaps') if l.startswith('VmFlags')]; "

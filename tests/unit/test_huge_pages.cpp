@@ -3,6 +3,8 @@
 // the stack, or a chunk mostly not resident.
 #include <doctest/doctest.h>
 
+#include <cerrno>
+
 #include "huge_pages.hpp"
 
 using namespace pyjail::template_;
@@ -47,4 +49,14 @@ TEST_CASE("worth_collapsing: three quarters resident at least") {
     CHECK_FALSE(worth_collapsing(383, 512));
     CHECK_FALSE(worth_collapsing(0, 512));
     CHECK_FALSE(worth_collapsing(0, 0));
+}
+
+TEST_CASE("describe_collapse: what was collapsed, left alone and refused, in one line") {
+    CHECK(describe_collapse({8, 36, 0, 0}) == "16 MiB in huge pages (8 chunks; 36 mostly empty left alone)");
+    CHECK(describe_collapse({1, 0, 0, 0}) == "2 MiB in huge pages (1 chunk; 0 mostly empty left alone)");
+    CHECK(describe_collapse({0, 2, 6, EINVAL}) ==
+          "0 MiB in huge pages (0 chunks; 2 mostly empty left alone; 6 refused: Invalid argument (no "
+          "MADV_COLLAPSE before Linux 6.1, or huge pages turned off for this process))");
+    CHECK(describe_collapse({3, 0, 1, ENOMEM}) ==
+          "6 MiB in huge pages (3 chunks; 0 mostly empty left alone; 1 refused: Cannot allocate memory)");
 }
