@@ -383,7 +383,9 @@ void require_regular_script(int fd, const std::string& shown) {
     struct stat st {};
     if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
         throw JailError("script", fmt::format("{} is not a regular file", shown), 0,
-                        "to run a directory or zip, bind it with --ro-bind and give its in-jail path");
+                        "the script is copied into the jail: to run a directory's __main__.py, bind it "
+                        "(--ro-bind DIR:/work/app) and run python -c \"import runpy; "
+                        "runpy.run_path('/work/app', run_name='__main__')\"");
 }
 
 constexpr int kScriptFlags = O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK;

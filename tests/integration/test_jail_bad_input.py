@@ -128,8 +128,14 @@ def test_missing_script(run_jail, as_user, world_tmp):
 
 def test_script_that_is_a_directory(run_jail, as_user, world_tmp):
     d = world_tmp.dir()
+    world_tmp.script("import sys; print('app', __name__, sys.path[0])", name="__main__.py", dir=d)
     r = run_jail(["--", "python", d], user=as_user)
-    assert_one_error(r, 125, str(d), "not a regular file")
+    said = assert_one_error(r, 125, str(d), "not a regular file")
+    # The fix it names works, as given.
+    fix = re.search(r"\(--ro-bind DIR:/work/app\) and run python -c \"(.*)\"\)$", said.strip())
+    assert fix, said
+    ran = run_jail(["--quiet", "--ro-bind", f"{d}:/work/app", "--", "python", "-c", fix.group(1)], user=as_user)
+    assert (ran.returncode, ran.stdout) == (0, "app __main__ /work/app\n"), ran.stderr
 
 
 def test_no_command(run_jail, as_user):
