@@ -1,7 +1,7 @@
 """A program through a template (`pyjail --via`) gets what a fresh jail's python gives it: the
 same traceback when it fails (no frame of the template's own code, nor of runpy), and the
 same `__main__` (its names, `__file__`, `__loader__`, `__builtins__`), for a source file, a
-zip archive, compiled code and `-c`."""
+zip archive, compiled code, `-c` and `-m`."""
 
 from __future__ import annotations
 
@@ -141,3 +141,18 @@ def test_a_failing_zip_archive_prints_the_same_traceback_fresh_and_through_a_tem
     forked = run_jail(["--quiet", "--via", sock, "--", "python", str(path)], user=as_user)
     assert fresh.returncode == 1 and "runpy" in fresh.stderr, describe(fresh)
     assert (forked.returncode, forked.stderr) == (1, fresh.stderr), describe(fresh) + "\n" + describe(forked)
+
+
+def test_a_module_run_with_m_sees_only_its_own_names_fresh_and_through_a_template(run_jail, as_user, serve,
+                                                                                 world_tmp):
+    # runpy runs -m in __main__'s namespace: the template's own boot namespace was there
+    # (its names `sys` and `pyjail_template`), not a fresh one.
+    d = world_tmp.dir()
+    world_tmp.script('print(sorted(k for k in globals() if not k.startswith("__")), __name__)',
+                     name="showmain.py", dir=d)
+    sock, _ = serve(as_user, "--allow-binds")
+    fresh = run_jail(["--quiet", "--workdir", str(d), "--", "python", "-m", "showmain"], user=as_user)
+    forked = run_jail(["--quiet", "--workdir", str(d), "--via", sock, "--", "python", "-m", "showmain"],
+                      user=as_user)
+    assert (fresh.returncode, fresh.stdout) == (0, "[] __main__\n"), describe(fresh)
+    assert (forked.returncode, forked.stdout) == (0, fresh.stdout), describe(fresh) + "\n" + describe(forked)
