@@ -10,9 +10,10 @@ template has already done). Every round runs each command once, in a fresh rando
                       [--baseline-package DIR] [--baseline-pyjail BIN]
 
 Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
-imports them (and the same program as a file, `python FILE`, as Pool.run runs it), and an empty template against a cold `python -c` jail, with bare python3 for
-reference; throughput (whole runs per second) through the numpy/pandas template with one and
-two concurrent callers; the Python package's Pool.run end to end. With --baseline-package (another
+imports them (and the same program as a file, `python FILE`, as Pool.run runs it), and an
+empty template against a cold `python -c` jail, with bare python3 for reference; throughput
+(whole runs per second) through the numpy/pandas template with one and two concurrent callers;
+the Python package's Pool.run end to end. With --baseline-package (another
 checkout's python/ directory, e.g. `git archive main python | tar -x -C /tmp/base`), that package's
 Pool.run too, through the same --pyjail binary, in the same rounds in a fresh random order each.
 With --baseline-pyjail (another build's binary), that build's own numpy+pandas template too: its
@@ -185,9 +186,9 @@ def main() -> None:
     os.chmod(script, 0o644)
     cmds[SCRIPT_ROW] = [pj, "--quiet", "--rootfs", "data", "--via", data_sock, "--", "python", script]
     if a.baseline_pyjail:
-        base = os.path.abspath(a.baseline_pyjail)
-        cmds[BASE_ROW] = [base, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", "-c", DATA_CODE]
-        cmds[BASE_SCRIPT_ROW] = [base, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", script]
+        base_pj = os.path.abspath(a.baseline_pyjail)
+        cmds[BASE_ROW] = [base_pj, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", "-c", DATA_CODE]
+        cmds[BASE_SCRIPT_ROW] = [base_pj, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", script]
     times: dict[str, list[float]] = {k: [] for k in cmds}
     whole: dict[str, list[float]] = {k: [] for k in cmds}
     try:

@@ -199,8 +199,7 @@ PyObject* lower_capabilities(PyObject*, PyObject*) {
 PyObject* collapse_into_huge_pages(PyObject*, PyObject*) {
     template_::CollapseResult r = template_::collapse_into_huge_pages();
     g_memory_note = template_::describe_collapse(r);
-    return Py_BuildValue("(nnni)", static_cast<Py_ssize_t>(r.chunks), static_cast<Py_ssize_t>(r.sparse),
-                         static_cast<Py_ssize_t>(r.refused), r.last_errno);
+    Py_RETURN_NONE;
 }
 
 // The names of `modules` (sys.modules) that `names` (a frozenset: the template's) lacks, and
@@ -241,8 +240,8 @@ PyMethodDef kMethods[] = {
      "ambient) until serve() sets a run up. Called before any module of the rootfs runs."},
     {"collapse_into_huge_pages", collapse_into_huge_pages, METH_NOARGS,
      "collapse_into_huge_pages(): the template's settled anonymous memory in 2 MiB pages, so that "
-     "each run's fork and exit copy and free fewer page-table entries (huge_pages.hpp). Returns "
-     "(collapsed, sparse, refused, last_errno) chunk counts; never raises."},
+     "each run's fork and exit copy and free fewer page-table entries (huge_pages.hpp). What it did "
+     "goes to the server with \"ready\"; never raises."},
     {"serve", serve, METH_VARARGS,
      "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
      "return (kind, target, args, options, env). reaper: the path of pyjail-reaper."},

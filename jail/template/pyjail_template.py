@@ -35,8 +35,8 @@ def main(preload):
     import importlib
     # What every run uses to start and end its program: imported once, here (pkgutil and
     # runpy: what runs a module or an archive, half a millisecond of each such run if it
-    # imported them itself; marshal: compiled code).
-    import atexit, marshal, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
+    # imported them itself).
+    import atexit, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
     for name in preload:
         importlib.import_module(name)
     _preload_session_server()
@@ -208,13 +208,14 @@ def _run_file(target, namespace, safe_path):
     (runpy's run_path, which ran every file before, left __loader__ None and took half a
     millisecond more of each run: a zip importer tried first, a temporary module.)"""
     import importlib.util
+    import pkgutil
     import runpy
     from importlib.machinery import SourceFileLoader, SourcelessFileLoader
     path = os.path.abspath(target)
     data = None if os.path.isdir(target) else _read(path)
     # Only a file that ends as a zip archive does (its directory's record) is asked of the
     # import system, as python asks it of every script.
-    if data is None or (b"PK\x05\x06" in data[-(1 << 16) - 22:] and _importer(target) is not None):
+    if data is None or (b"PK\x05\x06" in data[-(1 << 16) - 22:] and pkgutil.get_importer(target) is not None):
         sys.path.insert(0, target)
         runpy._run_module_as_main("__main__", alter_argv=False)
         return
@@ -241,11 +242,6 @@ def _run_file(target, namespace, safe_path):
 def _read(path):
     with open(path, "rb") as f:
         return f.read()
-
-
-def _importer(path):
-    import pkgutil
-    return pkgutil.get_importer(path)
 
 
 def _print_exception(exc):
