@@ -87,7 +87,9 @@ namespace {
 // Kills and reaps the jail if the supervisor leaves before supervising it to the end.
 class JailHandle {
 public:
-    JailHandle(int pidfd, pid_t pid) : pidfd_(pidfd), pid_(pid) {}
+    // Who waits for pid 1: we do (a fresh jail, our clone), or the template that forked it.
+    enum class Parent { Us, Template };
+    JailHandle(int pidfd, pid_t pid, Parent parent) : pidfd_(pidfd), pid_(pid), parent_(parent) {}
     JailHandle(const JailHandle&) = delete;
     JailHandle& operator=(const JailHandle&) = delete;
     ~JailHandle() {
@@ -101,11 +103,13 @@ public:
     }
     int pidfd() const { return pidfd_.get(); }
     pid_t pid() const { return pid_; }
+    Parent parent() const { return parent_; }
     void mark_reaped() { reaped_ = true; }
 
 private:
     UniqueFd pidfd_;
     pid_t pid_;
+    Parent parent_;
     bool reaped_ = false;
 };
 
@@ -308,7 +312,7 @@ JailHandle clone_jail(const RunPlan& p, const ChildPlan& child, const std::optio
                         namespace_hint(e, p.invoker.is_root()));
     }
     if (pid == 0) pid1::run(child);
-    return JailHandle(pidfd, pid);
+    return JailHandle(pidfd, pid, JailHandle::Parent::Us);
 }
 
 // The id maps, when the supervisor writes them (root; a user's subordinate ids through the
@@ -328,6 +332,7 @@ Supervised supervise_jail(const RunPlan& p, const JailHandle& jail, Channels& ch
     sa.sync_fd = ch.parent_end.get();
     sa.signal_fd = ch.signals.fd();
     sa.started_ms = started_ms;
+    sa.ends_when_reaped = jail.parent() == JailHandle::Parent::Template;
     sa.wall_time = p.policy.wall_time;
     sa.kill_grace = p.policy.kill_grace;
     sa.seccomp = p.seccomp ? &*p.seccomp : nullptr;
@@ -653,7 +658,7 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     }
     // The run's pid 1 is the template's child, not ours: the supervisor watches it through
     // the pidfd, reads how it ended from its messages, and kills it through the pidfd.
-    JailHandle jail(pidfd.release(), reply.pid);
+    JailHandle jail(pidfd.release(), reply.pid, JailHandle::Parent::Template);
     return supervise_to_the_end(p, jail, channels, leaf, terminal, started_ms, facts, via_usage);
 }
 

@@ -73,10 +73,12 @@ public:
             }
             // After "ready" (which brings the filter's listener, needed at once) the jail only
             // says how the program ended, and then its pid 1 exits: those messages are read
-            // when the pidfd says so, which saves waking up for them. Once the jail's end is
-            // closed, polling the socket would spin, taking a CPU from the kernel while it
-            // tears the jail's namespaces down.
-            if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0 && (!drain_messages() || ready_))
+            // when the pidfd says so, which saves waking up for them -- unless the run ends
+            // with them (ends_when_reaped). Once the jail's end is closed, polling the socket
+            // would spin, taking a CPU from the kernel while it tears the jail's namespaces
+            // down.
+            if ((fds[1].revents & (POLLIN | POLLHUP | POLLERR)) != 0 &&
+                (!drain_messages() || (ready_ && !a_.ends_when_reaped)))
                 sync_fd_ = -1;
             if (fds[2].revents & POLLIN) {
                 signalfd_siginfo si{};
@@ -91,6 +93,11 @@ public:
                 if (a_.relay->over_limit() && !killed_) kill_jail(monotonic_ms());
             }
             if (fds[0].revents & POLLIN) break;
+            // Every process of the jail is gone (pid 1 waited for each): only pid 1's own
+            // exit is left, and with it the teardown of the run's namespaces, which is not
+            // the run's to wait for. Not when pid 1 left some (a process stuck in the
+            // kernel): then its exit, which the kernel makes wait for them, ends the run.
+            if (a_.ends_when_reaped && result_.reaped && result_.reaped->exit_code == kInitReapedAll) break;
         }
         drain_messages();
         return reap();

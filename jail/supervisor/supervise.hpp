@@ -41,6 +41,11 @@ struct SuperviseArgs {
     int sync_fd = -1;    // the supervisor's end of the sync socket
     int signal_fd = -1;  // a signalfd of the signals to relay
     double started_ms = 0;
+    // A run from a template: over once pid 1 says it reaped every process of the jail
+    // (MsgKind::Reaped, kInitReapedAll), not when pid 1 is gone. pid 1 is the template's
+    // child: its exit (the run's namespaces torn down) is the template's and the server's to
+    // wait for, and the server removes the run's cgroup after it (serve.cpp).
+    bool ends_when_reaped = false;
     double wall_time = 0;                 // seconds; 0: none
     // After relaying SIGTERM, SIGHUP or SIGQUIT: seconds until the jail is killed if
     // it is still there (0: at once).
