@@ -16,7 +16,8 @@ enum class MsgKind : std::uint32_t {
     Status = 3,  // the program ended: wait_status
     Reaped = 4,  // pid 1 is about to exit: exit_code (kInitReapedAll or kInitLeftSome) and
                  // the usage of every process it waited for. Read by a supervisor that is not
-                 // pid 1's parent (a run from a template) and so cannot wait for it.
+                 // pid 1's parent (a run from a template) and so cannot wait for it; with
+                 // kInitReapedAll it ends that run (supervise.hpp, ends_when_reaped).
     Egress = 5,  // before "ready", --net allow: sockets of the jail's network namespace
                  // (SCM_RIGHTS, up to kMaxPassedFds), the first one's index among the
                  // lock-down's egress_sockets in exit_code

@@ -44,7 +44,10 @@ struct SuperviseArgs {
     // A run from a template: over once pid 1 says it reaped every process of the jail
     // (MsgKind::Reaped, kInitReapedAll), not when pid 1 is gone. pid 1 is the template's
     // child: its exit (the run's namespaces torn down) is the template's and the server's to
-    // wait for, and the server removes the run's cgroup after it (serve.cpp).
+    // wait for, and the server removes the run's cgroup after it (serve.cpp). Only pid 1
+    // holds the socket's other end (the program has none of its descriptors and cannot
+    // trace the reaper); a forged Reaped would only end this client, and the server kills a
+    // run whose client is gone.
     bool ends_when_reaped = false;
     double wall_time = 0;                 // seconds; 0: none
     // After relaying SIGTERM, SIGHUP or SIGQUIT: seconds until the jail is killed if
