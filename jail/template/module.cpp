@@ -12,6 +12,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
@@ -99,16 +100,39 @@ PyObject* run_of(const RunRequest& request) {
     return Py_BuildValue("(sNNNN)", kKinds[static_cast<std::size_t>(c.kind)], target, args, options, env);
 }
 
-// In the template, once it forked a run (pid > 0) or could not (pid < 0, `error` says why):
-// the request forgotten, and the server told the run's pid with a pidfd, or the refusal.
-void answer_request(int ctl, pid_t pid, const std::string& error, RunRequest& request, std::string& buf,
-                    std::size_t n, const int* fds, int got) {
-    // The template: every later run is a fork of this process, and can read its memory
-    // (its own copy). This request's bytes (the run's command line and environment) are
-    // cleared here, in the receive buffer and decoded, not merely freed: a later run
-    // scanning its memory finds nothing of an earlier run's request.
+// The buffer requests are received in: a mapping of its own, which no run has
+// (MADV_DONTFORK: a run's program, forked from the template's memory, gets no copy of it).
+// The template writes each request there while the last run's program may still share the
+// rest of its memory: writing here copies none of that program's pages, nor splits a huge
+// page of the template's (huge_pages.hpp). Mapped once, for the template's life: serve()
+// returns into a run's program, which must not unmap what it does not have.
+char* receive_buffer(std::size_t size) {
+    void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    if (::madvise(p, size, MADV_DONTFORK) != 0) {
+        ::munmap(p, size);
+        return nullptr;
+    }
+    return static_cast<char*>(p);
+}
+
+// The template: every later run is a fork of this process, and can read its memory (its
+// own copy). A request's decoded bytes (the run's command line and environment) are cleared,
+// not merely freed, before the next request is read and so before the next fork: a later
+// run scanning its memory finds nothing of an earlier run's request. Not right after the
+// fork: the template's writes then copy the pages its run's program still shares (and
+// split huge pages); by the next request that program has most often ended.
+void forget_request(RunRequest& request) {
     wipe_request(request);
-    ::explicit_bzero(buf.data(), n);
+    request = RunRequest{};
+}
+
+// In the template, once it forked a run (pid > 0) or could not (pid < 0, `error` says why):
+// the request's bytes cleared from the receive buffer (no run has it; cleared all the same),
+// and the server told the run's pid with a pidfd, or the refusal.
+void answer_request(int ctl, pid_t pid, const std::string& error, char* buf, std::size_t n, const int* fds,
+                    int got) {
+    ::explicit_bzero(buf, n);
     for (int k = 0; k < got; ++k) ::close(fds[k]);
     if (pid < 0) {
         reply(ctl, TemplateReplyKind::Refused, 0, error, -1);
@@ -146,8 +170,12 @@ PyObject* serve(PyObject*, PyObject* args) {
     if (sigfd < 0) return PyErr_SetFromErrno(PyExc_OSError);
     const template_::ForkHooks hooks{PyOS_BeforeFork, PyOS_AfterFork_Parent, PyOS_AfterFork_Child};
 
+    constexpr std::size_t kBufferBytes = kMaxRequestBytes + 1;
+    char* buf = receive_buffer(kBufferBytes);
+    if (buf == nullptr) return PyErr_SetFromErrno(PyExc_OSError);
+
     reply(ctl, TemplateReplyKind::Ready, 0, g_memory_note, -1);
-    std::string buf(kMaxRequestBytes + 1, '\0');
+    RunRequest request;  // the last run's until the next request (forget_request)
     while (true) {
         pollfd p[2] = {{ctl, POLLIN, 0}, {sigfd, POLLIN, 0}};
         if (::poll(p, 2, -1) < 0) {
@@ -163,7 +191,7 @@ PyObject* serve(PyObject*, PyObject* args) {
         if ((p[0].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
         int fds[kMaxPassedFds];
         int got = 0;
-        ssize_t n = recv_with_fds(ctl, buf.data(), buf.size(), fds, kMaxPassedFds, got, MSG_DONTWAIT);
+        ssize_t n = recv_with_fds(ctl, buf, kBufferBytes, fds, kMaxPassedFds, got, MSG_DONTWAIT);
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         if (n <= 0) {  // the server is gone: so is the template
             for (int k = 0; k < got; ++k) ::close(fds[k]);
@@ -172,18 +200,18 @@ PyObject* serve(PyObject*, PyObject* args) {
             ::close(netns);
             Py_RETURN_NONE;
         }
-        RunRequest request;
+        forget_request(request);
         std::string error;
         pid_t pid = -1;
         try {
-            request = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+            request = decode_request(std::string_view(buf, static_cast<std::size_t>(n)));
             if (got != request_fd_count(request)) throw BadRequest("the request's descriptors are missing");
             pid = template_::fork_run(request, fds, pidns, hooks, error);
         } catch (const std::exception& e) {
             error = e.what();
         }
         if (pid == 0) return run_of(request);
-        answer_request(ctl, pid, error, request, buf, static_cast<std::size_t>(n), fds, got);
+        answer_request(ctl, pid, error, buf, static_cast<std::size_t>(n), fds, got);
         template_::make_spare_network(netns);  // the next run's, while this one starts
     }
 }
