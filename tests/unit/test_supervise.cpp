@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 
 #include "init.hpp"
@@ -20,6 +21,10 @@
 #include "sys.hpp"
 
 using namespace pyjail;
+
+#ifndef P_PIDFD
+#define P_PIDFD 3
+#endif
 
 namespace {
 
@@ -51,6 +56,10 @@ UniqueFd stand_in_for_pid1(int ms) {
     ::waitpid(middle, nullptr, 0);
     UniqueFd pidfd(static_cast<int>(::syscall(SYS_pidfd_open, pid, 0)));
     REQUIRE(pidfd);
+    // Not ours to wait for (were this process a child subreaper, it would be).
+    siginfo_t info{};
+    REQUIRE(::waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(pidfd.get()), &info, WEXITED | WNOHANG) != 0);
+    REQUIRE(errno == ECHILD);
     return pidfd;
 }
 
