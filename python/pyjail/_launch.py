@@ -188,7 +188,10 @@ class Launched:
         if self._closed is not None:
             return self._closed[0]
         try:
-            return Report.parse(os.pread(self._report.fileno(), 4 << 20, 0))
+            # As much as was written (up to 4 MiB): a buffer of the cap itself would be
+            # allocated, mapped and unmapped at every read of a report of a few kB.
+            fd = self._report.fileno()
+            return Report.parse(os.pread(fd, min(os.fstat(fd).st_size, 4 << 20), 0))
         except (OSError, ValueError):
             return None
 
