@@ -125,6 +125,8 @@ def pool_rounds(packages: dict, rounds: int) -> dict:
     return times
 
 
+# `pyjail serve`'s options for the numpy+pandas template, this build's and the baseline's.
+DATA_TEMPLATE = ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]
 BASE_ROW = "baseline's template numpy+pandas: import numpy, pandas"
 THIS_ROW = "template numpy+pandas: import numpy, pandas"
 SCRIPT_ROW = "template numpy+pandas: the same as a script (python FILE)"
@@ -162,12 +164,11 @@ def main() -> None:
     tmp = tempfile.mkdtemp(prefix="pyjail-bench-")
     data_sock, plain_sock = os.path.join(tmp, "data.sock"), os.path.join(tmp, "plain.sock")
     print("starting the templates", file=sys.stderr)
-    servers = [Server(pj, data_sock, ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]),
+    servers = [Server(pj, data_sock, DATA_TEMPLATE),
                Server(pj, plain_sock, [])]
     base_data = os.path.join(tmp, "base-data.sock")
     if a.baseline_pyjail:
-        servers.append(Server(os.path.abspath(a.baseline_pyjail), base_data,
-                              ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]))
+        servers.append(Server(os.path.abspath(a.baseline_pyjail), base_data, DATA_TEMPLATE))
     cmds = {
         "cold data jail: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--", "python", "-c", DATA_CODE],
         "template numpy+pandas: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--via", data_sock,
