@@ -9,7 +9,9 @@
 // 4 KiB, not 2 MiB (the run's entry is split, the page stays whole in the template), so a run
 // costs no more memory for it; Linux 6.1's MADV_COLLAPSE turns the template's settled memory
 // into huge pages on request, whatever /sys/kernel/mm/transparent_hugepage/enabled says
-// (`never` included, as madvise(2) says: the process asks for it at its own expense).
+// (`never` included, as madvise(2) says: the process asks for it at its own expense). Only
+// whole aligned 2 MiB chunks collapse: arenas.hpp places the interpreter's arenas so that
+// they make such chunks.
 //
 // What it must not do: set MADV_HUGEPAGE on the mappings (a run inherits it, and each 4 KiB it
 // touched afresh would cost a zeroed 2 MiB page: fewer sessions per machine), or grow the

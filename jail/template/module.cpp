@@ -26,6 +26,7 @@
 #include <cstring>
 #include <string>
 
+#include "arenas.hpp"
 #include "forked_run.hpp"
 #include "huge_pages.hpp"
 #include "run_request.hpp"
@@ -227,7 +228,22 @@ PyObject* lower_capabilities(PyObject*, PyObject*) {
 PyObject* collapse_into_huge_pages(PyObject*, PyObject*) {
     template_::CollapseResult r = template_::collapse_into_huge_pages();
     g_memory_note = template_::describe_collapse(r);
+    template_::settle_arena_blocks();
     Py_RETURN_NONE;
+}
+
+// The interpreter's arena allocator before ours: the arenas made before this module was
+// imported are its, and so is any request not of an arena's size.
+PyObjectArenaAllocator g_previous_arenas;
+
+void* arena_alloc(void*, size_t size) {
+    if (size != template_::kArenaSlot) return g_previous_arenas.alloc(g_previous_arenas.ctx, size);
+    return template_::take_arena();
+}
+
+void arena_free(void*, void* at, size_t size) {
+    if (size != template_::kArenaSlot || !template_::give_back_arena(at))
+        g_previous_arenas.free(g_previous_arenas.ctx, at, size);
 }
 
 // The names of `modules` (sys.modules) that `names` (a frozenset: the template's) lacks, and
@@ -282,4 +298,15 @@ PyModuleDef kModule = {PyModuleDef_HEAD_INIT, "_pyjail_template",
 
 }  // namespace
 
-PyMODINIT_FUNC PyInit__pyjail_template() { return PyModule_Create(&kModule); }
+PyMODINIT_FUNC PyInit__pyjail_template() {
+    // Imported first thing in the template (pyjail_template.py), before site and the
+    // preloads: nearly all their objects land in arenas that line up into huge pages
+    // (arenas.hpp).
+    // Once: installed twice, ours would become its own fallback.
+    if (g_previous_arenas.alloc == nullptr) {
+        PyObject_GetArenaAllocator(&g_previous_arenas);
+        PyObjectArenaAllocator ours{nullptr, arena_alloc, arena_free};
+        PyObject_SetArenaAllocator(&ours);
+    }
+    return PyModule_Create(&kModule);
+}

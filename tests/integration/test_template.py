@@ -170,6 +170,52 @@ def test_a_run_that_breaks_its_limits_ends_alone(run_jail, as_user, serve, world
     assert after.returncode == 0 and after.stdout == "after\n", describe(after)
 
 
+# A run's small objects live in the interpreter's arenas, which a template's allocator hands
+# out (jail/template/arenas.hpp); how much of its memory is in use, from the kernel's count.
+ANON_MIB = "def anon_mib():\n    return int(next(l for l in open('/proc/self/status') if l.startswith('RssAnon:')).split()[1]) // 1024\n"
+
+
+def test_a_runs_small_objects_get_memory_under_its_limit_give_it_back_and_stop_over_it(
+        run_jail, as_user, serve, world_tmp):
+    sock, _ = serve(as_user)
+    # Under the limit: about 65 MiB of small objects (new arenas), then none: the arenas'
+    # memory goes back (freed slots hold none).
+    under = via(run_jail, as_user, sock, ANON_MIB + textwrap.dedent("""
+        import gc, json
+        before = anon_mib()
+        x = [(i, str(i)) for i in range(400_000)]
+        peak = anon_mib()
+        del x
+        gc.collect()
+        print(json.dumps([before, peak, anon_mib()]))
+    """), "--memory", "256M", timeout=60)
+    before, peak, after = result(under)
+    assert peak - before >= 40, (before, peak, after)
+    assert after - before <= 12, (before, peak, after)
+    # Over it: the arena that cannot be had is a MemoryError the program can catch (where the
+    # limit is the per-process RLIMIT_DATA), or the cgroup's OOM kill; never a crash.
+    report = world_tmp.dir(0o777) / "r.json"
+    over = run_jail(["--quiet", "--report", str(report), "--memory", "64M", "--via", sock, "--", "python", "-c",
+                     textwrap.dedent("""
+        x = []
+        try:
+            while True:
+                x.append((len(x), str(len(x))))
+        except MemoryError:
+            n = len(x)
+            del x
+            print('stopped at', n)
+    """)], user=as_user, timeout=60)
+    rep = json.loads(report.read_text())
+    if rep["cgroup"] is None:
+        assert over.returncode == 0 and over.stdout.startswith("stopped at "), describe(over)
+        assert int(over.stdout.split()[-1]) < 400_000, describe(over)
+    else:
+        assert rep["status"] == "oom", rep
+    after_it = via(run_jail, as_user, sock, "print('after')")
+    assert after_it.returncode == 0 and after_it.stdout == "after\n", describe(after_it)
+
+
 def test_a_killed_template_is_started_again(run_jail, as_user, serve, helpers):
     sock, _ = serve(as_user, "--preload", "json")
     first = via(run_jail, as_user, sock, "print('one')")
