@@ -102,6 +102,24 @@ def test_a_run_finds_nothing_of_an_earlier_runs_request_in_its_memory(run_jail, 
     assert own["found"] > 0, own
 
 
+def test_the_programs_first_line_finds_its_pid1_already_closed_to_it(run_jail, as_user, serve):
+    # Attack: the run's pid 1 execs the reaper after forking the program, and an exec makes a
+    # process dumpable again; a program that ran before the reaper made itself undumpable could
+    # read or write pid 1's memory through /proc/1/mem and forge the run's report. The reaper
+    # releases the program only after that (jail/template/reaper.cpp): the program's very first
+    # statement already finds pid 1 closed. Twenty runs, for a window to show. (A draft that
+    # released the program first failed here.)
+    sock, _ = serve(as_user)
+    code = ("try:\n    open('/proc/1/mem', 'rb').read(1); mem = 'ok'\nexcept OSError as e:\n    mem = e.errno\n"
+            "try:\n    open('/proc/1/environ', 'rb').read(); env = 'ok'\nexcept OSError as e:\n    env = e.errno\n"
+            "print(mem, env)")
+    for _ in range(20):
+        r = run_jail(["--quiet", "--via", sock, "--", "python", "-c", code], user=as_user)
+        assert r.returncode == 0, describe(r)
+        mem, env = r.stdout.split()
+        assert mem != "ok" and env != "ok", r.stdout
+
+
 def test_pid1_and_the_program_hold_nothing_of_the_template(run_jail, as_user, serve):
     # Attack: the run's pid 1 and its program are copies of the template. Any descriptor of the
     # template (its control socket to the server, its pid namespace) left open would let the
