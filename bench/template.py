@@ -65,6 +65,8 @@ class Server:
                                   stdin=subprocess.DEVNULL, stdout=subprocess.PIPE)
         line = self.p.stdout.readline().decode()
         if not line.startswith("pyjail serve: ready"):
+            self.p.kill()
+            self.p.wait()
             raise SystemExit(f"pyjail serve {' '.join(args)} did not start: {line!r}")
 
     def stop(self):
@@ -163,12 +165,7 @@ def main() -> None:
     pj = os.path.abspath(a.pyjail)
     tmp = tempfile.mkdtemp(prefix="pyjail-bench-")
     data_sock, plain_sock = os.path.join(tmp, "data.sock"), os.path.join(tmp, "plain.sock")
-    print("starting the templates", file=sys.stderr)
-    servers = [Server(pj, data_sock, DATA_TEMPLATE),
-               Server(pj, plain_sock, [])]
     base_data = os.path.join(tmp, "base-data.sock")
-    if a.baseline_pyjail:
-        servers.append(Server(os.path.abspath(a.baseline_pyjail), base_data, DATA_TEMPLATE))
     cmds = {
         "cold data jail: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--", "python", "-c", DATA_CODE],
         "template numpy+pandas: import numpy, pandas": [pj, "--quiet", "--rootfs", "data", "--via", data_sock,
@@ -192,7 +189,14 @@ def main() -> None:
         cmds[BASE_SCRIPT_ROW] = [base_pj, "--quiet", "--rootfs", "data", "--via", base_data, "--", "python", script]
     times: dict[str, list[float]] = {k: [] for k in cmds}
     whole: dict[str, list[float]] = {k: [] for k in cmds}
+    servers: list[Server] = []
     try:
+        # Started inside the try: one that cannot start stops those started before it.
+        print("starting the templates", file=sys.stderr)
+        servers.append(Server(pj, data_sock, DATA_TEMPLATE))
+        servers.append(Server(pj, plain_sock, []))
+        if a.baseline_pyjail:
+            servers.append(Server(os.path.abspath(a.baseline_pyjail), base_data, DATA_TEMPLATE))
         for k, argv in cmds.items():  # warm-up
             first_line_ms(argv)
         for r in range(a.rounds):
