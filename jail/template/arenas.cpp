@@ -1,5 +1,6 @@
 #include "arenas.hpp"
 
+#include <pthread.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -37,7 +38,8 @@ void ArenaSlots::give_back(std::uintptr_t at) { free_.push_back(at); }
 namespace {
 
 // The interpreter calls its arena allocator under its own lock (the GIL) in the versions a
-// rootfs ships; this one is for an interpreter whose subinterpreters each hold their own.
+// rootfs ships; this one is for an interpreter whose subinterpreters each hold their own. Held
+// across a fork (arena_fork_guard), so that no child starts with it taken by a thread it lacks.
 std::mutex g_lock;
 ArenaSlots g_slots;
 bool g_settled = false;
@@ -84,6 +86,13 @@ bool give_back_arena(void* at) {
     (void)::mprotect(at, kArenaSlot, PROT_NONE);
     g_slots.give_back(a);
     return true;
+}
+
+void arena_fork_guard() {
+    static bool registered = false;
+    if (registered) return;
+    registered = true;
+    (void)::pthread_atfork([] { g_lock.lock(); }, [] { g_lock.unlock(); }, [] { g_lock.unlock(); });
 }
 
 void settle_arena_blocks() {

@@ -304,6 +304,7 @@ PyMODINIT_FUNC PyInit__pyjail_template() {
     // (arenas.hpp).
     // Once: installed twice, ours would become its own fallback.
     if (g_previous_arenas.alloc == nullptr) {
+        template_::arena_fork_guard();
         PyObject_GetArenaAllocator(&g_previous_arenas);
         PyObjectArenaAllocator ours{nullptr, arena_alloc, arena_free};
         PyObject_SetArenaAllocator(&ours);
