@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.hpp"
+#include "utc_time.hpp"
 
 namespace pyjail {
 
@@ -77,10 +78,8 @@ std::string dump(const Json& j) {
 }  // namespace
 
 std::string utc_timestamp(std::time_t t) {
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", tm.tm_year + 1900, tm.tm_mon + 1,
-                       tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec);
+    const UtcTime u = utc_time(t);
+    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", u.year, u.month, u.day, u.hour, u.minute, u.second);
 }
 
 std::string audit_line(const AuditIdentity& who, const RunFacts& facts) {

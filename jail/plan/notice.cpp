@@ -4,6 +4,8 @@
 
 #include <cstdio>
 
+#include "utc_time.hpp"
+
 namespace pyjail {
 
 std::optional<StateDirPlan> state_dir_plan(const char* xdg_state_home, const char* home) {
@@ -15,9 +17,8 @@ std::optional<StateDirPlan> state_dir_plan(const char* xdg_state_home, const cha
 }
 
 std::string utc_day(std::time_t t) {
-    std::tm tm{};
-    ::gmtime_r(&t, &tm);
-    return fmt::format("{:04}-{:02}-{:02}", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday);
+    const UtcTime u = utc_time(t);
+    return fmt::format("{:04}-{:02}-{:02}", u.year, u.month, u.day);
 }
 
 std::string notice_stamp_text(const std::string& day, const std::string& reason) {
