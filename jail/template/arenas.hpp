@@ -28,7 +28,8 @@ inline constexpr std::size_t kArenaSlot = std::size_t{1} << 20;    // CPython's 
 inline constexpr std::size_t kArenaBlock = std::size_t{32} << 20;  // reserved at a time
 
 // Pure: which slot each arena takes. Blocks are added by address (each kArenaBlock long);
-// slots are taken in address order, a freed one before a fresh one.
+// fresh slots are taken in address order, and a freed one (the last freed first) before any
+// fresh one.
 class ArenaSlots {
 public:
     void add_block(std::uintptr_t base);
