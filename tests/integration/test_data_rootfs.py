@@ -196,6 +196,26 @@ def anon_huge_kib(pid: int) -> int:
     return int(re.search(r"^AnonHugePages:\s+(\d+) kB", rollup, re.M).group(1))
 
 
+def test_runs_from_a_numpy_template_draw_numpys_random_numbers_of_their_own(data_rootfs, run_jail, as_user, serve):
+    # Attack (on privacy): each run is a copy of the template, numpy's global generator
+    # included; unseeded, every run would draw the same "random" numbers, and one run could
+    # predict another's (a token, a sample). Each run's program gets it seeded afresh from the
+    # kernel's entropy, and its state is not the template's.
+    # numpy.random named: `import numpy` alone loads it on first use (then in the run, afresh).
+    sock, _ = serve(as_user, "--rootfs", "data", "--preload", "numpy.random")
+    code = ("import json, numpy; s = numpy.random.get_state(); "
+            "print(json.dumps([numpy.random.random(), [int(x) for x in s[1][:4]], int(s[2])]))")
+    draws = []
+    for _ in range(3):
+        r = run_jail(["--quiet", "--via", sock, "--rootfs", "data", "--", "python", "-c", code],
+                     user=as_user, timeout=TIMEOUT)
+        assert r.returncode == 0, describe(r)
+        draws.append(json.loads(r.stdout))
+    firsts = [d[0] for d in draws]
+    keys = [tuple(d[1]) for d in draws]
+    assert len(set(firsts)) == 3 and len(set(keys)) == 3, draws
+
+
 def test_a_numpy_pandas_template_shares_its_memory_in_huge_pages(data_rootfs, run_jail, as_user, serve):
     """jail/template/huge_pages.hpp: the template's settled memory is collapsed into huge pages
     (each run's fork and exit cost less), and no run inherits a request for huge pages (each
