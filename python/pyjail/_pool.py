@@ -366,7 +366,9 @@ class Pool:
     """Templates that fork fresh jails with ``preload`` already imported.
 
     ``preload``: modules to import from the rootfs (e.g. ``["numpy",
-    "pandas"]``); ``size``: templates (each forks one run at a time; runs
+    "pandas"]``; a submodule that its package loads on first use, such as
+    numpy's ``numpy.random`` or ``numpy.fft``, is shared only if named, else
+    every run that uses it loads it again); ``size``: templates (each forks one run at a time; runs
     themselves are concurrent either way); ``profile`` and ``rootfs`` as for
     ``pyjail.run``; ``limits`` (pyjail.Limits, e.g. ``Limits(cpu_time=5,
     wall_time=3)``) and ``options``, other pyjail options by name, as
