@@ -89,9 +89,6 @@ bool give_back_arena(void* at) {
 }
 
 void arena_fork_guard() {
-    static bool registered = false;
-    if (registered) return;
-    registered = true;
     (void)::pthread_atfork([] { g_lock.lock(); }, [] { g_lock.unlock(); }, [] { g_lock.unlock(); });
 }
 

@@ -53,7 +53,8 @@ private:
 void* take_arena();
 // False: `at` is not ours.
 bool give_back_arena(void* at);
-// Once, before the first arena: the slots' lock is taken around every fork (pthread_atfork).
+// Once (module.cpp installs the allocator once), before the first arena: the slots' lock is
+// taken around every fork (pthread_atfork).
 void arena_fork_guard();
 // Once, as the template starts serving, after collapse_into_huge_pages: no block takes a huge
 // page at a fault from now on (the ones made later neither).
