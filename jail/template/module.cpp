@@ -29,6 +29,7 @@
 #include "arenas.hpp"
 #include "forked_run.hpp"
 #include "huge_pages.hpp"
+#include "numpy_reseed.hpp"
 #include "run_request.hpp"
 #include "sys.hpp"
 #include "template_protocol.hpp"
@@ -232,6 +233,40 @@ PyObject* collapse_into_huge_pages(PyObject*, PyObject*) {
     Py_RETURN_NONE;
 }
 
+// keep_numpy_generator(bit_generator): numpy.random's global MT19937, whose state each run then
+// reseeds in place (numpy_reseed.hpp). True once its state was found where numpy's capsule
+// says and holding what numpy reports; False (nothing kept) for any other generator or layout.
+PyObject* keep_numpy_generator(PyObject*, PyObject* bit_generator) {
+    if (std::strcmp(Py_TYPE(bit_generator)->tp_name, "numpy.random._mt19937.MT19937") != 0) Py_RETURN_FALSE;
+    // numpy's bitgen_t (numpy/random/bitgen.h, its C API for bit generators): the state first.
+    PyObject* capsule = PyObject_GetAttrString(bit_generator, "capsule");
+    void* bitgen = capsule != nullptr ? PyCapsule_GetPointer(capsule, "BitGenerator") : nullptr;
+    Py_XDECREF(capsule);
+    // numpy's own report: {'bit_generator': 'MT19937', 'state': {'key': uint32[624], 'pos': int}}.
+    PyObject* report = bitgen != nullptr ? PyObject_GetAttrString(bit_generator, "state") : nullptr;
+    PyObject* inner = report != nullptr && PyDict_Check(report) ? PyDict_GetItemString(report, "state") : nullptr;
+    PyObject* key = inner != nullptr && PyDict_Check(inner) ? PyDict_GetItemString(inner, "key") : nullptr;
+    PyObject* pos = inner != nullptr && PyDict_Check(inner) ? PyDict_GetItemString(inner, "pos") : nullptr;
+    bool same = false;
+    Py_buffer view{};
+    if (key != nullptr && pos != nullptr && PyLong_Check(pos) &&
+        PyObject_GetBuffer(key, &view, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT) == 0) {
+        auto* state = *static_cast<template_::Mt19937State**>(bitgen);
+        same = view.itemsize == 4 && view.format != nullptr && std::strcmp(view.format, "I") == 0 &&
+               template_::mt19937_state_is(*state, static_cast<const std::uint32_t*>(view.buf),
+                                           static_cast<std::size_t>(view.len) / 4, PyLong_AsLong(pos));
+        if (same) template_::keep_numpy_state(state);
+        PyBuffer_Release(&view);
+    }
+    Py_XDECREF(report);
+    PyErr_Clear();
+    return PyBool_FromLong(same);
+}
+
+// reseed_numpy(): in a run, the kept generator's key from the kernel's entropy. False: nothing
+// kept, or no entropy (the caller reseeds through numpy).
+PyObject* reseed_numpy(PyObject*, PyObject*) { return PyBool_FromLong(template_::reseed_numpy_state()); }
+
 // The interpreter's arena allocator before ours: the arenas made before this module was
 // imported are its, and so is any request not of an arena's size.
 PyObjectArenaAllocator g_previous_arenas;
@@ -286,6 +321,13 @@ PyMethodDef kMethods[] = {
      "collapse_into_huge_pages(): the template's settled anonymous memory in 2 MiB pages, so that "
      "each run's fork and exit copy and free fewer page-table entries (huge_pages.hpp). What it did "
      "goes to the server with \"ready\"; never raises."},
+    {"keep_numpy_generator", keep_numpy_generator, METH_O,
+     "keep_numpy_generator(bit_generator): in the template, numpy.random's global MT19937, which "
+     "each run's reseed_numpy() then reseeds in place. False if it is not numpy's MT19937 as this "
+     "module knows it (nothing kept)."},
+    {"reseed_numpy", reseed_numpy, METH_NOARGS,
+     "reseed_numpy(): in a run, the kept generator's key from the kernel's entropy, touching none "
+     "of the template's pages but its own. False: nothing kept, or no entropy."},
     {"serve", serve, METH_VARARGS,
      "serve(fd, reaper): answer run requests on fd until it closes (None); in a run's program, "
      "return (kind, target, args, options, env). reaper: the path of pyjail-reaper."},

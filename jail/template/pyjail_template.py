@@ -15,7 +15,7 @@ str/bytes hash seed (PYTHONHASHSEED), the interpreter's flags (``-I -S``; site
 has run all the same), and the
 preloaded modules as they were after import. Random generators are reseeded
 in each run: ``random`` by its own at-fork hook, numpy's global generator
-here.
+by _pyjail_template in place (or here, through numpy, where it cannot).
 """
 
 import os
@@ -40,6 +40,7 @@ def main(preload):
     for name in preload:
         importlib.import_module(name)
     _preload_session_server()
+    _keep_numpy_generator()
     import gc
     gc.collect()
     gc.freeze()        # the runs' first collection does not touch (and copy) these pages
@@ -145,14 +146,38 @@ def _clear_module(module):
         pass
 
 
+# Whether _pyjail_template holds numpy.random's global generator, which each run then reseeds
+# in place (numpy_reseed.hpp): numpy's seed() in a fresh fork copies about 170 of the
+# template's pages, 0.4 ms of every run's way to its first line; the write in place a page or two.
+_NUMPY_IN_PLACE = False
+
+
+def _keep_numpy_generator():
+    """In the template, with numpy.random preloaded: its global generator seeded here (which
+    also drops a normal the legacy generator may have cached: no run starts with one), then
+    handed to _pyjail_template if it is numpy's MT19937 as the module knows it."""
+    global _NUMPY_IN_PLACE
+    np_random = sys.modules.get("numpy.random")
+    if np_random is None:
+        return
+    numpy = sys.modules["numpy"]
+    np_random.seed(numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32))
+    try:
+        bit_generator = np_random.mtrand._rand._bit_generator
+    except AttributeError:
+        return
+    _NUMPY_IN_PLACE = sys.modules["_pyjail_template"].keep_numpy_generator(bit_generator)
+
+
 def _reseed():
     np_random = sys.modules.get("numpy.random")
-    if np_random is not None:
-        # The whole state (624 words) from the kernel's entropy, as MT19937 takes a key:
-        # 13 us, where seed() (128 bits stretched by a SeedSequence) took 60-100 us of every
-        # run's way to its first line.
-        numpy = sys.modules["numpy"]
-        np_random.seed(numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32))
+    if np_random is None:
+        return
+    if _NUMPY_IN_PLACE and sys.modules["_pyjail_template"].reseed_numpy():
+        return
+    # The whole state (624 words) from the kernel's entropy, as MT19937 takes a key.
+    numpy = sys.modules["numpy"]
+    np_random.seed(numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32))
 
 
 def _apply_options(options):

@@ -202,9 +202,13 @@ def test_runs_from_a_numpy_template_draw_numpys_random_numbers_of_their_own(data
     # predict another's (a token, a sample). Each run's program gets it seeded afresh from the
     # kernel's entropy, and its state is not the template's.
     # numpy.random named: `import numpy` alone loads it on first use (then in the run, afresh).
+    # The template hands the generator to its module, which reseeds it in place in each run
+    # (template/numpy_reseed.hpp): that path is the one taken, and no run starts with a normal
+    # the legacy generator cached (get_state()'s has_gauss).
     sock, _ = serve(as_user, "--rootfs", "data", "--preload", "numpy.random")
-    code = ("import json, numpy; s = numpy.random.get_state(); "
-            "print(json.dumps([numpy.random.random(), [int(x) for x in s[1][:4]], int(s[2])]))")
+    code = ("import json, sys, numpy; s = numpy.random.get_state(); "
+            "print(json.dumps([numpy.random.random(), [int(x) for x in s[1][:4]], int(s[2]), int(s[3]), "
+            "sys.modules['pyjail_template']._NUMPY_IN_PLACE]))")
     draws = []
     for _ in range(3):
         r = run_jail(["--quiet", "--via", sock, "--rootfs", "data", "--", "python", "-c", code],
@@ -214,6 +218,7 @@ def test_runs_from_a_numpy_template_draw_numpys_random_numbers_of_their_own(data
     firsts = [d[0] for d in draws]
     keys = [tuple(d[1]) for d in draws]
     assert len(set(firsts)) == 3 and len(set(keys)) == 3, draws
+    assert all(d[1][0] == 0x80000000 and d[2] == 624 and d[3] == 0 and d[4] is True for d in draws), draws
 
 
 def test_a_numpy_pandas_template_shares_its_memory_in_huge_pages(data_rootfs, run_jail, as_user, serve):
