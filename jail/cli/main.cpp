@@ -136,8 +136,7 @@ void write_error_report(const ReportTarget& report, const AuditTarget& audit, Ru
 // What `pyjail serve` runs: a template jail (serve.hpp) from the same settings a run would
 // use, its program the template's boot, its extension module bound in.
 std::vector<std::string> serve_template_settings(Settings& settings, const DataDirs& dirs) {
-    std::vector<std::string> preload;
-    for (const auto& item : settings.at("preload")) preload.push_back(item.value);
+    std::vector<std::string> preload = preload_modules(settings);
     settings["ro-bind"].push_back(
         {dirs.template_dir + ":" + serve::kTemplateDirInJail, Source::Default, "pyjail serve"});
     // The template lives as long as the server; each run brings its own time limits.

@@ -101,7 +101,8 @@ constexpr OptionSpec kOptions[] = {
          "Run the program as a fork of the template `pyjail serve --socket SOCKET` holds: a jail "
          "of its own, with the template's modules already imported", false},
         {"preload", OptKind::List, "", "MODULE",
-         "pyjail serve: a module the template imports from the rootfs before any run, e.g. numpy",
+         "pyjail serve: a module the template imports from the rootfs before any run, e.g. numpy "
+         "(several: numpy,pandas)",
          true},
         {"socket", OptKind::Text, "", "PATH", "pyjail serve: the socket to listen on for runs", false},
         {"allow-binds", OptKind::Flag, "false", "",

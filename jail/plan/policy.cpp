@@ -23,6 +23,24 @@ std::string where(const SettingItem& item, std::string_view key) {
     return fmt::format("default of {}", key);
 }
 
+// A dotted module name: identifiers (ASCII letters, digits, underscores, or any non-ASCII
+// byte, as Python's identifiers may hold), none starting with a digit, joined by single dots.
+bool module_name(std::string_view name) {
+    if (name.empty()) return false;
+    std::size_t start = 0;
+    while (true) {
+        std::size_t end = name.find('.', start);
+        std::string_view part = name.substr(start, end == std::string_view::npos ? end : end - start);
+        if (part.empty() || std::isdigit(static_cast<unsigned char>(part[0]))) return false;
+        for (char c : part) {
+            auto u = static_cast<unsigned char>(c);
+            if (!(std::isalnum(u) || c == '_' || u >= 0x80)) return false;
+        }
+        if (end == std::string_view::npos) return true;
+        start = end + 1;
+    }
+}
+
 bool has_dotdot(const std::string& path) {
     std::size_t start = 0;
     while (start <= path.size()) {
@@ -92,6 +110,27 @@ std::string normalize_path(const std::string& path) {
 std::string absolute_path(const std::string& path, const std::string& cwd) {
     if (!path.empty() && path[0] == '/') return normalize_path(path);
     return normalize_path(cwd + "/" + path);
+}
+
+std::vector<std::string> preload_modules(const Settings& settings) {
+    std::vector<std::string> out;
+    auto it = settings.find("preload");
+    if (it == settings.end()) return out;
+    for (const SettingItem& item : it->second) {
+        std::string_view rest = item.value;
+        while (true) {
+            std::size_t comma = rest.find(',');
+            std::string_view name = rest.substr(0, comma);
+            if (!module_name(name))
+                throw UsageError(fmt::format("{}: '{}' is not a module name", where(item, "preload"), name),
+                                 "give a dotted module name, e.g. numpy or numpy.random; several "
+                                 "as --preload numpy,pandas or one --preload each");
+            if (std::find(out.begin(), out.end(), name) == out.end()) out.emplace_back(name);
+            if (comma == std::string_view::npos) break;
+            rest.remove_prefix(comma + 1);
+        }
+    }
+    return out;
 }
 
 std::optional<std::uint32_t> parse_small_number(std::string_view text) {

@@ -76,6 +76,11 @@ struct Policy {
 Policy make_policy(const Settings& settings, std::vector<std::string> command,
                    const std::string& cwd);
 
+// The modules `pyjail serve` preloads (--preload, a profile's preload), in order, each once:
+// a value may name several, separated by commas (--preload numpy,pandas). Throws UsageError
+// for a value that is no dotted module name, which the template could only fail to import.
+std::vector<std::string> preload_modules(const Settings& settings);
+
 // A decimal of 1 to 9 digits and nothing else (an id, a count, a descriptor), or nothing.
 std::optional<std::uint32_t> parse_small_number(std::string_view text);
 

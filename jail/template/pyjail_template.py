@@ -38,7 +38,15 @@ def main(preload):
     # imported them itself).
     import atexit, pkgutil, runpy, signal, threading, traceback, types  # noqa: F401,E401
     for name in preload:
-        importlib.import_module(name)
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as e:
+            if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
+                raise    # something the module imports is missing: its traceback says what
+            # The module itself is not in the rootfs: one line, not the import machinery's traceback.
+            sys.stderr.write("pyjail: template: --preload %s: no module named %r in the rootfs "
+                             "(pyjail rootfs info ROOTFS lists its packages)\n" % (name, e.name))
+            return 1
     _preload_session_server()
     _keep_numpy_generator()
     import gc

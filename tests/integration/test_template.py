@@ -289,11 +289,29 @@ def test_a_template_that_cannot_start_says_why(serve, as_user):
     _, p = serve(as_user, "--preload", "no_such_module_here", ready=False)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 125, (out, err)
-    assert b"No module named 'no_such_module_here'" in err, err
+    # The module that is missing, in one line: no traceback of the import machinery.
+    assert b"pyjail: template: --preload no_such_module_here: no module named 'no_such_module_here' in the rootfs" in err, err
+    assert b"Traceback" not in err, err
     # pyjail's own line: one, in a fresh run's form (step: what: why (fix)).
     assert err.decode().splitlines()[-1] == (
         "pyjail: template: the template did not start: its interpreter ended (exit status 1; its error is "
         "above) (check that the rootfs has every --preload module)"), err
+
+
+def test_preloads_are_module_names_several_to_a_value_if_given_so(serve, run_jail, as_user):
+    # Several modules to one --preload (as the Python package's Pool takes a list), each once.
+    sock, p = serve(as_user, "--preload", "json,decimal", "--preload", "json", ready=False)
+    assert p.stdout.readline().decode() == f"pyjail serve: ready at {sock} (preloaded: json, decimal)\n"
+    r = run_jail(["--via", sock, "--", "python", "-c", "import sys; print('decimal' in sys.modules)"],
+                 user=as_user)
+    assert r.returncode == 0 and r.stdout == "True\n", describe(r)
+    # What no import could find, refused before any jail: one line, naming the value.
+    for bad in ("json decimal", "json,", "1json", "json..decimal", "json/decimal"):
+        _, q = serve(as_user, "--preload", bad, ready=False)
+        out, err = q.communicate(timeout=60)
+        lines = err.decode().strip().splitlines()
+        assert q.returncode == 125 and len(lines) == 1, (bad, out, err)
+        assert lines[0].startswith("pyjail: --preload: '") and "is not a module name" in lines[0], lines
 
 
 def test_a_via_runs_start_up_failure_is_a_fresh_runs_error_in_the_report(run_jail, as_user, serve, world_tmp):

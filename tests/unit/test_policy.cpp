@@ -209,3 +209,30 @@ TEST_CASE("policy: --net allow and its options") {
     CHECK_THROWS_WITH_AS(make_policy(s, {"python3"}, "/"),
                          "--allow-host needs --net allow, but default of net is 'none'", UsageError);
 }
+
+TEST_CASE("preloads: dotted module names, several to a value, each once, errors naming their origin") {
+    auto preloads_of = [](std::string_view profile) {
+        Settings s = default_settings();
+        apply_profile(s, parse_profile(profile, "p.toml"));
+        return preload_modules(s);
+    };
+    auto error_of = [&](std::string_view profile) -> std::string {
+        try {
+            preloads_of(profile);
+        } catch (const JailError& e) {
+            return e.one_line();
+        }
+        return "no error";
+    };
+    CHECK(preloads_of("").empty());
+    CHECK(preloads_of("preload = [\"numpy,pandas\", \"numpy.random\", \"pandas\", \"_x\", \"caf\xc3\xa9\"]\n") ==
+          std::vector<std::string>{"numpy", "pandas", "numpy.random", "_x", "caf\xc3\xa9"});
+    CHECK(error_of("preload = [\"numpy pandas\"]\n") ==
+          "p.toml:1: key 'preload': 'numpy pandas' is not a module name (give a dotted module name, e.g. "
+          "numpy or numpy.random; several as --preload numpy,pandas or one --preload each)");
+    for (const char* bad : {"", "numpy,", ",numpy", "1numpy", "numpy..random", ".numpy", "numpy.", "numpy/random",
+                            "numpy-random", "numpy;import os"}) {
+        std::string profile = std::string("preload = [\"") + bad + "\"]\n";
+        CHECK_MESSAGE(error_of(profile).find("is not a module name") != std::string::npos, bad);
+    }
+}
