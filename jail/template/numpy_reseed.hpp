@@ -3,7 +3,7 @@
 // Why: a run is a fork of the template and starts with the template's numpy.random state;
 // unless it is reseeded, every run draws the same numbers. numpy's seed() does it in Python
 // and numpy, which in a fresh fork touches (and so copies) about 170 of the template's pages:
-// some 0.4 ms of every run's way to its first line. Here the template finds the state once
+// half a millisecond of every run's way to its first line. Here the template finds the state once
 // (the MT19937 behind numpy.random's legacy RandomState, through the capsule numpy publishes
 // for C code) and checks that the memory there is the state numpy itself reports; each run
 // then writes a new key from the kernel's entropy into it, as numpy's seed() with no seed
