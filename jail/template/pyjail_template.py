@@ -44,7 +44,7 @@ def main(preload):
             if e.name is None or not (name == e.name or name.startswith(e.name + ".")):
                 raise    # something the module imports is missing: its traceback says what
             # The module itself is not in the rootfs: one line, not the import machinery's traceback.
-            sys.stderr.write("pyjail: template: --preload %s: no module named %r in the rootfs "
+            sys.stderr.write("pyjail template: --preload %s: no module named %r in the rootfs "
                              "(pyjail rootfs info ROOTFS lists its packages)\n" % (name, e.name))
             return 1
     _preload_session_server()

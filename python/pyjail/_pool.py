@@ -397,6 +397,8 @@ class Pool:
             raise ValueError("size must be at least 1")
         if isinstance(allow_hosts, str):
             raise TypeError("allow_hosts is a list of host names, not a str")
+        if isinstance(preload, str):    # each letter would be a module
+            raise TypeError("preload is a list of module names, not a str: e.g. [%r]" % preload)
         if limits is not None and not isinstance(limits, Limits):
             raise TypeError("limits must be a pyjail.Limits, not %s" % type(limits).__name__)
         self._allow_hosts = [str(h) for h in allow_hosts]

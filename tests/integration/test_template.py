@@ -290,7 +290,7 @@ def test_a_template_that_cannot_start_says_why(serve, as_user):
     out, err = p.communicate(timeout=60)
     assert p.returncode == 125, (out, err)
     # The module that is missing, in one line: no traceback of the import machinery.
-    assert b"pyjail: template: --preload no_such_module_here: no module named 'no_such_module_here' in the rootfs" in err, err
+    assert b"pyjail template: --preload no_such_module_here: no module named 'no_such_module_here' in the rootfs" in err, err
     assert b"Traceback" not in err, err
     # pyjail's own line: one, in a fresh run's form (step: what: why (fix)).
     assert err.decode().splitlines()[-1] == (

@@ -69,8 +69,14 @@ def test_concurrent_runs_from_threads_and_asyncio(pool):
 
 
 def test_a_module_the_rootfs_lacks_is_a_jail_error(pyjail_bin):
-    with pytest.raises(pyjail.JailError, match="no_such_module_xyz"):
+    with pytest.raises(pyjail.JailError, match="no module named 'no_such_module_xyz' in the rootfs"):
         pyjail.Pool(preload=["no_such_module_xyz"])
+    # A name that no module could have: refused before a template starts, in pyjail's words.
+    with pytest.raises(pyjail.JailError, match="'numpy pandas' is not a module name"):
+        pyjail.Pool(preload=["numpy pandas"])
+    # A str where a list belongs: each letter would be a module.
+    with pytest.raises(TypeError, match="preload is a list of module names"):
+        pyjail.Pool(preload="json")
 
 
 def test_close_stops_the_templates_and_removes_the_sockets(pyjail_bin):
