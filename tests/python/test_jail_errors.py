@@ -64,8 +64,9 @@ def test_a_pool_and_its_runs_and_sessions():
     e = info.value
     assert e.step == "template" and "--preload" in e.hint
     # pyjail's line says the template's error is above it: that error's last line is added.
-    assert e.message.endswith("the template said: ModuleNotFoundError: No module named "
-                              "'no_such_module_xyz'"), e.message
+    assert e.message.endswith("the template said: pyjail template: --preload no_such_module_xyz: no module "
+                              "named 'no_such_module_xyz' in the rootfs (pyjail rootfs info ROOTFS lists "
+                              "its packages)"), e.message
     with pyjail.Pool(options={"memory": "256M"}) as pool:
         for kwargs, check in CASES:
             with pytest.raises(pyjail.JailError) as info:
