@@ -168,8 +168,7 @@ def _keep_numpy_generator():
     np_random = sys.modules.get("numpy.random")
     if np_random is None:
         return
-    numpy = sys.modules["numpy"]
-    np_random.seed(numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32))
+    _seed_through_numpy(np_random)
     try:
         bit_generator = np_random.mtrand._rand._bit_generator
     except AttributeError:
@@ -183,7 +182,11 @@ def _reseed():
         return
     if _NUMPY_IN_PLACE and sys.modules["_pyjail_template"].reseed_numpy():
         return
-    # The whole state (624 words) from the kernel's entropy, as MT19937 takes a key.
+    _seed_through_numpy(np_random)
+
+
+def _seed_through_numpy(np_random):
+    """The whole state (624 words) from the kernel's entropy, as MT19937 takes a key."""
     numpy = sys.modules["numpy"]
     np_random.seed(numpy.frombuffer(os.urandom(624 * 4), dtype=numpy.uint32))
 
