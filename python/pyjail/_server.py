@@ -108,7 +108,8 @@ class _FrameReader:
 
 
 class _Drain:
-    """Drains one of the user's output pipes into a Capture from a thread.
+    """Drains one of the user's output pipes into a Capture, from the thread
+    that drains both (see _drain_both).
 
     The main thread takes the buffer after a cell under the same lock, after
     reading whatever is still in the pipe itself (see take): everything
@@ -130,10 +131,12 @@ class _Drain:
         self.lock = threading.Lock()
         self.buf = Capture(limit)
         os.set_blocking(rfd, False)
-        _start_thread(self._loop)
 
-    def _read_available(self):
-        while True:
+    def _read_available(self, most=-1):
+        """Reads what the pipe holds: until it is empty, or ``most`` reads.
+        False at its end (or an error): nothing more will come."""
+        while most != 0:
+            most -= 1
             try:
                 data = os.read(self.rfd, 1 << 16)
             except BlockingIOError:
@@ -145,6 +148,7 @@ class _Drain:
             self.buf.add(data)
             if self.stream_id is not None and self.stream_room > 0:
                 self._stream(data[:self.stream_room])
+        return True
 
     def _stream(self, data):
         self.stream_room -= len(data)
@@ -159,18 +163,6 @@ class _Drain:
         with self.lock:
             self.stream_id, self.stream_room = rid, room
 
-    def _loop(self):
-        poller = select.poll()
-        poller.register(self.rfd, select.POLLIN)
-        while True:
-            try:
-                poller.poll()
-            except OSError:
-                return
-            with self.lock:
-                if not self._read_available():
-                    return
-
     def take(self, next_limit, pending):
         """The buffer, with what is still in the pipe if ``pending`` (the pipe
         polled readable): a byte the thread has read already is in the buffer
@@ -181,6 +173,28 @@ class _Drain:
             out, self.buf = self.buf, Capture(next_limit)
             self.stream_id = None
         return out
+
+
+def _drain_both(drains):
+    """The one thread that drains the user's stdout and stderr pipes (one, not
+    one each: every thread started copies pages of a template's fork, and
+    delays a session's start). One read of each pipe per turn: a flood on one
+    does not starve the other."""
+    poller = select.poll()
+    by_fd = {d.rfd: d for d in drains}
+    for fd in by_fd:
+        poller.register(fd, select.POLLIN)
+    while by_fd:
+        try:
+            ready = poller.poll()
+        except OSError:
+            return
+        for fd, _events in ready:
+            d = by_fd[fd]
+            with d.lock:
+                if not d._read_available(most=1):
+                    poller.unregister(fd)
+                    del by_fd[fd]
 
 
 class Server:
@@ -231,6 +245,7 @@ class Server:
         try:
             self.drains = (_Drain(r1, self.output_limit, 1, self.send),
                            _Drain(r2, self.output_limit, 2, self.send))
+            _start_thread(lambda: _drain_both(self.drains))
             self.output_poll = select.poll()
             for d in self.drains:
                 self.output_poll.register(d.rfd, select.POLLIN)
@@ -1258,7 +1273,16 @@ def _become_unreachable():
     /proc files belong to root, and only CAP_SYS_PTRACE, which nothing in
     the jail has, gets through. ctypes is the only way to prctl() from
     Python; this is trusted code that runs before any untrusted byte is
-    read. Raises OSError (or ImportError) when that cannot be done."""
+    read. Raises OSError (or ImportError) when that cannot be done.
+
+    In a fork of a template (Pool.session), the template's C half does the
+    same prctl: ctypes' libc, loaded there, copied about 150 of the
+    template's pages (0.5 ms of the session's start). Returns which way it
+    was done: "template" or "ctypes"."""
+    make_undumpable = getattr(sys.modules.get("_pyjail_template"), "make_undumpable", None)
+    if make_undumpable is not None:
+        make_undumpable()
+        return "template"
     import ctypes
     pr_get_dumpable, pr_set_dumpable = 3, 4
     libc = ctypes.CDLL(None, use_errno=True)
@@ -1267,6 +1291,7 @@ def _become_unreachable():
         raise OSError(e, "prctl(PR_SET_DUMPABLE, 0): %s" % os.strerror(e))
     if libc.prctl(pr_get_dumpable, 0, 0, 0, 0) != 0:
         raise OSError("prctl(PR_SET_DUMPABLE, 0) left the process dumpable")
+    return "ctypes"
 
 
 def _ticks_now():
@@ -1378,9 +1403,14 @@ def _reap_children():
             return
 
 
+# How this server made itself non-dumpable (see _become_unreachable), for the tests.
+UNREACHABLE_BY = None
+
+
 def main():
+    global UNREACHABLE_BY
     try:
-        _become_unreachable()
+        UNREACHABLE_BY = _become_unreachable()
     except Exception as e:
         # Fail closed: no user code runs in a process it could take over.
         _write_all(1, encode_frame({"op": "refused", "error": _cut(

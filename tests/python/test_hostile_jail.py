@@ -499,9 +499,32 @@ def test_the_program_cannot_reach_the_server(user):
     assert "own fds: [0, 1, 2, 3]" in out["stdout"], out
 
 
-def test_the_session_server_is_not_dumpable(session):
+@pytest.fixture(scope="module")
+def template_pool(pyjail_bin):
+    os.environ.setdefault("PYJAIL_BIN", pyjail_bin)
+    with pyjail.Pool() as p:
+        yield p
+
+
+@pytest.fixture(params=["fresh", "template"])
+def any_session(request):
+    """A session of each kind: in a fresh jail, and forked from a template (Pool.session),
+    whose server makes itself non-dumpable through the template's C half, not ctypes."""
+    s = pyjail.Session() if request.param == "fresh" else \
+        request.getfixturevalue("template_pool").session()
+    try:
+        yield request.param, s
+    finally:
+        s.close()
+
+
+def test_the_session_server_is_not_dumpable(any_session):
+    kind, session = any_session
     r = session.run("import ctypes\nctypes.CDLL(None).prctl(3, 0, 0, 0, 0)")   # PR_GET_DUMPABLE
     assert r.value == "0", r
+    if session.server_info["server"] == "rootfs":
+        r = session.run("import sys\nsys.modules['pyjail_server'].UNREACHABLE_BY")
+        assert r.value == repr("ctypes" if kind == "fresh" else "template"), r
     # A program the cell starts cannot reach the server's channel.
     session.upload("probe.py", "import os\ntry:\n    os.listdir('/proc/%d/fd' % os.getppid())\n"
                                "    print('reached')\nexcept OSError as e:\n"

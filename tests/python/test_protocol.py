@@ -342,3 +342,39 @@ def test_the_host_never_unpickles_what_the_jail_sends(tmp_path):
     # Only the driver's values for the jail may be pickled (allow_pickle, host to jail).
     assert "$p" in _wire.encode_value(Detonator(str(marker)), allow_pickle=True)
     assert not marker.exists()
+
+
+# ------------------------------------------------------------------ the server's output drain
+
+def test_one_thread_drains_both_output_pipes_each_to_its_end_while_one_floods():
+    import threading
+    pipes = [os.pipe(), os.pipe()]
+    drains = [_server._Drain(r, 1 << 20, n + 1, lambda *a: None) for n, (r, _w) in enumerate(pipes)]
+    thread = threading.Thread(target=_server._drain_both, args=(drains,), daemon=True)
+    thread.start()
+    # A process of its own writes stdout's flood, as fast as the pipe takes it.
+    flooder = subprocess.Popen(["cat", "/dev/zero"], stdout=pipes[0][1])
+    try:
+        time.sleep(0.2)           # the drain is busy with stdout's flood
+        os.write(pipes[1][1], b"on stderr\n")
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with drains[1].lock:
+                if drains[1].buf.total:
+                    break
+            time.sleep(0.01)
+        with drains[1].lock:
+            assert bytes(drains[1].buf.head) == b"on stderr\n"
+        assert flooder.poll() is None and drains[0].buf.total > 1 << 16
+    finally:
+        flooder.kill()
+        flooder.wait()
+    # Both writers closed: the thread reads each pipe to its end, then ends.
+    os.write(pipes[1][1], b"last\n")
+    for _r, w in pipes:
+        os.close(w)
+    thread.join(5)
+    assert not thread.is_alive()
+    assert bytes(drains[1].buf.head) == b"on stderr\nlast\n"
+    for r, _w in pipes:
+        os.close(r)
