@@ -110,44 +110,50 @@ _LAUNCH_MAGIC = b"PYJAIL-LAUNCH/1"
 
 
 class _LaunchedProcess:
-    """A ``pyjail`` that a Pool's launcher forked for one run, with the face
-    of the ``subprocess.Popen`` a run would otherwise have (stdin, stdout,
-    stderr, poll, wait, kill, returncode), so that ``pyjail.run`` reads it
-    the same way."""
+    """A ``pyjail`` that a Pool's launcher forked for one run or session,
+    with the face of the ``subprocess.Popen`` it would otherwise have (stdin,
+    stdout, stderr, pid, poll, wait, send_signal, kill, returncode), so that
+    ``pyjail.run`` and ``Session`` read it the same way."""
 
     def __init__(self, launcher: "_Launcher", run_id: int) -> None:
         self._launcher = launcher
         self._id = run_id
-        self.pid: Optional[int] = None
+        self._pid: Optional[int] = None
         self.args = ["pyjail", "launcher"]
         self.returncode: Optional[int] = None
         self.stdin: Any = None
         self.stdout: Any = None
         self.stderr: Any = None
         self._done = threading.Event()
+        self._known = threading.Event()      # its start, or its end, was heard of
         self._lost: Optional[JailError] = None
         self._pidfd: Optional[int] = None    # its pyjail's, from the launcher
 
     def _started(self, pidfd: int) -> None:
         self._pidfd = pidfd
+        self._pid = _pid_of(pidfd)
+        self._known.set()
 
     def _ended(self, status: int) -> None:
         self.returncode = status
         self._forget_pidfd()
         self._done.set()
+        self._known.set()
 
     def _failed(self, error: JailError) -> None:
         self._lost = error
         self.returncode = EXIT_PYJAIL_ERROR
         self._forget_pidfd()
         self._done.set()
+        self._known.set()
 
-    def _signal(self) -> bool:
-        """SIGKILL to its pyjail through its pidfd (its jail ends with it)."""
+    def _signal(self, sig: int = signal.SIGKILL) -> bool:
+        """``sig`` to its pyjail through its pidfd (with SIGKILL its jail ends with it).
+        Called with the launcher's lock held: the pidfd is closed only under it."""
         if self._pidfd is None:
             return False
         try:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            signal.pidfd_send_signal(self._pidfd, sig)
         except OSError:
             pass
         return True
@@ -156,6 +162,12 @@ class _LaunchedProcess:
         fd, self._pidfd = self._pidfd, None
         if fd is not None:
             os.close(fd)
+
+    @property
+    def pid(self) -> Optional[int]:
+        """Its pyjail's pid (None if the launcher has not said it started it)."""
+        self._known.wait(_STARTED_WITHIN_S)
+        return self._pid
 
     def poll(self) -> Optional[int]:
         return self.returncode if self._done.is_set() else None
@@ -171,13 +183,38 @@ class _LaunchedProcess:
         assert self.returncode is not None
         return self.returncode
 
+    def send_signal(self, sig: int) -> None:
+        """``sig`` to its pyjail (a Session's interrupt: pyjail relays SIGINT to
+        the program); nothing once it has ended. The launcher's word that it
+        started it comes on another socket than the jail's own output, so it
+        may arrive after the session's hello: waited for, briefly."""
+        self._known.wait(_STARTED_WITHIN_S)
+        with self._launcher._lock:
+            if not self._done.is_set():
+                self._signal(sig)
+
     def kill(self) -> None:
         with self._launcher._lock:
             if self._done.is_set() or self._signal():
                 return
         self._launcher.kill(self._id)
 
-    send_signal = None  # only kill(): the launcher relays nothing else
+
+# How long a signal or a pid waits for the launcher to say it started a run's pyjail.
+_STARTED_WITHIN_S = 5.0
+
+
+def _pid_of(pidfd: int) -> Optional[int]:
+    """The pid a pidfd refers to (its fdinfo's Pid line), or None."""
+    try:
+        with open("/proc/self/fdinfo/%d" % pidfd, "rb") as f:
+            for line in f:
+                if line.startswith(b"Pid:"):
+                    pid = int(line.split()[1])
+                    return pid if pid > 0 else None
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
 
 class _Launcher:
@@ -452,12 +489,11 @@ class Pool:
                 raise JailError("pyjail: this Pool is closed")
             return self._servers[next(self._turn) % len(self._servers)].socket
 
-    def _through_template(self, kwargs: Any, launched: bool = False) -> Any:
+    def _through_template(self, kwargs: Any) -> Any:
         """The arguments of a run or session, sent to one of the templates:
-        the Pool's profile and options first, the call's own on top; a run's
-        pyjail (``launched``) forked by the Pool's launcher."""
-        if launched:
-            kwargs["_launcher"] = self._launcher
+        the Pool's profile and options first, the call's own on top; its
+        pyjail forked by the Pool's launcher."""
+        kwargs["_launcher"] = self._launcher
         kwargs.setdefault("profile", self._profile)
         if self._allow_hosts and not kwargs.get("allow_hosts"):
             kwargs["allow_hosts"] = list(self._allow_hosts)
@@ -471,7 +507,7 @@ class Pool:
         """Run ``code`` (or ``script=``) as ``pyjail.run`` would, in a fork of
         a template: the same arguments (``files``, ``outputs``, ``stdin``,
         ``timeout``, ``memory``, ``limits``, ...) and the same Result."""
-        return run(code, **self._through_template(kwargs, launched=True))
+        return run(code, **self._through_template(kwargs))
 
     def session(self, **kwargs: Any) -> Session:
         """A ``Session`` whose interpreter is a fork of a template: its cells
@@ -488,7 +524,7 @@ class Pool:
         """``run`` for asyncio, as ``pyjail.arun``: the same arguments (and
         async callbacks); cancelling it ends the run."""
         from ._async import arun
-        return await arun(code, **self._through_template(kwargs, launched=True))
+        return await arun(code, **self._through_template(kwargs))
 
     @property
     def sockets(self) -> List[str]:

@@ -252,11 +252,13 @@ class Session:
                  caps: Optional[OutputCaps] = None, binary: Optional[str] = None,
                  interrupt_grace: float = 2.0, kill_failed_cell_processes: bool = True,
                  auto_restart: bool = True, start_timeout: float = 30.0,
-                 _defaults: Sequence[str] = (), **_deprecated: Any) -> None:
+                 _defaults: Sequence[str] = (), _launcher: Any = None,
+                 **_deprecated: Any) -> None:
         groups: Dict[str, Any] = {"limits": limits, "caps": caps, "options": options}
         extra_args = moved_keywords("Session", _deprecated, _MOVED, groups)
         cap = (groups["caps"] or OutputCaps()).resolved("a Session", SESSION_CAPS)
         self.binary = find_binary(binary)
+        self._launcher = _launcher       # a Pool's, which forks each pyjail of this session
         self.timeout = timeout
         self.max_output = cap["max_output"]
         self.max_file_bytes = cap["max_file_bytes"]
@@ -284,6 +286,7 @@ class Session:
         self._closed = False
         self._last_stderr = b""
         self._last_returncode: Optional[int] = None
+        self._last_lost: Optional[str] = None     # why a Pool's launcher lost the last jail
         # When the last interrupt was sent (monotonic), for _settle_interrupts.
         self._interrupt_sent_at = float("-inf")
         self.restarts = 0
@@ -298,7 +301,7 @@ class Session:
     def _start(self) -> None:
         # close() from another thread while a call restarts the interpreter.
         self._check_open()
-        jail = launch(self.binary, self._args, server_command())
+        jail = launch(self.binary, self._args, server_command(), launcher=self._launcher)
         proc = jail.proc
         self._jail, self._proc = jail, proc
         # Nothing is left behind, also at exit or garbage collection.
@@ -338,15 +341,19 @@ class Session:
             try:
                 chan.send({"op": "bye"}, deadline=time.monotonic() + 1.0)
                 proc.wait(2.0)
-            except (ChannelError, subprocess.TimeoutExpired):
+            except (ChannelError, subprocess.TimeoutExpired, JailError):
                 pass
         if proc.poll() is None:
             # SIGKILL to pyjail: its jail dies with it (parent-death signal).
             proc.kill()
+        self._last_lost = None
         try:
             proc.wait(10.0)
         except subprocess.TimeoutExpired:
             pass
+        except JailError as e:
+            # A Pool's launcher that ended took this pyjail with it (_pool._LaunchedProcess).
+            self._last_lost = str(e)
         self._last_returncode = proc.returncode
         jail = self._jail
         assert jail is not None
@@ -479,6 +486,8 @@ class Session:
     def _why(self, rep: Optional[Report]) -> str:
         if rep is not None:
             return "the jail " + rep.describe()
+        if self._last_lost:
+            return self._last_lost
         rc = self._last_returncode
         if rc is not None and rc < 0:
             try:
@@ -583,7 +592,7 @@ class Session:
                 # pyjail relays SIGINT to the program: the server raises
                 # KeyboardInterrupt in the cell.
                 self._interrupt_sent_at = time.monotonic()
-                os.kill(self._proc.pid, signal.SIGINT)
+                self._proc.send_signal(signal.SIGINT)
             except OSError:
                 pass
 

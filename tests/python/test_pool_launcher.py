@@ -5,6 +5,7 @@ runs in flight with a reason, then is started again."""
 import os
 import signal
 import threading
+import time
 
 import pytest
 
@@ -108,3 +109,43 @@ def test_a_launcher_that_ends_fails_the_runs_in_flight_and_is_started_again(pool
     assert "the Pool's launcher (pyjail launcher) ended while the run was in flight" in str(out.get("error"))
     r = pool.run("print('again')")
     assert (r.stdout, r.ok) == ("again\n", True)
+
+
+def test_a_pool_session_is_forked_by_the_launcher_and_takes_interrupts_through_it(pool):
+    with pool.session() as s:
+        launcher = pool._launcher._proc.pid
+        # Its pyjail is the launcher's child, named by the pidfd the Pool holds.
+        assert s.pid in _children(launcher)
+        s.run("import time\nstate = 'kept'")
+        # A cell over its timeout is interrupted (SIGINT through the pidfd, relayed by
+        # pyjail to the program), and the session keeps its state.
+        r = s.run("print('before')\nwhile True:\n    time.sleep(0.01)", timeout=1)
+        assert r.timed_out and not r.restarted, r.error
+        assert r.error.type == "KeyboardInterrupt" and r.stdout == "before\n"
+        assert s.run("state").value == "'kept'"
+        # Restarted, it is forked by the launcher again.
+        first = s.pid
+        s.restart()
+        assert s.pid != first and s.pid in _children(launcher)
+        assert s.run("1 + 1").value == "2"
+    # Closed, its pyjail has ended and the launcher holds nothing of it.
+    assert first not in _children(launcher)
+
+
+def test_a_launcher_that_ends_takes_its_sessions_and_the_next_call_starts_both_again(pool):
+    s = pool.session()
+    try:
+        s.run("x = 1")
+        os.kill(pool._launcher._proc.pid, signal.SIGKILL)
+        # The Pool kills the pyjails the launcher had (they outlive it).
+        deadline = time.monotonic() + 30
+        while s._proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        r = s.run("2 + 2")
+        # The interpreter went with the launcher: the session says why and starts a new one.
+        assert r.restarted and r.error.type == "InterpreterDied", r
+        assert "the Pool's launcher (pyjail launcher) ended" in r.error.message, r.error
+        assert s.run("2 + 2").value == "4"
+        assert s.pid in _children(pool._launcher._proc.pid)
+    finally:
+        s.close()
