@@ -22,36 +22,39 @@ it has the same uid, can reach neither its channel descriptors through
 /proc/PID/fd nor its memory through /proc/PID/mem.
 """
 
-import json
+import _ast
 import os
 import select
 import sys
 import time
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False     # typing's, without importing typing (see _wire)
 
 if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
     from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
-                        TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner, _encode_json,
-                        check_header, decode_value, encode_frame, encode_value, list_files,
-                        parse_frame, processes, stop_then_kill)
+                        TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner,
+                        _decode_driver_json, _encode_json, check_header, decode_value,
+                        encode_frame, encode_value, list_files, parse_frame, processes,
+                        stop_then_kill)
     from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
     from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
-                             Spinner, _encode_json, check_header, decode_value, encode_frame,
-                             encode_value, list_files, parse_frame, processes,
-                             stop_then_kill)
+                             Spinner, _decode_driver_json, _encode_json, check_header,
+                             decode_value, encode_frame, encode_value, list_files,
+                             parse_frame, processes, stop_then_kill)
     from pyjail_wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     import pyjail_spawn as spawn
 
 # The server's own source files, whose frames a cell's traceback leaves out.
 _OWN_FILES = frozenset(m.__file__ for m in (sys.modules[__name__], spawn) if m.__file__)
 try:
-    # signal.signal without its enum conversions (a few µs a cell).
-    from _signal import signal as _set_handler
+    # The signal module's functions without its enum conversions: importing
+    # signal imports enum (2-4 ms of a fresh session's start), and each of its
+    # calls converts (a few µs a cell).
+    import _signal as _sig
 except ImportError:
-    from signal import signal as _set_handler
+    import signal as _sig
 
 
 class _EndCell(BaseException):
@@ -94,7 +97,7 @@ class _FrameReader:
         if frame is None:
             return None
         head, body = frame
-        return json.loads(head.decode("utf-8")), body
+        return _decode_driver_json(head.decode("utf-8")), body
 
     def read(self):
         """The next (header, body), waiting for it; None once the driver has
@@ -226,8 +229,7 @@ class Server:
         # Helper threads block SIGINT, so the driver's interrupt (relayed by
         # pyjail to this process) is delivered to the main thread, where it
         # also breaks a blocking call.
-        import signal
-        self.signal = signal
+        signal = self.signal = _sig
         # The only way from an operation's name on the wire to code: a
         # request of _wire.OPS this server answers (see HANDLED).
         self.handlers = {op: getattr(self, "op_" + op) for op in self.HANDLED}
@@ -282,10 +284,12 @@ class Server:
         self.images, self.shown_figures, self.image_room = [], [], 0
         self.displays = []      # display() of objects with rich formats (a DataFrame)
         self.namespace["display"] = self.display
-        hook = _PyplotHook(self._show_figures)
-        sys.meta_path.insert(0, hook)
+        def patch_pyplot(pyplot):
+            _patch_pyplot(pyplot, self._show_figures)
+        sys.meta_path.insert(0, _AfterImport({"matplotlib.pyplot": patch_pyplot,
+                                              "linecache": _fill_linecache}))
         if "matplotlib.pyplot" in sys.modules:      # preloaded (a template's fork)
-            hook.patch(sys.modules["matplotlib.pyplot"])
+            patch_pyplot(sys.modules["matplotlib.pyplot"])
         self.loop = None     # the event loop of cells with a top-level await
         sys.argv = [""]
         if "" not in sys.path:
@@ -554,8 +558,6 @@ class Server:
         return self.before_cell
 
     def _run_cell(self, code, name, header, result):
-        import ast
-        import linecache
         self._restore_fds()
         for attr, obj in (("stdin", self.stdin), ("stdout", self.stdout), ("stderr", self.stderr)):
             if getattr(sys, attr, None) is None or getattr(sys, attr).closed:
@@ -571,17 +573,19 @@ class Server:
                     sys.stdout = new
                 if sys.stderr is obj:
                     sys.stderr = new
-        _set_handler(self.signal.SIGINT, self.sigint_handler)
-        linecache.cache[name] = (len(code), None, code.splitlines(True), name)
+        _sig.signal(_sig.SIGINT, self.sigint_handler)
+        _remember_source(name, code)
         _note_cell_file(name)
         # `await` at the top level of a cell, as in IPython: such a cell
         # compiles to a coroutine, run to its end on the session's loop.
-        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        flags = _ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
         try:
-            tree = ast.parse(code, name, "exec")
+            # ast.parse's own compile, with _ast's nodes: the ast module imports
+            # enum and contextlib (2-3 ms of a fresh session's first cell).
+            tree = compile(code, name, "exec", _ast.PyCF_ONLY_AST)
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = compile(ast.Expression(tree.body.pop().value), name, "eval", flags)
+            if tree.body and isinstance(tree.body[-1], _ast.Expr):
+                last = compile(_ast.Expression(tree.body.pop().value), name, "eval", flags)
             body = compile(tree, name, "exec", flags)
         except (SyntaxError, ValueError, OverflowError, MemoryError, RecursionError) as e:
             # The code did not compile: no frames to show, only where and why.
@@ -1005,27 +1009,30 @@ def _image_of(obj):
     return None
 
 
-class _PyplotHook:
-    """A finder on sys.meta_path that gives matplotlib.pyplot, once it is
-    imported, a show() that shows the figures as the cell's images (its own
-    would warn that the headless backend cannot show them). It finds
-    nothing itself: the usual finders do, and their loader is wrapped."""
+def _patch_pyplot(pyplot, show):
+    """Give matplotlib.pyplot a show() that shows the figures as the cell's
+    images (its own would warn that the headless backend cannot show them)."""
 
-    def __init__(self, show):
-        self.show = show
+    def show_figures(*args, **kwargs):
+        """Show every open figure as an image of the cell's result, and
+        close it (pyjail)."""
+        show()
 
-    def patch(self, pyplot):
-        show = self.show
+    pyplot.show = show_figures
 
-        def show_figures(*args, **kwargs):
-            """Show every open figure as an image of the cell's result, and
-            close it (pyjail)."""
-            show()
 
-        pyplot.show = show_figures
+class _AfterImport:
+    """A finder on sys.meta_path that calls ``after[name](module)`` once the
+    module ``name`` is imported (matplotlib.pyplot's show, linecache's cells:
+    see _remember_source). It finds nothing itself: the usual finders do, and
+    their loader is wrapped."""
+
+    def __init__(self, after):
+        self.after = after
 
     def find_spec(self, fullname, path=None, target=None):
-        if fullname != "matplotlib.pyplot":
+        then = self.after.get(fullname)
+        if then is None:
             return None
         for finder in sys.meta_path:
             if finder is self or not hasattr(finder, "find_spec"):
@@ -1037,18 +1044,42 @@ class _PyplotHook:
             return None
         loader = spec.loader
         load = getattr(loader, "exec_module", None)
-        if load is None:
-            return spec
+        if load is None or isinstance(loader, type):
+            return spec     # a class (frozen, built-in): wrapping it would wrap every module's
 
         def exec_module(module):
             load(module)
-            self.patch(module)
+            then(module)
 
         try:
             loader.exec_module = exec_module
         except (AttributeError, TypeError):
-            pass     # a loader that cannot be wrapped: pyplot's own show()
+            pass     # a loader that cannot be wrapped
         return spec
+
+
+# The cells' sources for tracebacks, until linecache is imported (see
+# _remember_source).
+_pending_sources = {}
+
+
+def _remember_source(name, code):
+    """A cell's source, in linecache's cache, for the tracebacks of its
+    frames. linecache itself is imported only by what reads it (a traceback,
+    pdb, inspect): it imports tokenize, and so re and enum, several ms of a
+    fresh session's first cell. Until then the entries wait here, and
+    _AfterImport hands them over."""
+    entry = (len(code), None, code.splitlines(True), name)
+    linecache = sys.modules.get("linecache")
+    if linecache is not None:
+        linecache.cache[name] = entry
+    else:
+        _pending_sources[name] = entry
+
+
+def _fill_linecache(linecache):
+    linecache.cache.update(_pending_sources)
+    _pending_sources.clear()
 
 
 # The file names of cells (linecache's), whose frames are the code's own in a
@@ -1316,7 +1347,7 @@ def _kill_started_since(since):
     ``since`` (the pids then, and the time in ticks), reap the ones that were
     this process's children, and return how many were killed. Stopped first
     (see stop_then_kill): a fork bomb's processes fork while they are killed."""
-    import signal
+    signal = _sig
     before, start = since
     me = os.getpid()
 
@@ -1373,7 +1404,7 @@ def _kill_started_since(since):
 def _kill_others():
     """SIGKILL every process of the jail but this one and pid 1, then reap
     this process's own children. Returns how many processes were killed."""
-    import signal
+    signal = _sig
     me = os.getpid()
     killed = set()
     for _ in range(50):
@@ -1427,7 +1458,7 @@ def main():
         os._exit(0)
     if status < 0:
         # Die of the same signal, so pyjail reports it as the program's.
-        import signal
+        signal = _sig
         sig = -status
         try:
             signal.signal(sig, signal.SIG_DFL)

@@ -14,7 +14,7 @@ library only.
 
 import os
 import sys
-from typing import TYPE_CHECKING
+TYPE_CHECKING = False     # typing's, without importing typing (see _wire)
 
 if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
     from ._wire import HEADER_FROM_JAIL, SKIPPED_LIMIT, WORKDIR, _encode_json, list_files

@@ -37,14 +37,19 @@ as JSON trees (encode_value, decode_value): the driver may send a pickle to the
 jail, the jail never makes the driver unpickle anything.
 """
 
-import base64
+from __future__ import annotations
+
 import binascii
-import json
 import os
 import select
 import struct
 import time
-from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
+
+# typing.TYPE_CHECKING, without importing typing: in the jail, where these
+# modules start every fresh Session's server, typing cost 2-3 ms of the start.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 PROTOCOL = 1
 MAGIC = b"PJF1"
@@ -193,8 +198,72 @@ def check_header(header: "Dict[str, Any]", sender: str) -> Op:
 
 # ---------------------------------------------------------------- framing
 
-# One encoder for every frame: json.dumps with options builds a new one per call.
-_encode_json = json.JSONEncoder(separators=(",", ":")).encode
+def _b64encode(data: bytes) -> bytes:
+    """base64.b64encode, without the base64 module (it imports re, and re enum:
+    milliseconds of every fresh session's start in the jail; see _json_codec)."""
+    return binascii.b2a_base64(data, newline=False)
+
+
+def _b64decode(data: "Any", validate: bool) -> bytes:
+    """base64.b64decode(data, validate=validate), without the base64 module
+    where binascii does it all (Python 3.11 and newer: strict_mode)."""
+    if isinstance(data, str):
+        data = data.encode("ascii")     # as base64's: ValueError if it is not ASCII
+    try:
+        return binascii.a2b_base64(data, strict_mode=validate)
+    except TypeError:       # an older binascii, without strict_mode
+        import base64
+        return base64.b64decode(data, validate=validate)
+
+
+def _json_codec() -> "Tuple[Callable[[Any], str], Callable[[str], Any]]":
+    """The frames' JSON: an encoder (json.JSONEncoder(separators=(",", ":"))'s
+    output) and a decoder of a JSON text with nothing around it (the driver's
+    headers, which that encoder wrote), made of CPython's _json accelerator
+    itself: the json package imports re, and re imports enum, which cost about
+    5 ms of every fresh session's start in the jail. Where the interpreter has
+    no _json, json's own (which needs it for neither)."""
+    try:
+        import _json
+        make_encoder, ascii_str = _json.make_encoder, _json.encode_basestring_ascii
+
+        def default(o: "Any") -> "Any":    # json.JSONEncoder.default's refusal
+            raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
+        def encode(o: "Any") -> str:
+            if isinstance(o, str):
+                return ascii_str(o)
+            # As json.JSONEncoder.iterencode: new markers (the circular-reference check) each time.
+            return "".join(make_encoder({}, default, ascii_str, None, ":", ",", False, False, True)(o, 0))
+
+        class _Context:     # what _json's scanner reads of a json.JSONDecoder
+            strict = True
+            object_hook = object_pairs_hook = None
+            parse_float, parse_int = float, int
+            parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
+                              "NaN": float("nan")}.__getitem__
+            memo: "Dict[str, str]" = {}
+
+        scan = _json.make_scanner(_Context())
+
+        def decode(text: str) -> "Any":
+            try:
+                value, end = scan(text, 0)
+            except StopIteration as e:
+                raise ValueError("no JSON value at character %s" % e.value) from None
+            if end != len(text):
+                raise ValueError("more than one JSON value (character %d)" % end)
+            return value
+    except (ImportError, AttributeError, TypeError):
+        import json
+        encode = json.JSONEncoder(separators=(",", ":")).encode
+        decode = json.loads
+    return encode, decode
+
+
+# One encoder for every frame (json.dumps with options builds a new one per
+# call), and the in-jail server's decoder of the driver's headers.
+_encode_json, _decode_driver_json = _json_codec()
 
 def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
     head = _encode_json(header).encode("utf-8")
@@ -239,9 +308,18 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
-# One decoder for every header from the jail (json.loads with options builds a
-# new one per call).
-_decode_jail_json = json.JSONDecoder(parse_int=_bounded_int).decode
+_jail_json_decoder: "Optional[Callable[[str], Any]]" = None
+
+
+def _decode_jail_json(text: str) -> "Any":
+    """json's decoder, one for every header from the jail (json.loads with
+    options builds a new one per call); made on first use: the jail's own
+    copy of this module never needs it (see _json_codec)."""
+    global _jail_json_decoder
+    if _jail_json_decoder is None:
+        import json
+        _jail_json_decoder = json.JSONDecoder(parse_int=_bounded_int).decode
+    return _jail_json_decoder(text)
 
 
 def decode_header_from_jail(head: bytes) -> "Dict[str, Any]":
@@ -359,7 +437,7 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
             return str.__str__(v)
         if isinstance(v, (bytes, bytearray)):
             charge(len(v) * 4 // 3 + 8)
-            return {"$b": base64.b64encode(bytes(v)).decode("ascii")}
+            return {"$b": _b64encode(bytes(v)).decode("ascii")}
         if isinstance(v, list):
             charge(2)
             return [enc(x, depth + 1) for x in v]
@@ -386,7 +464,7 @@ def encode_value(value: "Any", allow_pickle: bool = False, limit: int = DATA_LIM
                 text = str(v)[:REPR_LIMIT]
             except Exception:
                 text = "<%s>" % t.__name__
-            return {"$p": base64.b64encode(blob).decode("ascii"), "$r": text}
+            return {"$p": _b64encode(blob).decode("ascii"), "$r": text}
         raise PlainDataError("%s is not plain data" % t.__name__)
 
     return enc(value, 0)
@@ -452,7 +530,7 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
                 raise ValueError("a pickled value is not accepted here")
             import pickle
             try:
-                return pickle.loads(base64.b64decode(v["$p"]))
+                return pickle.loads(_b64decode(v["$p"], validate=False))
             except Exception as e:
                 if pickle_fallback:
                     return v.get("$r")
@@ -471,7 +549,7 @@ def decode_value(tree: "Any", allow_pickle: bool = False, pickle_fallback: bool 
         if tag == "$f" and x in ("nan", "inf", "-inf"):
             return float(x)
         if tag == "$b" and isinstance(x, str):
-            return base64.b64decode(x.encode("ascii"), validate=True)
+            return _b64decode(x.encode("ascii"), validate=True)
         if isinstance(x, list):
             if tag == "$t":
                 return tuple(dec(i, depth + 1) for i in x)
@@ -628,14 +706,14 @@ def _encode_rich(v: "Any", enc: "Any", depth: int, charge: "Any", allow_pickle: 
                 plain = None
             if plain is None:
                 plain = _text_of(v)
-            return {"$ns": [dtype.str, base64.b64encode(raw).decode("ascii"), plain]}
+            return {"$ns": [dtype.str, _b64encode(raw).decode("ascii"), plain]}
         if isinstance(v, np.ndarray):
             if v.dtype.hasobject or v.dtype.kind == "V":
                 raise PlainDataError("a numpy array of dtype %s is not plain data" % v.dtype)
             charge(v.nbytes * 4 // 3 + 200)
             text = _text_of(v)
             charge(len(text))
-            return {"$nd": [base64.b64encode(_npy(v)).decode("ascii"), text]}
+            return {"$nd": [_b64encode(_npy(v)).decode("ascii"), text]}
     pd = sys.modules.get("pandas")
     if pd is not None:
         if isinstance(v, pd.Series):
@@ -759,7 +837,7 @@ def _load_npy(np: "Any", raw: bytes) -> "Any":
 def _b64(x: "Any") -> bytes:
     if not isinstance(x, str):
         raise ValueError("malformed value")
-    return base64.b64decode(x.encode("ascii"), validate=True)
+    return _b64decode(x.encode("ascii"), validate=True)
 
 
 def _text(x: "Any") -> str:

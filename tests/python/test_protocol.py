@@ -8,6 +8,7 @@ import json
 import math
 import os
 import pickle
+import re
 import subprocess
 import sys
 import time
@@ -378,3 +379,53 @@ def test_one_thread_drains_both_output_pipes_each_to_its_end_while_one_floods():
     assert bytes(drains[1].buf.head) == b"on stderr\nlast\n"
     for r, _w in pipes:
         os.close(r)
+
+
+# ------------------------------------------------------------------ the frames' JSON
+
+JSON_VALUES = [
+    {}, [], "", 0, -1, 10 ** 40, 1.5, -0.0, 1e300, float("nan"), float("inf"), float("-inf"),
+    True, False, None, "é\u2028\U0001F600\x00\"\\/", ("a", 1),
+    {"op": "exec", "id": "r1", "code": "print(1)\n", "n": [1, 2.25, None, {"x": {"y": []}}]},
+    {"k" * 1000: ["v" * 70000]}, [[[[[]]]]], {"1": 1, "2": 2},
+]
+
+
+@pytest.mark.parametrize("value", JSON_VALUES, ids=range(len(JSON_VALUES)))
+def test_the_frames_json_is_json_s_own(value):
+    # Made of CPython's _json directly (the json package costs a fresh session's start
+    # milliseconds): the same text as json's encoder, and the same value back.
+    text = _wire._encode_json(value)
+    assert text == json.JSONEncoder(separators=(",", ":")).encode(value)
+    back = _wire._decode_driver_json(text)
+    assert repr(back) == repr(json.loads(text))
+
+
+def test_the_frames_json_refuses_what_json_refuses():
+    loop = []
+    loop.append(loop)
+    encode = json.JSONEncoder(separators=(",", ":")).encode
+    for bad in (object(), {1j: 1}, {"x": {1, 2}}, b"bytes", loop):
+        with pytest.raises((TypeError, ValueError)) as theirs:
+            encode(bad)
+        with pytest.raises(theirs.type, match="^%s$" % re.escape(str(theirs.value))):
+            _wire._encode_json(bad)
+    # A refusal leaves nothing behind for the next frame (fresh markers each time).
+    shared = [1]
+    assert _wire._encode_json([shared, shared]) == "[[1],[1]]"
+    for bad in ("", " {}", "{} ", "{}{}", "{", "[1,]", "{'a': 1}", "nul", "1 2", "\"\\x\""):
+        with pytest.raises(ValueError):
+            _wire._decode_driver_json(bad)
+
+
+def test_base64_without_the_base64_module_is_base64_s():
+    for data in (b"", b"\x00", b"\xff" * 100, bytes(range(256))):
+        text = _wire._b64encode(data)
+        assert text == base64.b64encode(data)
+        assert _wire._b64decode(text.decode("ascii"), validate=True) == data
+        assert _wire._b64decode(text, validate=False) == base64.b64decode(text)
+    for bad in ("AA=A", "A", "AB!C", "QUJD\n"):
+        with pytest.raises(ValueError):
+            _wire._b64decode(bad, validate=True)
+    with pytest.raises(ValueError):
+        _wire._b64decode("é", validate=False)
