@@ -11,7 +11,14 @@ LangChain's own PythonREPL.run(..., timeout=...) on the same cells.
    - LangChain PythonREPL.run(cell, timeout=10): a forked copy of the host interpreter, no
      isolation at all (and with a timeout, no state kept between calls).
 
-    bench/session.py [--pyjail build/pyjail] [--trips 2000] [--rounds 40] [--markdown FILE]
+3. A session's start: `Session()` (a fresh jail) and `Pool.session()` (a fork of a template
+   with nothing preloaded) to the server's hello, and then its first cell (`x = 1`); with
+   --baseline-package DIR --baseline-pyjail BIN (another checkout's python/ and its build), that
+   build's in the same rounds, each once a round in a fresh random order, and the paired
+   difference.
+
+    bench/session.py [--pyjail build/pyjail] [--trips 2000] [--rounds 40] [--starts 60]
+                     [--baseline-package DIR --baseline-pyjail BIN] [--markdown FILE]
 
 Needs the package (python/ of this checkout is used) and, for the LangChain column,
 langchain-experimental.
@@ -110,19 +117,76 @@ def compare(rounds: int) -> dict[str, dict[str, list[float]]]:
     return times
 
 
+def starts(builds: dict, rounds: int) -> dict[str, dict[str, list[float]]]:
+    """ms to a session's hello and then to its first cell's result, per build (name: (package,
+    binary)) and kind (a fresh Session(), a Pool.session()), each once a round in a fresh random
+    order."""
+    pools = {name: pkg.Pool(binary=binary) for name, (pkg, binary) in builds.items()}
+    kinds = {"`Session()`": lambda name: builds[name][0].Session(binary=builds[name][1]),
+             "`Pool().session()`": lambda name: pools[name].session()}
+    out: dict[str, dict[str, list[float]]] = {
+        f"{kind} {what}, {name}": [] for kind in kinds for what in ("start", "first cell")
+        for name in builds}
+    try:
+        for name in builds:     # a first start of each: its server's files are then cached
+            for kind, start in kinds.items():
+                start(name).close()
+        for _ in range(rounds):
+            order = [(kind, name) for kind in kinds for name in builds]
+            random.shuffle(order)
+            for kind, name in order:
+                t0 = time.perf_counter()
+                s = kinds[kind](name)
+                t1 = time.perf_counter()
+                assert s.run("x = 1").ok
+                t2 = time.perf_counter()
+                s.close()
+                out[f"{kind} start, {name}"].append((t1 - t0) * 1e3)
+                out[f"{kind} first cell, {name}"].append((t2 - t1) * 1e3)
+    finally:
+        for pool in pools.values():
+            pool.close()
+    return out
+
+
+def starts_table(times: dict[str, list[float]], names: list[str]) -> list[str]:
+    lines = ["| | " + " | ".join(f"{n}: p50 (p90) ms" for n in names)
+             + (" | this minus the baseline (paired median) |" if len(names) > 1 else " |"),
+             "|---|" + "---:|" * len(names) + ("---:|" if len(names) > 1 else "")]
+    for row in dict.fromkeys(k.rsplit(", ", 1)[0] for k in times):
+        per = [times[f"{row}, {n}"] for n in names]
+        cells = ["%.2f (%.2f)" % (statistics.median(x), pct(x, 90)) for x in per]
+        if len(names) > 1:
+            cells.append("%+.2f ms" % statistics.median(a - b for a, b in zip(per[0], per[1])))
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--pyjail", help="the pyjail binary (default: $PYJAIL_BIN or PATH)")
     ap.add_argument("--trips", type=int, default=2000)
     ap.add_argument("--rounds", type=int, default=40)
+    ap.add_argument("--starts", type=int, default=60, help="rounds of session starts")
+    ap.add_argument("--baseline-package", help="another checkout's python/ directory, whose "
+                    "sessions start in the same rounds (with --baseline-pyjail)")
+    ap.add_argument("--baseline-pyjail", help="the binary of that checkout's build")
     ap.add_argument("--markdown", help="also write the report to this file")
     args = ap.parse_args()
+    if bool(args.baseline_package) != bool(args.baseline_pyjail):
+        ap.error("--baseline-package and --baseline-pyjail go together")
     if args.pyjail:
         os.environ["PYJAIL_BIN"] = os.path.abspath(args.pyjail)
     binary = pyjail.find_binary()
 
     cells, pings = round_trips(args.trips)
     times = compare(args.rounds)
+    builds = {"this build": (pyjail, binary)}
+    if args.baseline_package:
+        from template import load_package
+        builds["baseline"] = (load_package(os.path.abspath(args.baseline_package), "pyjail_baseline"),
+                              os.path.abspath(args.baseline_pyjail))
+    start_times = starts(builds, args.starts)
 
     lines = [
         "# pyjail Python package: session round trip and run() against LangChain's PythonREPL",
@@ -144,6 +208,8 @@ def main() -> None:
     for cell, per in times.items():
         lines.append("| `%s` | " % cell + " | ".join(
             "%.1f (%.1f)" % (statistics.median(per[n]), pct(per[n], 99)) for n in names) + " |")
+    lines += ["", "## A session's start, %d interleaved rounds" % args.starts, ""]
+    lines += starts_table(start_times, list(builds))
     lines += [
         "",
         "pyjail.run pays for a fresh jail and interpreter per cell; a Session pays that once.",

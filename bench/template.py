@@ -6,14 +6,16 @@ A "request" is what a caller does: start `pyjail --via SOCKET -- python -c CODE`
 program prints, its first statement (`print("ready", flush=True)` after the imports it needs, which a
 template has already done). Every round runs each command once, in a fresh random order.
 
-    bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--markdown FILE]
-                      [--baseline-package DIR] [--baseline-pyjail BIN]
+    bench/template.py [--pyjail build/pyjail] [--rounds 100] [--seconds 5] [--block-seconds 0.5]
+                      [--markdown FILE] [--baseline-package DIR] [--baseline-pyjail BIN]
 
 Rows: a template with numpy and pandas preloaded against a cold `--rootfs data` jail that
 imports them (and the same program as a file, `python FILE`, as Pool.run runs it), and an
-empty template against a cold `python -c` jail, with bare python3 for reference; throughput
-(whole runs per second) through the numpy/pandas template with one and two concurrent callers;
-the Python package's Pool.run end to end. With --baseline-package (another
+empty template against a cold `python -c` jail, with bare python3 for reference; the Python
+package's Pool.run end to end; throughput (whole runs per second, and the whole machine's busy
+CPU per run) through the numpy/pandas template with 1, 2, 4 and 8 concurrent callers of
+`pyjail --via`, and 1, 2 and 4 callers of `Pool.run` with one template and with two
+(`Pool(size=2)`), each configuration in short blocks that take turns. With --baseline-package (another
 checkout's python/ directory, e.g. `git archive main python | tar -x -C /tmp/base`), that package's
 Pool.run too, through the same --pyjail binary, in the same rounds in a fresh random order each.
 With --baseline-pyjail (another build's binary), that build's own numpy+pandas template too: its
@@ -31,7 +33,11 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
+
+from publish import publish
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -74,24 +80,105 @@ class Server:
         self.p.wait(30)
 
 
-def throughput(argv: list[str], callers: int, seconds: float) -> float:
-    done = [0] * callers
-    end = time.monotonic() + seconds
+def busy_ticks() -> int:
+    """The whole machine's busy CPU time so far, in clock ticks (/proc/stat: user, nice,
+    system, irq and softirq; not idle, iowait or a hypervisor's steal)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:8]]
+    return v[0] + v[1] + v[2] + v[5] + v[6]
 
-    def loop(i):
-        while time.monotonic() < end:
-            r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
-            if r.returncode != 0:
-                raise SystemExit(r.stderr.decode()[-500:])
-            done[i] += 1
 
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(callers)]
-    t0 = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return sum(done) / (time.monotonic() - t0)
+@dataclass
+class Load:
+    """One throughput configuration: `callers` threads, each calling `run_once` back to back."""
+    name: str
+    callers: int
+    run_once: Callable[[], None]
+    runs: int = 0
+    seconds: float = 0.0
+    ticks: int = 0
+    rates: list[float] = field(default_factory=list)   # runs/s of each block
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.seconds if self.seconds else 0.0
+
+    def cpu_ms(self) -> float:
+        return self.ticks / os.sysconf("SC_CLK_TCK") / self.runs * 1e3 if self.runs else 0.0
+
+    def block(self, seconds: float) -> None:
+        """Run for `seconds` (the runs in flight then end first): one block of a round."""
+        done = [0] * self.callers
+        errors: list[BaseException] = []
+        end = time.monotonic() + seconds
+
+        def loop(i):
+            try:
+                while time.monotonic() < end:
+                    self.run_once()
+                    done[i] += 1
+            except BaseException as e:   # reported by the main thread
+                errors.append(e)
+
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(self.callers)]
+        b, t0 = busy_ticks(), time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.monotonic() - t0
+        if errors:
+            raise SystemExit(f"{self.name}, {self.callers} callers: {errors[0]}")
+        self.runs += sum(done)
+        self.seconds += wall
+        self.ticks += busy_ticks() - b
+        self.rates.append(sum(done) / wall)
+
+
+def via_once(argv: list[str]) -> Callable[[], None]:
+    def once():
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True)
+        if r.returncode != 0:
+            raise RuntimeError(r.stderr.decode()[-500:])
+    return once
+
+
+def pool_once(pool) -> Callable[[], None]:
+    def once():
+        res = pool.run("import pandas; print('ready')")
+        if res.stdout != "ready\n":
+            raise RuntimeError(res.stderr[-500:])
+    return once
+
+
+def throughput(loads: list[Load], seconds: float, block: float) -> None:
+    """Every load for `seconds` in all, in blocks of `block` seconds that take turns in a fresh
+    random order each round: a machine that slows down or speeds up for a while (this one
+    does) slows every load alike, and a ratio of two loads compares the same minutes."""
+    rounds = max(1, round(seconds / block))
+    for r in range(rounds):
+        order = list(loads)
+        random.shuffle(order)
+        for load in order:
+            load.block(block)
+        if (r + 1) % 5 == 0:
+            print(f"throughput round {r + 1}/{rounds}", file=sys.stderr)
+
+
+def throughput_lines(loads: list[Load]) -> list[str]:
+    """The table, and each load's rate over its own name's one-caller load's."""
+    ones = {l.name: l for l in loads if l.callers == 1}
+    lines = ["", "| runs through | callers | runs/s | over 1 caller (all blocks; median of the rounds' ratios) "
+             "| busy CPU per run (the whole machine) |", "|---|---:|---:|---|---:|"]
+    for l in loads:
+        one = ones.get(l.name)
+        if one is None or one is l:
+            ratio = ""
+        else:
+            per_round = statistics.median(a / b for a, b in zip(l.rates, one.rates))
+            ratio = f"{l.rate / one.rate:.2f}x; {per_round:.2f}x"
+        lines.append(f"| {l.name} | {l.callers} | {l.rate:.1f} | {ratio} | {l.cpu_ms():.2f} ms |")
+    return lines
 
 
 def load_package(python_dir: str, name: str):
@@ -131,11 +218,13 @@ def pool_rounds(packages: dict, rounds: int) -> dict:
 DATA_TEMPLATE = ["--rootfs", "data", "--preload", "numpy", "--preload", "pandas"]
 BASE_ROW = "baseline's template numpy+pandas: import numpy, pandas"
 THIS_ROW = "template numpy+pandas: import numpy, pandas"
+VIA_LOAD = "`pyjail --via` the numpy+pandas template"
+BASE_VIA_LOAD = "`--via` the baseline's template"
 SCRIPT_ROW = "template numpy+pandas: the same as a script (python FILE)"
 BASE_SCRIPT_ROW = "baseline's template numpy+pandas: the same as a script"
 
 
-def paired_lines(times: dict, whole: dict, baseline: str, tp: tuple, base_tp: list) -> list[str]:
+def paired_lines(times: dict, whole: dict, baseline: str) -> list[str]:
     """This build's numpy+pandas template against the baseline's, round by round."""
     def paired(this, base):
         first = [a - b for a, b in zip(times[this], times[base])]
@@ -143,10 +232,7 @@ def paired_lines(times: dict, whole: dict, baseline: str, tp: tuple, base_tp: li
         return f"first line {statistics.median(first):+.2f} ms, to exit {statistics.median(to_exit):+.2f} ms"
     return [f"- against --baseline-pyjail {baseline} (its own template), this build minus the baseline, "
             f"paired median per round: -c {paired(THIS_ROW, BASE_ROW)}; a script "
-            f"{paired(SCRIPT_ROW, BASE_SCRIPT_ROW)}",
-            f"- the baseline's throughput: {base_tp[0]:.1f} runs/s with 1 caller, {base_tp[1]:.1f} with 2 "
-            f"({base_tp[1] / base_tp[0]:.2f}x); this build / baseline: {tp[0] / base_tp[0]:.2f}x with 1, "
-            f"{tp[1] / base_tp[1]:.2f}x with 2"]
+            f"{paired(SCRIPT_ROW, BASE_SCRIPT_ROW)}"]
 
 
 def main() -> None:
@@ -154,7 +240,9 @@ def main() -> None:
     ap.add_argument("--pyjail", default=str(REPO / "build" / "pyjail"))
     ap.add_argument("--python", default="/usr/bin/python3")
     ap.add_argument("--rounds", type=int, default=100)
-    ap.add_argument("--seconds", type=float, default=5.0)
+    ap.add_argument("--seconds", type=float, default=5.0, help="throughput: seconds of runs for each "
+                    "configuration, in all")
+    ap.add_argument("--block-seconds", type=float, default=0.5, help="throughput: the length of one block")
     ap.add_argument("--markdown")
     ap.add_argument("--baseline-package", help="another checkout's python/ directory: its Pool.run "
                     "in the same rounds, through --pyjail's binary")
@@ -190,6 +278,7 @@ def main() -> None:
     times: dict[str, list[float]] = {k: [] for k in cmds}
     whole: dict[str, list[float]] = {k: [] for k in cmds}
     servers: list[Server] = []
+    pools: list = []
     try:
         # Started inside the try: one that cannot start stops those started before it.
         print("starting the templates", file=sys.stderr)
@@ -208,12 +297,6 @@ def main() -> None:
                 whole[k].append(to_exit)
             if (r + 1) % 20 == 0:
                 print(f"round {r + 1}/{a.rounds}", file=sys.stderr)
-        via_data = cmds["template numpy+pandas: import numpy, pandas"]
-        print("throughput", file=sys.stderr)
-        tp1 = throughput(via_data, 1, a.seconds)
-        tp2 = throughput(via_data, 2, a.seconds)
-        if a.baseline_pyjail:
-            base_tp = [throughput(cmds[BASE_ROW], n, a.seconds) for n in (1, 2)]
         sys.path.insert(0, str(REPO / "python"))
         os.environ["PYJAIL_BIN"] = pj
         import pyjail
@@ -223,7 +306,19 @@ def main() -> None:
         print("Pool.run", file=sys.stderr)
         pool_times = pool_rounds(packages, a.pool_rounds or min(a.rounds, 50))
         pool_ms = pool_times["this build"]
+        print("throughput", file=sys.stderr)
+        for size in (1, 2):
+            pools.append(pyjail.Pool(preload=["numpy", "pandas"], rootfs="data", size=size))
+        loads = [Load(VIA_LOAD, n, via_once(cmds[THIS_ROW])) for n in (1, 2, 4, 8)]
+        if a.baseline_pyjail:
+            loads += [Load(BASE_VIA_LOAD, n, via_once(cmds[BASE_ROW])) for n in (1, 2)]
+        for size, pool in zip((1, 2), pools):
+            pool.run("pass")
+            loads += [Load(f"`Pool(size={size}).run`", n, pool_once(pool)) for n in (1, 2, 4)]
+        throughput(loads, a.seconds, a.block_seconds)
     finally:
+        for pool in pools:
+            pool.close()
         for s in servers:
             s.stop()
     lines = [f"Template runs ({a.rounds} interleaved rounds; ms from the request to the program's first line)",
@@ -240,21 +335,21 @@ def main() -> None:
               f"- numpy+pandas: cold / template = {cold_d / tmpl_d:.1f}x (p50)",
               f"- nothing preloaded: cold / template = {cold_p / tmpl_p:.2f}x; template / bare python3 = "
               f"{tmpl_p / bare:.2f}x (p50)",
-              f"- throughput through the numpy+pandas template: {tp1:.1f} runs/s with 1 caller, {tp2:.1f} "
-              f"with 2 ({tp2 / tp1:.2f}x)",
               f"- pyjail.Pool(preload=[numpy, pandas]).run(...) end to end: p50 {statistics.median(pool_ms):.1f} ms, "
               f"p99 {pct(pool_ms, 0.99):.1f} ms"]
     if a.baseline_pyjail:
-        lines += paired_lines(times, whole, a.baseline_pyjail, (tp1, tp2), base_tp)
+        lines += paired_lines(times, whole, a.baseline_pyjail)
     if "baseline" in pool_times:
         base = pool_times["baseline"]
         lines += [f"- the same with --baseline-package {a.baseline_package}: p50 {statistics.median(base):.1f} ms, "
                   f"p99 {pct(base, 0.99):.1f} ms; this build / baseline = "
                   f"{statistics.median(pool_ms) / statistics.median(base):.2f}x (p50)"]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if a.markdown:
-        Path(a.markdown).write_text(text)
+    lines += ["", f"Throughput ({a.seconds:g} s of runs each, in blocks of {a.block_seconds:g} s that take turns "
+              "in a fresh random order per round; each caller a thread that starts the next run when one "
+              f"ends: `--via` runs `python -c \"{DATA_CODE}\"` to its exit, `Pool.run` the cell "
+              "`import pandas; print('ready')` to its Result):"]
+    lines += throughput_lines(loads)
+    publish("\n".join(lines) + "\n", a.markdown)
 
 
 if __name__ == "__main__":
