@@ -116,6 +116,22 @@ def test_a_pool_session_is_forked_by_the_launcher_and_takes_interrupts_through_i
         launcher = pool._launcher._proc.pid
         # Its pyjail is the launcher's child, named by the pidfd the Pool holds.
         assert s.pid in _children(launcher)
+        # Attack: the session reaching a run's supervision, or a run the session's. Each
+        # pyjail holds its own descriptors only, and no pidfd of the other.
+        up = threading.Event()
+        t, out = _run_in_thread(pool, "import time; print('up', flush=True); time.sleep(2)", up)
+        try:
+            assert up.wait(60)
+            (other,) = [p for p in _children(launcher) if p != s.pid]
+            mine, my_pids = _objects(s.pid)
+            theirs, their_pids = _objects(other)
+            launcher_objects, _ = _objects(launcher)
+            assert not mine & theirs, "a session's pyjail shares a pipe, socket or report with a run's"
+            assert not (mine | theirs) & launcher_objects, "a pyjail holds the launcher's socket"
+            assert other not in my_pids and s.pid not in their_pids
+        finally:
+            t.join(60)
+        assert out["result"].ok, out
         s.run("import time\nstate = 'kept'")
         # A cell over its timeout is interrupted (SIGINT through the pidfd, relayed by
         # pyjail to the program), and the session keeps its state.
