@@ -242,7 +242,6 @@ def _json_codec() -> "Tuple[Callable[[Any], str], Callable[[str], Any]]":
             parse_float, parse_int = float, int
             parse_constant = {"-Infinity": float("-inf"), "Infinity": float("inf"),
                               "NaN": float("nan")}.__getitem__
-            memo: "Dict[str, str]" = {}
 
         scan = _json.make_scanner(_Context())
 
@@ -264,6 +263,7 @@ def _json_codec() -> "Tuple[Callable[[Any], str], Callable[[str], Any]]":
 # One encoder for every frame (json.dumps with options builds a new one per
 # call), and the in-jail server's decoder of the driver's headers.
 _encode_json, _decode_driver_json = _json_codec()
+
 
 def encode_frame(header: "Dict[str, Any]", body: bytes = b"") -> bytes:
     head = _encode_json(header).encode("utf-8")
