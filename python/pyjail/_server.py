@@ -792,6 +792,8 @@ class Server:
         text = te = None
         try:
             import traceback
+            if _pending_sources:    # a cell took the import hook away: its lines still show
+                _fill_linecache(sys.modules["linecache"])
             te = traceback.TracebackException(type(e), e, e.__traceback__, limit=200)
             seen = set()
             todo = [te]

@@ -660,5 +660,11 @@ def test_a_fresh_session_s_server_starts_without_the_modules_that_cost_its_start
     # What they did is still done: a traceback shows the cell's lines; a value crosses.
     r = session.run("def f():\n    return 1 / 0\nf()")
     assert "return 1 / 0" in r.error.traceback, r.error
+    # Also after a cell took the server's import hook away, before linecache was imported.
+    session.restart()
+    session.run("import sys\nsys.meta_path[:] = [f for f in sys.meta_path "
+                "if type(f).__name__ != '_AfterImport']")
+    r = session.run("def g():\n    return 1 / 0\ng()")
+    assert "return 1 / 0" in r.error.traceback, r.error
     assert session.run("b'\\x00' * 2, {'k': [1.5, None]}", want_data=True).data == \
         (b"\x00\x00", {"k": [1.5, None]})
