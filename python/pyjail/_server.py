@@ -30,7 +30,8 @@ import time
 TYPE_CHECKING = False     # typing's, without importing typing (see _wire)
 
 if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (its tests)
-    from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL, REPR_LIMIT,
+    from ._wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, INTERRUPT_RELAY_S,
+                        PROTOCOL, REPR_LIMIT,
                         TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError, Spinner,
                         _decode_driver_json, _encode_json, check_header, decode_value,
                         encode_frame, encode_value, list_files, parse_frame, processes,
@@ -38,7 +39,8 @@ if TYPE_CHECKING or __package__:     # imported from the host's pyjail package (
     from ._wire import IMAGES_LIMIT, FORMAT_LIMIT, DATA_FROM_JAIL, DISPLAYS_LIMIT
     from . import _spawn as spawn
 else:               # in the jail, as pyjail_server (see _wire.JAIL_MODULES)
-    from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, PROTOCOL,
+    from pyjail_wire import (DRIVER, ERROR_LIMIT, FRAME, HEADER_FROM_JAIL, INTERRUPT_RELAY_S,
+                             PROTOCOL,
                              REPR_LIMIT, TRACEBACK_LIMIT, WORKDIR, Capture, PlainDataError,
                              Spinner, _decode_driver_json, _encode_json, check_header,
                              decode_value, encode_frame, encode_value, list_files,
@@ -212,6 +214,7 @@ class Server:
         import queue
         self.pid = os.getpid()
         self.in_cell = False
+        self.interrupts = 0     # SIGINTs received (see _await_interrupts)
         self.exit_status = None
         self.cell_count = 0
         self.output_limit = 1 << 20
@@ -319,10 +322,29 @@ class Server:
         self.proto_in = self.proto_out = -1
 
     def _on_sigint(self, signum, frame):
+        self.interrupts += 1
         if self.in_cell:
             raise KeyboardInterrupt
         # An interrupt that arrives between cells (the cell finished just as
-        # the driver's timeout fired) is dropped.
+        # the driver's timeout fired) is dropped, and counted (see
+        # _await_interrupts).
+
+    def _await_interrupts(self, sent):
+        """Before a cell: wait until the interrupts the driver has sent (its
+        count, ``sent``) have arrived, at most INTERRUPT_RELAY_S. pyjail
+        relays SIGINT through the jail's pid 1, so one sent just as the
+        earlier cell ended may still be on its way; arriving in this cell, it
+        would interrupt a cell nobody interrupted (a fork bomb's cell, ended
+        quickly, leaves one in flight). Counted, the next cell waits only for
+        those still missing (none, after a cell an interrupt ended), where it
+        used to wait out the whole bound after every interrupt."""
+        if type(sent) is not int or self.interrupts >= sent:
+            return
+        deadline = time.monotonic() + INTERRUPT_RELAY_S
+        while self.interrupts < sent and time.monotonic() < deadline:
+            time.sleep(0.001)
+        # Two SIGINTs sent close together may arrive as one: not waited for again.
+        self.interrupts = max(self.interrupts, sent)
 
     # ------------------------------------------------------------ channel
     #
@@ -495,6 +517,7 @@ class Server:
                 with d.lock:
                     d.buf.set_limit(limit)
         self.cell_count += 1
+        self._await_interrupts(header.get("interrupts"))
         name = header.get("name") or "<cell-%d>" % self.cell_count
         result = {"op": "result", "id": rid, "error": None, "value": None}
         started = self._processes_before_cell()

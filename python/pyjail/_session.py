@@ -187,10 +187,6 @@ _MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
           "ro_bind": ("options", "ro_bind"), "net_resolve": ("options", "net_resolve"),
           "extra_args": ("extra_args", "")}
 
-# How long an interrupt may take from the driver through pyjail and the jail's pid 1 to the
-# interpreter, on a busy host: a cell starts no sooner after the last one sent.
-INTERRUPT_RELAY_S = 0.2
-
 #: The caps a Session uses, and their defaults.
 SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
 
@@ -287,8 +283,9 @@ class Session:
         self._last_stderr = b""
         self._last_returncode: Optional[int] = None
         self._last_lost: Optional[str] = None     # why a Pool's launcher lost the last jail
-        # When the last interrupt was sent (monotonic), for _settle_interrupts.
-        self._interrupt_sent_at = float("-inf")
+        # The interrupts sent to the current interpreter, which each cell's request
+        # tells it (the server's _await_interrupts).
+        self._interrupts_sent = 0
         self.restarts = 0
         """How many times the interpreter was replaced."""
         self.last_report: Optional[Report] = None
@@ -302,6 +299,7 @@ class Session:
         # close() from another thread while a call restarts the interpreter.
         self._check_open()
         jail = launch(self.binary, self._args, server_command(), launcher=self._launcher)
+        self._interrupts_sent = 0     # a new interpreter has had none
         proc = jail.proc
         self._jail, self._proc = jail, proc
         # Nothing is left behind, also at exit or garbage collection.
@@ -591,21 +589,10 @@ class Session:
             try:
                 # pyjail relays SIGINT to the program: the server raises
                 # KeyboardInterrupt in the cell.
-                self._interrupt_sent_at = time.monotonic()
                 self._proc.send_signal(signal.SIGINT)
+                self._interrupts_sent += 1
             except OSError:
                 pass
-
-    def _settle_interrupts(self) -> None:
-        """Waits, before a cell, until an interrupt sent for an earlier one has
-        reached the interpreter. pyjail relays SIGINT through the jail's pid 1,
-        so one sent just before the earlier cell's result arrived may still be
-        on its way; arriving between cells it is dropped, arriving in this cell
-        it would interrupt a cell nobody interrupted (a fork bomb's cell, ended
-        quickly, leaves one in flight while the next cells run)."""
-        wait = self._interrupt_sent_at + INTERRUPT_RELAY_S - time.monotonic()
-        if wait > 0:
-            time.sleep(wait)
 
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
               name: Optional[str], streams: Optional[Streams] = None,
@@ -614,7 +601,6 @@ class Session:
         escalates when it runs past ``timeout`` (see _CellClock)."""
         chan = self._chan
         assert chan is not None
-        self._settle_interrupts()
         rid = self._new_id()
         start = time.monotonic()
         clock = _CellClock(start, timeout, self.interrupt_grace)
@@ -644,6 +630,8 @@ class Session:
             header["name"] = name
         if self.max_image_bytes != 8 << 20:
             header["image_limit"] = self.max_image_bytes
+        if self._interrupts_sent:
+            header["interrupts"] = self._interrupts_sent
         return header
 
     def _await_result(self, rid: str, streams: Optional[Streams], clock: "_CellClock",

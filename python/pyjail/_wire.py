@@ -52,6 +52,10 @@ if TYPE_CHECKING:
     from typing import Any, Callable, Dict, Iterable, List, Optional, Set, Tuple
 
 PROTOCOL = 1
+
+# How long an interrupt (SIGINT) may take from the driver through pyjail and the jail's pid 1
+# to the in-jail server, on a busy host: a cell waits at most this for those still on their way.
+INTERRUPT_RELAY_S = 0.2
 MAGIC = b"PJF1"
 FRAME = struct.Struct(">4sII")
 # Where the rootfs holds the in-jail modules, and which: (in-jail module name,
@@ -116,7 +120,8 @@ _ops = [
     Op("ping", DRIVER, id=STR),
     Op("bye", DRIVER),
     Op("exec", DRIVER, id=STR, code=STR, output_limit_=NAT, kill_failed_=BOOL, data_=BOOL,
-       str_=BOOL, name_=STR, stream_=BOOL, image_limit_=NAT, formats_=BOOL),
+       str_=BOOL, name_=STR, stream_=BOOL, image_limit_=NAT, formats_=BOOL,
+       interrupts_=NAT),   # interrupts: the SIGINTs the driver sent this server so far
     Op("expose", DRIVER, id=STR, functions=DICT, ends_cell=LIST),
     Op("set", DRIVER, id=STR, variables=DICT),
     Op("put", DRIVER, id=STR, path=STR, mode_=NAT),   # body: the file
