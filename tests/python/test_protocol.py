@@ -429,3 +429,16 @@ def test_base64_without_the_base64_module_is_base64_s():
             _wire._b64decode(bad, validate=True)
     with pytest.raises(ValueError):
         _wire._b64decode("é", validate=False)
+
+
+def test_an_interpreter_whose_json_accelerator_differs_gets_json_s_own(monkeypatch):
+    # The codec tries _json once when it is made: one that takes other arguments (another
+    # Python's) or is missing leaves the frames to the json package.
+    import _json
+    monkeypatch.setattr(_json, "make_encoder", lambda *a: (lambda o, level: ("x",)))
+    encode, decode = _wire._json_codec()
+    assert encode({"a": [1]}) == '{"a":[1]}' and decode('{"a":[1]}') == {"a": [1]}
+    assert getattr(encode, "__self__", None).__class__ is json.JSONEncoder
+    monkeypatch.setitem(sys.modules, "_json", None)
+    encode, decode = _wire._json_codec()
+    assert encode([1]) == "[1]" and decode is json.loads
