@@ -162,8 +162,8 @@ def read_lock(session: Session) -> Any:
     read for names), or None (a rootfs built before locks existed)."""
     try:
         return json.loads(session.download(LOCK_IN_JAIL, max_bytes=1 << 20))
-    except (OSError, ValueError, PyjailError):
-        return None
+    except (OSError, ValueError, RecursionError, PyjailError):
+        return None     # (RecursionError: JSON nested deeper than the host's stack)
 
 
 def read_facts(session: Session, rootfs: Optional[str], network: bool) -> JailFacts:

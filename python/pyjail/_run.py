@@ -454,7 +454,9 @@ def _run_served(jail: Launched, inputs: Dict[str, bytes], script_name: str, sour
                                                     max_files, max_bytes)
                 break
             elif op == "error":
-                err.add(("pyjail: %s\n" % str(reply.get("error"))[:4096]).encode())
+                # (JSON's text may hold lone surrogates, which UTF-8 has no bytes for)
+                err.add(("pyjail: %s\n" % str(reply.get("error"))[:4096])
+                        .encode("utf-8", "backslashreplace"))
                 break
             else:
                 raise ProtocolError("an unexpected %r frame while the program ran" % (op,))

@@ -544,7 +544,9 @@ class Session:
         if reply.get("op") == "error":
             err = str(reply.get("error", "error"))[:4096]
             code = reply.get("errno")
-            if type(code) is int and 0 < code < 4096:
+            # An OSError only from a request for a file: callers of the others
+            # (ping, set_variables, ...) expect a SessionError.
+            if type(code) is int and 0 < code < 4096 and "path" in header:
                 raise OSError(code, str(reply.get("strerror", err))[:200], header.get("path"))
             raise SessionError(err)
         return reply, rbody
@@ -605,10 +607,16 @@ class Session:
         start = time.monotonic()
         clock = _CellClock(start, timeout, self.interrupt_grace)
         self._final_values.clear()
+        # A cell larger than the pipe waits for the server to read it: one that
+        # does not (an earlier cell stalled it) is killed no later than a cell
+        # that ran out of time would be.
+        send_by = start + self.io_timeout
+        if clock.deadline is not None:
+            send_by = min(send_by, clock.deadline + clock.grace)
         try:
             chan.send(self._exec_header(rid, code, want_data, want_str, name,
                                         streams is not None, want_formats),
-                      b"", start + self.io_timeout)
+                      b"", send_by)
             res = self._await_result(rid, streams, clock, start)
         except (ChannelClosed, ProtocolError, ChannelTimeout) as e:
             return self._cell_failed(e, clock, start)

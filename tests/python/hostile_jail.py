@@ -99,6 +99,9 @@ def run_program(attack):
                     "skipped": []}, b"k"))
     elif attack == "huge-header":
         send(frame(b"[" + b",".join([b"{}"] * (5 << 20)) + b"]"))
+    elif attack == "error-surrogate":
+        # An error whose text holds a lone surrogate (JSON's \ud800): no UTF-8 for it.
+        send(frame({"op": "error", "id": rid, "error": "cannot start \ud800"}))
     os._exit(0)     # as the server does once the program has exited
 
 

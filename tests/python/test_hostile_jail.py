@@ -294,6 +294,16 @@ def test_forged_exit_past_the_patterns_and_caps_is_refused(hostile):
 
 
 @pytest.mark.no_binary
+def test_a_forged_error_that_is_no_utf_8_is_reported_not_raised(hostile):
+    out = drive("""
+        r = pyjail.run("pass", files={"in.txt": "x"}, outputs=True)
+        out["stderr"] = r.stderr
+    """, env=hostile("error-surrogate", "run"))
+    assert "raised" not in out, out
+    assert out["stderr"].startswith("pyjail: cannot start"), out
+
+
+@pytest.mark.no_binary
 def test_negative_sizes_cost_no_memory(hostile):
     body = 8 * MiB
     out = drive("""
@@ -661,6 +671,38 @@ def test_a_huge_header_from_a_cell_costs_no_memory(user):
     print("driver peak RSS after a cell's 15 MiB header (%s): %.0f MiB" % (user, out["rss"] / MiB))
     assert out.get("error") == "ProtocolError", out
     assert out["rss"] < rss_bound(HUGE_HEADER), out
+
+
+def test_a_forged_rootfs_lock_too_deep_for_json_gives_no_facts(session):
+    # The agent adapters read the rootfs's lock from the jail (read_facts): a cell that took
+    # over the server answers with JSON nested deeper than the host's recursion limit.
+    from pyjail import _agents
+    r = session.run(TAKE_OVER + 'srv.handlers["get"] = lambda rid, header, body: '
+                                'srv.send({"op": "file", "id": rid}, b"[" * 200000)\n')
+    assert r.ok, r.error
+    assert _agents.read_lock(session) is None
+    facts = _agents.read_facts(session, None, False)
+    assert facts.packages == [], facts
+    assert session.run("1 + 1").value == "2"
+
+
+def test_a_forged_errno_raises_an_os_error_only_for_a_file(session):
+    # A cell that took over the server answers every request with an error and an errno:
+    # a file's request raises OSError (FileNotFoundError here), the others SessionError.
+    r = session.run(TAKE_OVER + textwrap.dedent("""
+        def fail(rid, header, body):
+            srv.send({"op": "error", "id": rid, "error": "forged", "errno": 2})
+        for op in ("ping", "set", "expose", "killall", "get"):
+            srv.handlers[op] = fail
+    """))
+    assert r.ok, r.error
+    calls = [lambda: session.ping(), lambda: session.set_variables({"a": 1}),
+             lambda: session.expose({"f": len}), lambda: session.kill_processes()]
+    for call in calls:
+        with pytest.raises(pyjail.SessionError, match="forged"):
+            call()
+    with pytest.raises(FileNotFoundError):
+        session.download("x")
 
 
 @pytest.mark.parametrize("user", DRIVER_USERS)

@@ -138,6 +138,23 @@ def test_unresponsive_interpreter_is_killed_and_restarted():
         assert s.run("1 + 1").value == "2"
 
 
+def test_a_stalled_interpreter_does_not_hold_a_large_cell_past_its_timeout():
+    # A cell larger than the pipe is sent only as the server reads it. An earlier cell left
+    # the interpreter stopped (a signal it sent itself): the cell is never read, and the
+    # driver gives up on it when it would give up on a cell that ran out of time, not after
+    # its own 120 s for a request.
+    with pyjail.Session(interrupt_grace=1.0) as s:
+        s.run("import os, signal, threading\n"
+              "threading.Timer(0.3, os.kill, (os.getpid(), signal.SIGSTOP)).start()")
+        time.sleep(1.0)
+        t = time.monotonic()
+        r = s.run("x = 1\n" + "#" * (1 << 20), timeout=2)
+        took = time.monotonic() - t
+        assert r.restarted and r.error.type == "InterpreterDied", r.error
+        assert took < 30, took
+        assert s.run("1 + 1", timeout=10).value == "2"
+
+
 def test_processes_that_keep_the_interpreter_from_answering_are_killed_first():
     # The interpreter cannot answer the interrupt while its cell's processes hold it (here:
     # it ignores SIGINT and waits for a runaway child; a fork bomb starving it of CPU is the
