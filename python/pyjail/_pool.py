@@ -349,6 +349,12 @@ class _Launcher:
             # The run's fds 0-3: stdin, stdout, stderr, the report (--report-fd 3).
             fds = ends + ([errfile.fileno()] if errfile is not None else []) + [report.fileno()]
             args = ["--quiet", "--report-fd", "3"] + list(options) + ["--"] + list(program)
+            # A NUL ends a word on the wire: one inside a value (an env variable's, say) would
+            # split it into options of pyjail's own (--env-pass, --report FILE). Popen
+            # refuses it alike.
+            words = [os.fsencode(os.getcwd())] + [os.fsencode(a) for a in args]
+            if any(b"\0" in w for w in words):
+                raise ValueError("embedded null byte")
             with self._lock:
                 if self._closed:
                     raise JailError("pyjail: this Pool is closed")
@@ -356,8 +362,7 @@ class _Launcher:
                 run_id = next(self._ids)
                 proc = _LaunchedProcess(self, run_id)
                 self._runs[run_id] = proc
-            message = b"\0".join([_LAUNCH_MAGIC, b"run", b"%d" % run_id, os.fsencode(os.getcwd())]
-                                 + [os.fsencode(a) for a in args])
+            message = b"\0".join([_LAUNCH_MAGIC, b"run", b"%d" % run_id] + words)
             try:
                 socket.send_fds(sock, [message], fds)
             except OSError as e:

@@ -165,3 +165,22 @@ def test_a_launcher_that_ends_takes_its_sessions_and_the_next_call_starts_both_a
         assert s.pid in _children(pool._launcher._proc.pid)
     finally:
         s.close()
+
+
+def test_a_nul_in_a_value_is_refused_not_split_into_options_of_pyjail_s_own(pool, monkeypatch):
+    # Attack: a value the host passes on (an environment variable's, from a user or a
+    # model) with NULs in it. The launcher's words end at a NUL: split there, the value
+    # would give the run pyjail's own options (--env-pass of the host's secrets, --report
+    # over a host file). It is refused, as pyjail.run's Popen refuses it.
+    monkeypatch.setenv("PYJAIL_TEST_HOST_SECRET", "s3cret")
+    env = {"A": "x\0--env-pass\0PYJAIL_TEST_HOST_SECRET"}
+    code = "import os; print(os.environ.get('PYJAIL_TEST_HOST_SECRET'))"
+    with pytest.raises(ValueError, match="null byte"):
+        pyjail.run(code, env=env)
+    with pytest.raises(ValueError, match="null byte"):
+        pool.run(code, env=env)
+    with pytest.raises(ValueError, match="null byte"):
+        pool.session(env=env)
+    assert pool._launcher._runs == {}
+    assert pool.run(code).stdout == "None\n"
+
