@@ -101,9 +101,15 @@ struct Launched {
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != launcher_pid) ::_exit(kExitJailError);
     int high[4];
-    for (int k = 0; k < 4; ++k) high[k] = ::fcntl(fds[k], F_DUPFD, 10);
     for (int k = 0; k < 4; ++k)
-        if (high[k] < 0 || ::dup2(high[k], k) != k) ::_exit(kExitJailError);
+        if ((high[k] = ::fcntl(fds[k], F_DUPFD, 10)) < 0) {
+            // The launcher at its descriptor limit: said on the run's stderr (nothing was
+            // moved yet), or the caller would learn only an exit status.
+            ::dprintf(fds[2], "pyjail: launcher: cannot take the run's descriptors: %s\n", std::strerror(errno));
+            ::_exit(kExitJailError);
+        }
+    for (int k = 0; k < 4; ++k)
+        if (::dup2(high[k], k) != k) ::_exit(kExitJailError);
     sys_close_range(4, ~0U, 0);
     sigset_t none;
     sigemptyset(&none);

@@ -229,7 +229,9 @@ class Launched:
         self.kill()
         try:
             self.proc.wait(5)
-        except subprocess.TimeoutExpired:
+        except (subprocess.TimeoutExpired, JailError):
+            # JailError: a Pool's launcher lost it (_pool._LaunchedProcess.wait); what is
+            # left is to close it, also from a finalizer.
             pass
         self._closed = (self.report(), self.stderr())
         for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr, self._report,

@@ -29,6 +29,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import weakref
 from typing import Any, List, Mapping, Optional, Sequence, Union
 
 from ._common import (EXIT_PYJAIL_ERROR, JailError, Limits, Report, find_binary, option_args,
@@ -147,6 +148,13 @@ class _LaunchedProcess:
         self._done.set()
         self._known.set()
 
+    def _forked(self) -> None:
+        """In a fork of this process: its pyjail is the parent's, which this process
+        neither signals nor waits for (a finalizer at the fork's exit would)."""
+        # Events of their own: a thread that the fork left behind may hold the parent's.
+        self._done, self._known = threading.Event(), threading.Event()
+        self._failed(JailError("pyjail: this pyjail is the parent process's (this is a fork)"))
+
     def _signal(self, sig: int = signal.SIGKILL) -> bool:
         """``sig`` to its pyjail through its pidfd (with SIGKILL its jail ends with it).
         Called with the launcher's lock held: the pidfd is closed only under it."""
@@ -235,6 +243,8 @@ class _Launcher:
         self._proc: Optional["subprocess.Popen[bytes]"] = None
         self._err: Any = None
         self._closed = False
+        self._owner = os.getpid()
+        _LAUNCHERS.add(self)
         # The runs' scripts: in memory (/dev/shm) unless a temporary directory is named
         # (TMPDIR, TEMP, TMP): a disk's journal under load made a run wait tens of ms
         # to create and remove its script's directory.
@@ -242,6 +252,21 @@ class _Launcher:
         in_memory = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) and not any(
             os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP"))
         self.script_dir = tempfile.mkdtemp(prefix="pyjail-pool-", dir=shm if in_memory else None)
+
+    def _forked(self) -> None:
+        """In a fork of this process (a multiprocessing worker): the launcher, its
+        socket and its runs stay the parent's. Shared, the launcher's answers would reach
+        the parent's reader alone, under ids the child takes from the same count (its runs
+        hang, the parent's are refused or given the child's status); the child's pidfds of
+        the parent's runs would let it kill them. The child starts a launcher of its own."""
+        self._lock = threading.Lock()    # perhaps held by a thread the fork left behind
+        for run in self._runs.values():
+            run._forked()
+        self._runs = {}
+        for f in (self._sock, self._err):
+            if f is not None:
+                f.close()
+        self._sock = self._proc = self._err = None
 
     def _start(self) -> socket.socket:
         """Called with the lock held."""
@@ -401,7 +426,20 @@ class _Launcher:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        shutil.rmtree(self.script_dir, ignore_errors=True)
+        if os.getpid() == self._owner:    # a fork's runs' scripts are there too
+            shutil.rmtree(self.script_dir, ignore_errors=True)
+
+
+# Every live launcher, for _forked in a fork of this process.
+_LAUNCHERS: "weakref.WeakSet[_Launcher]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for launcher in list(_LAUNCHERS):
+        launcher._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class Pool:
@@ -477,6 +515,7 @@ class Pool:
         self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
         self._servers: List[_Server] = []
         self._launcher = _Launcher(self._binary)
+        self._owner = os.getpid()
         self._closed = False
         self._lock = threading.Lock()
         self._turn = itertools.count()
@@ -542,6 +581,8 @@ class Pool:
             self._closed = True
             servers, self._servers = self._servers, []
         self._launcher.close()
+        if os.getpid() != self._owner:
+            return    # in a fork of the process that made it: the templates are the parent's
         for s in servers:
             s.close()
         shutil.rmtree(self._dir, ignore_errors=True)

@@ -184,3 +184,117 @@ def test_a_nul_in_a_value_is_refused_not_split_into_options_of_pyjail_s_own(pool
     assert pool._launcher._runs == {}
     assert pool.run(code).stdout == "None\n"
 
+
+def test_a_pool_session_left_open_after_the_pool_closed_is_collected_quietly(pyjail_bin):
+    import gc
+    import sys
+    with pyjail.Pool(size=1) as p:
+        s = p.session()
+        assert s.run("1 + 1").value == "2"
+    # The launcher took the session's pyjail with it; the session, never closed, is
+    # collected: its finalizer closes what it held without raising the loss again.
+    raised = []
+    hook, sys.unraisablehook = sys.unraisablehook, raised.append
+    try:
+        del s
+        gc.collect()
+    finally:
+        sys.unraisablehook = hook
+    assert not raised, [(r.exc_type, r.exc_value) for r in raised]
+
+
+def test_a_launcher_at_its_descriptor_limit_says_so(pyjail_bin):
+    import resource
+    # Many live sessions and runs, each a pidfd in the launcher: at its descriptor limit
+    # (a low one it inherited from the driver) a new one fails with pyjail's reason, and
+    # once some end the next one starts.
+    with pyjail.Pool(size=1) as p:
+        assert p.run("print(1)").ok
+        resource.prlimit(p._launcher._proc.pid, resource.RLIMIT_NOFILE, (20, 20))
+        sessions = []
+        try:
+            with pytest.raises(pyjail.JailError) as failed:
+                for _ in range(40):
+                    sessions.append(p.session())
+            assert sessions, "no session started under the limit"
+            assert "pyjail: launcher: cannot take the run's descriptors" in str(failed.value)
+        finally:
+            for s in sessions:
+                s.close()
+        assert p.run("print(2)").stdout == "2\n"
+
+
+def test_a_fork_of_the_driver_runs_through_a_launcher_of_its_own_and_leaves_the_parent_s(pyjail_bin):
+    # A fork of the driver (a multiprocessing worker) that uses the Pool it inherited: the
+    # launcher's answers go to the thread that reads them, which is the parent's alone, under
+    # ids the child took from the same count. Its run must neither hang nor take the
+    # parent's run's answers, and its close() must end nothing of the parent's.
+    with pyjail.Pool(size=1) as p:
+        assert p.run("print(1)").ok
+        up, out = threading.Event(), {}
+
+        def target():
+            out["result"] = p.run("import time; print('up', flush=True); time.sleep(3); print('parent')",
+                                  callbacks=pyjail.Callbacks(on_stdout=lambda text: up.set()))
+        t = threading.Thread(target=target)
+        t.start()
+        assert up.wait(60)
+        r, w = os.pipe()
+        child = os.fork()
+        if child == 0:
+            try:
+                os.close(r)
+                signal.alarm(60)
+                got = p.run("print('child')")
+                p.close()
+                os.write(w, repr((got.stdout, got.ok)).encode())
+            except BaseException as e:
+                os.write(w, repr(e).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        with os.fdopen(r, "rb") as f:
+            said = f.read().decode()
+        os.waitpid(child, 0)
+        t.join(60)
+        assert said == repr(("child\n", True)), said
+        assert (out["result"].stdout, out["result"].ok) == ("up\nparent\n", True), out
+        assert p.run("print(2)").stdout == "2\n"
+
+
+_FORK_THAT_EXITS = r"""
+import os, sys, time
+import pyjail
+p = pyjail.Pool(size=1)
+sessions = [p.session() for _ in range(3)]
+for s in sessions:
+    s.run("x = 41")
+start = time.monotonic()
+child = os.fork()
+if child == 0:
+    sys.exit(0)   # a normal exit: the finalizers of what it inherited run, and Pool.__del__
+os.waitpid(child, 0)
+print("child lived %.1f s" % (time.monotonic() - start))
+for s in sessions:
+    r = s.run("x + 1")
+    print(r.value, r.restarted, r.error)
+    s.close()
+p.close()
+"""
+
+
+def test_a_fork_that_exits_leaves_the_parent_s_sessions_and_templates(pyjail_bin):
+    # What a forked child inherited (the Pool, its sessions' launched pyjails) is the
+    # parent's: at its exit it neither kills them through their pidfds, nor waits for them,
+    # nor removes the templates' sockets.
+    import subprocess
+    import sys
+    from pyjail_testing import REPO
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    r = subprocess.run([sys.executable, "-c", _FORK_THAT_EXITS], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    assert lines[1:] == ["42 False None"] * 3, r.stdout
+    # Not 5 s (a wait for the parent's pyjail) for each session.
+    assert float(lines[0].split()[2]) < 10, lines[0]
