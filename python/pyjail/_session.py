@@ -11,8 +11,8 @@ import time
 import warnings
 import weakref
 from dataclasses import dataclass, field
-from typing import (Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple,
-                    Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Set,
+                    Tuple, Union)
 
 from . import _hostprocs, _wire
 from ._channel import (Channel, ChannelClosed, ChannelError, ChannelTimeout, ProtocolError,
@@ -191,7 +191,31 @@ _MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
 SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
 
 
-class Session:
+class HostFileCopies:
+    """upload_file and download_file, for a session with upload and download
+    (Session, and pyjail.remote's RemoteSession)."""
+
+    if TYPE_CHECKING:
+        def upload(self, name: str, data: Union[bytes, str], *, mode: Optional[int] = None) -> int: ...
+
+        def download(self, name: str, *, max_bytes: Optional[int] = None) -> bytes: ...
+
+    def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
+                    name: Optional[str] = None) -> int:
+        """Copy a host file into the jail (default name: its base name)."""
+        with open(host_path, "rb") as f:
+            data = f.read()
+        return self.upload(name or os.path.basename(os.fspath(host_path)), data)
+
+    def download_file(self, name: str, host_path: Union[str, "os.PathLike[str]"]) -> int:
+        """Copy a file out of the jail to ``host_path``. Returns its size."""
+        data = self.download(name)
+        with open(host_path, "wb") as f:
+            f.write(data)
+        return len(data)
+
+
+class Session(HostFileCopies):
     """A persistent Python interpreter in a pyjail jail (the ``repl`` profile).
 
     ``run(code)`` executes a cell in one long-lived namespace and returns a
@@ -909,13 +933,6 @@ class Session:
             reply, _ = self._request(header, bytes(data), check=check)
         return int(reply["size"])
 
-    def upload_file(self, host_path: Union[str, "os.PathLike[str]"],
-                    name: Optional[str] = None) -> int:
-        """Copy a host file into the jail (default name: its base name)."""
-        with open(host_path, "rb") as f:
-            data = f.read()
-        return self.upload(name or os.path.basename(os.fspath(host_path)), data)
-
     def download(self, name: str, *, max_bytes: Optional[int] = None) -> bytes:
         """The content of file ``name`` in the jail (relative to /work). Raises
         FileNotFoundError and friends, or SessionError past ``max_bytes``
@@ -932,13 +949,6 @@ class Session:
             _reply, body = self._request({"op": "get", "path": name, "max_bytes": limit},
                                          check=check)
         return body
-
-    def download_file(self, name: str, host_path: Union[str, "os.PathLike[str]"]) -> int:
-        """Copy a file out of the jail to ``host_path``. Returns its size."""
-        data = self.download(name)
-        with open(host_path, "wb") as f:
-            f.write(data)
-        return len(data)
 
     def list_files(self, path: str = ".", patterns: Optional[Sequence[str]] = None,
                    max_entries: int = 10000) -> Dict[str, int]:

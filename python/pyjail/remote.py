@@ -36,8 +36,8 @@ from urllib.parse import quote
 from . import _wire
 from ._common import JailError, PyjailError, Report, check_name
 from ._run import Result
-from ._session import (_NOT_GIVEN, CellError, CellResult, FinalCall, Image, JailObject, SessionClosedError,
-                       SessionDiedError, SessionError)
+from ._session import (_NOT_GIVEN, CellError, CellResult, FinalCall, HostFileCopies, Image, JailObject,
+                       SessionClosedError, SessionDiedError, SessionError)
 
 __all__ = ["connect", "RemotePool", "RemoteSession", "encode_result", "decode_result",
            "encode_cell", "decode_cell"]
@@ -374,7 +374,7 @@ class RemotePool:
         self.close()
 
 
-class RemoteSession:
+class RemoteSession(HostFileCopies):
     """A session on a pyjail-server, with ``pyjail.Session``'s methods."""
 
     def __init__(self, pool: RemotePool, info: Mapping[str, Any],
@@ -507,11 +507,6 @@ class RemoteSession:
         n = r.json().get("bytes")
         return n if type(n) is int else len(raw)
 
-    def upload_file(self, host_path: Any, name: Optional[str] = None) -> int:
-        import os
-        with open(host_path, "rb") as f:
-            return self.upload(name or os.path.basename(os.fspath(host_path)), f.read())
-
     def download(self, name: str, *, max_bytes: Optional[int] = None) -> bytes:
         params = {} if max_bytes is None else {"max_bytes": str(int(max_bytes))}
         params["path"] = str(name)
@@ -520,12 +515,6 @@ class RemoteSession:
         if max_bytes is not None and len(data) > max_bytes:
             raise SessionError("%s is larger than max_bytes=%d" % (name, max_bytes))
         return data
-
-    def download_file(self, name: str, host_path: Any) -> int:
-        data = self.download(name)
-        with open(host_path, "wb") as f:
-            f.write(data)
-        return len(data)
 
     def list_files(self, path: str = ".", patterns: Optional[Sequence[str]] = None,
                    max_entries: int = 10000) -> Dict[str, int]:
