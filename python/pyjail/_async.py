@@ -332,7 +332,9 @@ class AsyncSession:
         def interrupt() -> None:
             end = time.monotonic() + max(session.interrupt_grace, 1.0)
             while state["running"] and time.monotonic() < end:
-                session._interrupt()
+                # Checked again under the session's interrupt lock: the call's
+                # cell may end, and the next call's start, after this check.
+                session._interrupt(only_if=lambda: state["running"])
                 time.sleep(0.25)
 
         threading.Thread(target=interrupt, name="pyjail-cancel", daemon=True).start()

@@ -308,7 +308,9 @@ class Session(HostFileCopies):
         self._last_returncode: Optional[int] = None
         self._last_lost: Optional[str] = None     # why a Pool's launcher lost the last jail
         # The interrupts sent to the current interpreter, which each cell's request
-        # tells it (the server's _await_interrupts).
+        # tells it (the server's _await_interrupts): counted, and read for a request,
+        # under their own lock (_interrupt comes from other threads).
+        self._interrupt_lock = threading.Lock()
         self._interrupts_sent = 0
         self.restarts = 0
         """How many times the interpreter was replaced."""
@@ -323,9 +325,10 @@ class Session(HostFileCopies):
         # close() from another thread while a call restarts the interpreter.
         self._check_open()
         jail = launch(self.binary, self._args, server_command(), launcher=self._launcher)
-        self._interrupts_sent = 0     # a new interpreter has had none
         proc = jail.proc
-        self._jail, self._proc = jail, proc
+        with self._interrupt_lock:
+            self._interrupts_sent = 0     # a new interpreter has had none
+            self._jail, self._proc = jail, proc
         # Nothing is left behind, also at exit or garbage collection.
         self._finalizer = weakref.finalize(self, jail.close)
         assert proc.stdin is not None and proc.stdout is not None
@@ -610,15 +613,24 @@ class Session(HostFileCopies):
             streams.finish()
         return res
 
-    def _interrupt(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
+    def _interrupt(self, only_if: Optional[Callable[[], bool]] = None) -> None:
+        """SIGINT to the cell that runs (pyjail relays it to the program: the
+        server raises KeyboardInterrupt in the cell); with ``only_if``, only
+        while it says so (AsyncSession: while the cancelled call's cell runs)."""
+        with self._interrupt_lock:
+            # Under the lock a next cell's request takes its count from: that
+            # cell waits for this interrupt before it starts (counted before it
+            # is sent), or its request came first, once ``only_if`` was false.
+            if only_if is not None and not only_if():
+                return
+            proc = self._proc
+            if proc is None or proc.poll() is not None:
+                return
+            self._interrupts_sent += 1
             try:
-                # pyjail relays SIGINT to the program: the server raises
-                # KeyboardInterrupt in the cell.
-                self._proc.send_signal(signal.SIGINT)
-                self._interrupts_sent += 1
+                proc.send_signal(signal.SIGINT)
             except OSError:
-                pass
+                self._interrupts_sent -= 1
 
     def _exec(self, code: str, timeout: Optional[float], want_data: bool, want_str: bool,
               name: Optional[str], streams: Optional[Streams] = None,
@@ -662,8 +674,9 @@ class Session(HostFileCopies):
             header["name"] = name
         if self.max_image_bytes != 8 << 20:
             header["image_limit"] = self.max_image_bytes
-        if self._interrupts_sent:
-            header["interrupts"] = self._interrupts_sent
+        with self._interrupt_lock:
+            if self._interrupts_sent:
+                header["interrupts"] = self._interrupts_sent
         return header
 
     def _await_result(self, rid: str, streams: Optional[Streams], clock: "_CellClock",

@@ -536,8 +536,10 @@ class RemoteSession(HostFileCopies):
         self._pool._request("POST", self._path + "/restart", session=True)
         self.restarts += 1
 
-    def _interrupt(self) -> None:
+    def _interrupt(self, only_if: Optional[Callable[[], bool]] = None) -> None:
         """What AsyncSession does to a cancelled call: the server interrupts the cell."""
+        if only_if is not None and not only_if():
+            return
         try:
             self._pool._request("POST", self._path + "/interrupt", session=True)
         except PyjailError:

@@ -436,6 +436,42 @@ def test_after_a_cell_an_interrupt_ended_the_next_one_starts_at_once(session):
     pytest.fail("the next cell waited %s s after an interrupted one" % took)
 
 
+
+def test_an_interrupt_is_counted_before_it_is_sent_so_the_next_cell_waits_for_it(session):
+    # Another thread's interrupt (AsyncSession's cancel, the service's interrupt endpoint)
+    # as a cell ends: had the next cell's request been built between the signal and its
+    # count, the server would not wait for it and the next cell would take it. Counted
+    # first, under the lock the request takes its count from, it never is.
+    seen = []
+    proc = session._proc
+    real = proc.send_signal
+
+    def recording(sig):
+        seen.append(session._interrupts_sent)
+        real(sig)
+    proc.send_signal = recording
+    try:
+        before = session._interrupts_sent
+        session._interrupt()
+    finally:
+        del proc.send_signal
+    assert seen == [before + 1], seen
+    r = session.run("import time\ntime.sleep(0.5)\n'not interrupted'")
+    assert r.ok and r.value == "'not interrupted'", r.error
+
+
+def test_an_interrupt_whose_condition_no_longer_holds_is_not_sent(session):
+    # AsyncSession interrupts a cancelled call's cell only while that call runs: checked
+    # under the interrupt lock, so a call that has ended by then sends nothing to the next.
+    before = session._interrupts_sent
+    session._interrupt(only_if=lambda: False)
+    assert session._interrupts_sent == before
+    r = session.run("import time\ntime.sleep(0.3)\n'not interrupted'")
+    assert r.ok and r.value == "'not interrupted'", r.error
+    session._interrupt(only_if=lambda: True)
+    assert session._interrupts_sent == before + 1
+
+
 def test_fork_bomb_ends_the_cell_not_the_session(session):
     session.run("keep = 'me'")
     r = session.run("import os\nwhile True:\n    os.fork()", timeout=10)
