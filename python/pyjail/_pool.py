@@ -180,6 +180,18 @@ class _LaunchedProcess:
     def poll(self) -> Optional[int]:
         return self.returncode if self._done.is_set() else None
 
+    def holds_pid(self) -> bool:
+        """Whether ``pid`` still names its pyjail. The launcher reaps it at once,
+        before it says so: only the pidfd tells that the pid may be another's now."""
+        with self._launcher._lock:
+            if self._pidfd is None or self._done.is_set():
+                return False
+            try:
+                signal.pidfd_send_signal(self._pidfd, 0)
+            except OSError:
+                return False
+            return True
+
     def wait(self, timeout: Optional[float] = None) -> int:
         """Its exit status; raises, once, the JailError of a run that the
         launcher could not start or lost (it ended while the run was in flight)."""

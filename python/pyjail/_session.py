@@ -191,6 +191,14 @@ _MOVED = {"cpu_time": ("limits", "cpu_time"), "pids": ("limits", "pids"),
 SESSION_CAPS = {"max_output": 1 << 20, "max_file_bytes": 64 << 20, "max_image_bytes": 8 << 20}
 
 
+def _holds_pid(proc: Any) -> bool:
+    """Whether ``proc.pid`` still names the pyjail it started: a Popen's child until
+    it is waited for (this process reaps it), a Pool's launched pyjail while its pidfd
+    says so."""
+    holds = getattr(proc, "holds_pid", None)
+    return bool(holds()) if holds is not None else proc.poll() is None
+
+
 class HostFileCopies:
     """upload_file and download_file, for a session with upload and download
     (Session, and pyjail.remote's RemoteSession)."""
@@ -748,14 +756,21 @@ class Session(HostFileCopies):
         pid 1 adopted. Stopped first, then killed, each repeated while new ones appear
         within a bound (see _wire.stop_then_kill: a fork bomb forks while it is being
         killed). Returns how many were killed."""
-        if self._proc is None:
+        proc = self._proc
+        if proc is None or not _holds_pid(proc):
             return 0
         parents = _hostprocs.process_parents()
-        # pid 1 and the interpreter stay the same processes for the whole call: found once.
-        init = [pid for pid, pp in parents.items() if pp == self._proc.pid]
+        # pid 1 and the interpreter stay the same processes for the whole call: found once,
+        # from a listing made while pyjail's pid was still its own (a Pool's launcher reaps it
+        # at once: after that the pid may be another process's, whose children are not ours).
+        init = [pid for pid, pp in parents.items() if pp == proc.pid]
+        if not _holds_pid(proc):
+            return 0
         keep = {pid for pid, pp in parents.items() if pp in init and _hostprocs.is_jail_pid(pid, 2)}
 
         def listing() -> List[Tuple[int, str]]:
+            if not _holds_pid(proc):    # pyjail, and with it the jail, is gone
+                return []
             listed = _wire.processes()
             parents.clear()
             parents.update((pid, pp) for pid, _state, pp, _start in listed)

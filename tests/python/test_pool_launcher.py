@@ -298,3 +298,40 @@ def test_a_fork_that_exits_leaves_the_parent_s_sessions_and_templates(pyjail_bin
     assert lines[1:] == ["42 False None"] * 3, r.stdout
     # Not 5 s (a wait for the parent's pyjail) for each session.
     assert float(lines[0].split()[2]) < 10, lines[0]
+
+
+_TREE = r"""
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", '''
+import subprocess, sys, time
+g = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+print(g.pid, flush=True)
+time.sleep(120)
+'''], stdout=subprocess.PIPE, text=True)
+print(child.stdout.readline().strip(), flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_pid_freed_by_the_launcher_is_not_walked_for_a_cell_s_processes(pool):
+    # A Pool session's pyjail ended, and the launcher reaped it at once: its pid may now be
+    # another process's. Killing from the host what the cells started walks that pid's
+    # children's descendants; another process's (here a stand-in tree: its pid given to the
+    # session as the reused one) must not be killed.
+    import subprocess
+    import sys
+    s = pool.session()
+    tree = subprocess.Popen([sys.executable, "-c", _TREE], stdout=subprocess.PIPE, text=True)
+    try:
+        grandchild = int(tree.stdout.readline())
+        launched = s._proc
+        launched.kill()
+        launched._done.wait(30)
+        assert launched.poll() is not None
+        launched._pid = tree.pid     # the freed pid, taken by another process
+        assert s._kill_interpreter_descendants() == 0
+        os.kill(grandchild, 0)       # still there
+    finally:
+        tree.kill()
+        tree.wait()
+        s.close()
