@@ -71,3 +71,28 @@ def signal_if_child_of(pid: int, parent: int, sig: int) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+def jail_init_of(supervisor: int) -> Optional[int]:
+    """The host pid of the jail's pid 1 that pyjail process ``supervisor`` watches,
+    or None: the process of a pidfd it holds whose innermost pid is 1. A fresh
+    jail's pid 1 is pyjail's own child; a run's from a template is the template's,
+    watched through the pidfd the server handed to pyjail."""
+    try:
+        fds = os.listdir("/proc/%d/fd" % supervisor)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            if "pidfd" not in os.readlink("/proc/%d/fd/%s" % (supervisor, fd)):
+                continue
+            with open("/proc/%d/fdinfo/%s" % (supervisor, fd)) as f:
+                for line in f:
+                    if line.startswith("NSpid:"):
+                        ids = line.split()[1:]
+                        # (-1 or 0 for a process that has ended; one level: not a jail's)
+                        if len(ids) > 1 and ids[-1] == "1" and int(ids[0]) > 0:
+                            return int(ids[0])
+        except (OSError, ValueError):
+            continue
+    return None

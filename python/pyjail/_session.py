@@ -759,17 +759,21 @@ class Session(HostFileCopies):
         proc = self._proc
         if proc is None or not _holds_pid(proc):
             return 0
-        parents = _hostprocs.process_parents()
-        # pid 1 and the interpreter stay the same processes for the whole call: found once,
-        # from a listing made while pyjail's pid was still its own (a Pool's launcher reaps it
-        # at once: after that the pid may be another process's, whose children are not ours).
-        init = [pid for pid, pp in parents.items() if pp == proc.pid]
-        if not _holds_pid(proc):
+        # The jail's pid 1, through the pidfd pyjail watches it by: a fresh jail's is
+        # pyjail's child, a run's from a template (a Pool's session) the template's.
+        # Found while pyjail's pid was still its own (a Pool's launcher reaps it at once:
+        # after that the pid may be another process's, whose processes are not ours).
+        found = _hostprocs.jail_init_of(proc.pid)
+        if found is None or not _holds_pid(proc):
             return 0
+        init = [found]
+        parents = _hostprocs.process_parents()
+        # The interpreter stays the same process for the whole call: found once.
         keep = {pid for pid, pp in parents.items() if pp in init and _hostprocs.is_jail_pid(pid, 2)}
 
         def listing() -> List[Tuple[int, str]]:
-            if not _holds_pid(proc):    # pyjail, and with it the jail, is gone
+            # pyjail, and with it the jail, is gone; or its pid 1's pid is no longer its.
+            if not _holds_pid(proc) or _hostprocs.jail_init_of(proc.pid) != found:
                 return []
             listed = _wire.processes()
             parents.clear()
