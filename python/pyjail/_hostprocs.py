@@ -96,3 +96,57 @@ def jail_init_of(supervisor: int) -> Optional[int]:
         except (OSError, ValueError):
             continue
     return None
+
+
+def _children_files() -> bool:
+    """Whether this kernel lists a thread's children (/proc/PID/task/TID/children)."""
+    return os.path.exists("/proc/%d/task/%d/children" % (os.getpid(), os.getpid()))
+
+
+_HAS_CHILDREN_FILES = _children_files()
+
+
+def _children(pid: int) -> List[int]:
+    """The children of host process ``pid``, any of its threads' ([] if it is gone)."""
+    out: List[int] = []
+    try:
+        tasks = os.listdir("/proc/%d/task" % pid)
+    except OSError:
+        return out
+    for tid in tasks:
+        try:
+            with open("/proc/%d/task/%s/children" % (pid, tid), "rb") as f:
+                out.extend(int(c) for c in f.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def tree_cpu_seconds(root: int) -> Optional[float]:
+    """The CPU seconds (user and system) of host process ``root`` and every process
+    under it, those that ended included (in the counts of the process that reaped
+    them), read from the host's /proc, which nothing in a jail can write. None if
+    ``root`` is gone. An estimate while processes end: one reaped between the read
+    of its reaper and its own is missed."""
+    if _HAS_CHILDREN_FILES:
+        pids = [root]
+        todo = _children(root)
+        while todo:
+            pid = todo.pop()
+            pids.append(pid)
+            todo.extend(_children(pid))
+    else:
+        pids = [root] + sorted(descendants(process_parents(), [root]))
+    ticks = 0
+    for pid in pids:
+        fields = _wire.proc_stat(pid)
+        if fields is None:
+            if pid == root:
+                return None
+            continue
+        try:
+            # utime, stime, cutime, cstime: fields 14-17 of stat(5), 11-14 after the name
+            ticks += sum(int(x) for x in fields[11:15])
+        except ValueError:
+            continue
+    return ticks / os.sysconf("SC_CLK_TCK")

@@ -750,6 +750,21 @@ class Session(HostFileCopies):
                             "fresh one started: every variable and file is lost"),
             restarted=True, duration_s=time.monotonic() - start)
 
+    def _jail_cpu_seconds(self) -> Optional[float]:
+        """The CPU seconds the current interpreter's jail has used so far (its pid 1
+        and everything under it), read from the host's /proc, which nothing in the jail
+        can change: what pyjail-server charges a tenant for a cell. None without a live
+        jail."""
+        proc = self._proc
+        if proc is None or not _holds_pid(proc):
+            return None
+        init = _hostprocs.jail_init_of(proc.pid)
+        if init is None:
+            return None
+        used = _hostprocs.tree_cpu_seconds(init)
+        # Read while the pid was still its pid 1's (see _kill_interpreter_descendants).
+        return used if _holds_pid(proc) and _hostprocs.jail_init_of(proc.pid) == init else None
+
     def _kill_interpreter_descendants(self) -> int:
         """SIGKILLs, from the host, every process of the jail but its pid 1 and the
         interpreter (the jail's pid 2): what the cells started, and orphans of theirs that

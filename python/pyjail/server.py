@@ -29,8 +29,10 @@ whole, its fields are checked, nothing is unpickled (values cross as the
 package's plain-data codec). A tenant sees only its own sessions: another
 tenant's session id answers 404, as an unknown one does. Quotas per tenant:
 live sessions, calls running at once, CPU seconds per hour (a run is charged
-its jail's CPU time; a cell its wall time, an upper bound of its CPU time at
-the repl profile's one CPU). Sessions idle for ``--idle-timeout`` are closed.
+its jail's CPU time; a cell the CPU time its session's jail used since the
+session was last charged, read from the host's /proc, or its wall time where the
+interpreter was replaced; a session's last stretch when it is restarted or
+closed). Sessions idle for ``--idle-timeout`` are closed.
 """
 
 import argparse
@@ -111,6 +113,10 @@ class LiveSession:
     queue: Optional["asyncio.Queue[Any]"] = None     # the running cell's stream
     calls: Dict[str, "concurrent.futures.Future[Any]"] = field(default_factory=dict)
     ends_cell: set = field(default_factory=set)
+    # The CPU seconds its jail had used when the session was last charged, and that
+    # jail's pyjail (a restart replaces it): see Service.charge_session.
+    cpu_seen: Optional[float] = None
+    cpu_jail: Any = None
 
 
 class Metrics:
@@ -189,6 +195,18 @@ class Service:
         t.running -= 1
         t.cpu_used += max(0.0, cpu)
 
+    def charge_session(self, live: LiveSession, fallback: float) -> float:
+        """The CPU seconds a session's jail used since it was last charged (its cells',
+        and what they left running between calls), read from the host's /proc, where
+        nothing in the jail can change it; ``fallback`` (a cell's wall time: an upper
+        bound at the repl profile's one CPU) where the jail was replaced meanwhile or
+        cannot be read."""
+        before, jail = live.cpu_seen, live.cpu_jail
+        live.cpu_seen, live.cpu_jail = live.session._jail_cpu_seconds(), live.session._proc
+        if live.cpu_seen is None or before is None or live.cpu_jail is not jail:
+            return fallback
+        return max(0.0, live.cpu_seen - before)
+
     def session_of(self, tenant: str, sid: str) -> LiveSession:
         live = self.sessions.get(sid)
         # Another tenant's session answers as an unknown one: ids are not a way to probe.
@@ -223,6 +241,7 @@ class Service:
             raise
         sid = secrets.token_urlsafe(24)
         live = LiveSession(sid, tenant, session, AsyncSession.wrap(session), time.monotonic())
+        self.charge_session(live, 0.0)    # from here: its start is the service's
         self.sessions[sid] = live
         self.metrics.live.set(len(self.sessions))
         return live
@@ -230,7 +249,9 @@ class Service:
     async def close_session(self, live: LiveSession) -> None:
         if self.sessions.pop(live.id, None) is None:
             return
-        self.tenant(live.tenant).sessions -= 1
+        t = self.tenant(live.tenant)
+        t.sessions -= 1
+        t.cpu_used += self.charge_session(live, 0.0)    # what ran since its last call
         self.metrics.live.set(len(self.sessions))
         for fut in live.calls.values():
             fut.cancel()
@@ -381,8 +402,12 @@ def create_app(service: Service) -> Any:
                 live.busy -= 1
                 live.queue = None
                 live.last_used = time.monotonic()
-            cpu = state["cpu"] if task is not None and task.done() and \
-                not task.cancelled() else time.monotonic() - start
+            wall = time.monotonic() - start
+            if live is not None:     # a cell: what its session's jail used (charge_session)
+                cpu = service.charge_session(live, wall)
+            else:
+                cpu = state["cpu"] if task is not None and task.done() and \
+                    not task.cancelled() else wall
             service.end_call(tenant, cpu)
             m.runs.labels(kind, state["status"]).inc()
             m.duration.labels(kind).observe(time.monotonic() - start)
@@ -604,7 +629,10 @@ def create_app(service: Service) -> Any:
 
     async def post_restart(request: Request, tenant: str) -> Response:
         live = service.session_of(tenant, request.path_params["sid"])
+        # What ran since its last call is charged before the jail it ran in ends.
+        service.tenant(tenant).cpu_used += service.charge_session(live, 0.0)
         await _in_thread(live.session.restart)
+        service.charge_session(live, 0.0)
         return JSONResponse({"restarts": live.session.restarts})
 
     async def put_file(request: Request, tenant: str) -> Response:

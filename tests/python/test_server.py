@@ -327,6 +327,24 @@ def test_cpu_budget_and_idle_expiry(tight):
         s.run("1 + 1")
 
 
+
+def test_a_cell_is_charged_the_cpu_its_session_s_jail_used_not_its_wall_time(tight):
+    import pyjail
+    s = tight.client(BOB).session()
+    # Waiting costs nothing: 2.4 s of cells that sleep leave a budget of 1 CPU second.
+    for _ in range(4):
+        assert s.run("import time; time.sleep(0.6)").ok
+    assert s.run("1 + 1").value == "2"
+    # Spending does, also by a process a cell started and left running, while the
+    # interpreter itself only waits: the jail's CPU as the host sees it.
+    burn = "import time\nwhile time.process_time() < 1.3: pass"
+    r = s.run("import subprocess, sys\np = subprocess.Popen([sys.executable, '-c', %r])" % burn)
+    assert r.ok, r.error
+    assert s.run("p.wait(20)").value == "0"
+    with pytest.raises(pyjail.PyjailError, match="CPU seconds"):
+        s.run("1 + 1")
+
+
 def test_dead_template_and_dead_server_end_sessions_at_once(tight):
     import httpx
     import pyjail
