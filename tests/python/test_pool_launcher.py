@@ -335,26 +335,3 @@ def test_a_pid_freed_by_the_launcher_is_not_walked_for_a_cell_s_processes(pool):
         tree.kill()
         tree.wait()
         s.close()
-
-
-def test_a_pool_session_s_runaway_processes_are_killed_from_the_host_and_its_state_kept(pool):
-    # As a fresh Session's (test_session.py): the interpreter ignores the interrupt and
-    # waits for a child that spins; before giving up on it, the driver kills, from the
-    # host, what the cell started, and the session keeps its state. A Pool session's jail
-    # is a run from the template: its pid 1 is the template's child, not pyjail's, and is
-    # found through the pidfd pyjail watches it by.
-    with pool.session(interrupt_grace=2.0) as s:
-        s.run("state = 'kept'")
-        t = time.monotonic()
-        r = s.run("import os, signal\n"
-                  "child = os.fork()\n"
-                  "if child == 0:\n"
-                  "    while True:\n"
-                  "        pass\n"
-                  "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-                  "_, status = os.waitpid(child, 0)\n"
-                  "print('child ended by signal', os.WTERMSIG(status))", timeout=0.5)
-        assert time.monotonic() - t < 10
-        assert not r.restarted and s.restarts == 0, r.error
-        assert r.stdout == "child ended by signal 9\n"
-        assert s.run("state").value == "'kept'"

@@ -1,5 +1,6 @@
 """pyjail.Session: a persistent jailed interpreter."""
 
+import contextlib
 import os
 import signal
 import struct
@@ -155,12 +156,20 @@ def test_a_stalled_interpreter_does_not_hold_a_large_cell_past_its_timeout():
         assert s.run("1 + 1", timeout=10).value == "2"
 
 
-def test_processes_that_keep_the_interpreter_from_answering_are_killed_first():
+@pytest.mark.parametrize("kind", ["fresh", "pool"])
+def test_processes_that_keep_the_interpreter_from_answering_are_killed_first(kind):
     # The interpreter cannot answer the interrupt while its cell's processes hold it (here:
     # it ignores SIGINT and waits for a runaway child; a fork bomb starving it of CPU is the
     # same case). Before giving up on it, the driver kills every process it started, from
-    # the host; the interpreter then finishes the cell and the session keeps its state.
-    with pyjail.Session(interrupt_grace=2.0) as s:
+    # the host; the interpreter then finishes the cell and the session keeps its state. A
+    # Pool session's jail is a run from the template, whose pid 1 is the template's child,
+    # not pyjail's: it is found through the pidfd pyjail watches it by.
+    with contextlib.ExitStack() as stack:
+        if kind == "pool":
+            pool = stack.enter_context(pyjail.Pool())
+            s = stack.enter_context(pool.session(interrupt_grace=2.0))
+        else:
+            s = stack.enter_context(pyjail.Session(interrupt_grace=2.0))
         s.run("state = 'kept'")
         t = time.monotonic()
         r = s.run("import os, signal\n"
