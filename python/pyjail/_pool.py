@@ -205,13 +205,16 @@ class _LaunchedProcess:
 
     def send_signal(self, sig: int) -> None:
         """``sig`` to its pyjail (a Session's interrupt: pyjail relays SIGINT to
-        the program); nothing once it has ended. The launcher's word that it
-        started it comes on another socket than the jail's own output, so it
-        may arrive after the session's hello: waited for, briefly."""
+        the program). The launcher's word that it started it comes on another
+        socket than the jail's own output, so it may arrive after the session's
+        hello: waited for, briefly. ProcessLookupError if nothing was sent (it has
+        ended, or its start was never heard of): the Session does not count it
+        as an interrupt the next cell must wait for."""
         self._known.wait(_STARTED_WITHIN_S)
         with self._launcher._lock:
-            if not self._done.is_set():
-                self._signal(sig)
+            if not self._done.is_set() and self._signal(sig):
+                return
+        raise ProcessLookupError("pyjail: the run's pyjail has ended or never started")
 
     def kill(self) -> None:
         with self._launcher._lock:

@@ -335,3 +335,27 @@ def test_a_pid_freed_by_the_launcher_is_not_walked_for_a_cell_s_processes(pool):
         tree.kill()
         tree.wait()
         s.close()
+
+
+
+def test_an_interrupt_that_could_not_be_sent_is_not_counted(pool, monkeypatch):
+    # A session's interrupt goes through its pyjail's pidfd, which the launcher hands over
+    # when it says it started it. Not sent (that word not heard in time, or it ended), it
+    # must not be counted: the next cell would wait for a SIGINT that never comes.
+    from pyjail import _pool
+    monkeypatch.setattr(_pool, "_STARTED_WITHIN_S", 0.05)
+    s = pool.session()
+    real = s._proc
+    try:
+        s._proc = _pool._LaunchedProcess(pool._launcher, -1)    # its start never heard of
+        before = s._interrupts_sent
+        s._interrupt()
+        assert s._interrupts_sent == before
+        with pytest.raises(ProcessLookupError):
+            s._proc.send_signal(signal.SIGINT)
+    finally:
+        s._proc = real
+    try:
+        assert s.run("1 + 1").value == "2"
+    finally:
+        s.close()
