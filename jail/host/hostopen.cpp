@@ -372,8 +372,10 @@ private:
             std::fputs("pyjail: internal error: cannot restore its own file ids\n", stderr);
             std::abort();
         }
+        death_signal_.rearm();
     }
 
+    ParentDeathSignal death_signal_;  // read before the ids change
     std::vector<gid_t> groups_;
     uid_t old_uid_ = 0;
     gid_t old_gid_ = 0;

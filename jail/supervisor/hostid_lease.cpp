@@ -65,7 +65,9 @@ private:
     void restore() noexcept {
         ::setfsuid(old_uid_);
         ::setfsgid(old_gid_);
+        death_signal_.rearm();
     }
+    ParentDeathSignal death_signal_;  // read before the ids change
     gid_t old_gid_;
     uid_t old_uid_;
 };

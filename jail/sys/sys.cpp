@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <linux/seccomp.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -194,6 +196,14 @@ int write_id_maps(const std::string& proc_dir, const std::string& uid_map,
     }
     ::close(dir);
     return err;
+}
+
+ParentDeathSignal::ParentDeathSignal() noexcept : parent_(::getppid()) { (void)::prctl(PR_GET_PDEATHSIG, &signal_); }
+
+void ParentDeathSignal::rearm() const noexcept {
+    if (signal_ == 0) return;
+    (void)::prctl(PR_SET_PDEATHSIG, signal_);
+    if (::getppid() != parent_) (void)::kill(::getpid(), signal_);
 }
 
 }  // namespace pyjail

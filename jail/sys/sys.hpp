@@ -110,4 +110,18 @@ int sys_move_mount_here(int mount_fd, const char* target) noexcept;
 int write_id_maps(const std::string& proc_dir, const std::string& uid_map,
                   const std::string& gid_map, const char*& failed) noexcept;
 
+// The parent-death signal, which any change of the file-system ids clears (the kernel's
+// commit_creds): saved before one, and set again after, so that a process that must die with
+// its parent (pyjail serve's template, a launcher's run) still does. Its parent gone in
+// between: the signal, now.
+class ParentDeathSignal {
+public:
+    ParentDeathSignal() noexcept;
+    void rearm() const noexcept;
+
+private:
+    int signal_ = 0;
+    pid_t parent_ = 0;
+};
+
 }  // namespace pyjail

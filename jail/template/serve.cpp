@@ -19,6 +19,7 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -138,6 +139,26 @@ JailError start_failure(int fd, const std::string& how) {
                      0, "check that the rootfs has every --preload module");
 }
 
+// What a pidfd's fdinfo says of its process: its host pid, -1 once it is gone (reaped), 0 if it
+// is outside our pid namespace; nothing if the descriptor is not a pidfd (no Pid line).
+std::optional<pid_t> pidfd_pid(int fd) {
+    std::string info;
+    if (!try_read_file(fmt::format("/proc/self/fdinfo/{}", fd), info)) return std::nullopt;
+    auto at = info.find("\nPid:");
+    if (at == std::string::npos) return std::nullopt;
+    return static_cast<pid_t>(std::atoi(info.c_str() + at + 5));
+}
+
+// A host process's parent (/proc/PID/stat), or 0.
+pid_t parent_of(pid_t pid) {
+    std::string stat;
+    if (!try_read_file(fmt::format("/proc/{}/stat", pid), stat)) return 0;
+    auto name_end = stat.rfind(')');
+    int ppid = 0;
+    if (name_end == std::string::npos || std::sscanf(stat.c_str() + name_end + 1, " %*c %d", &ppid) != 1) return 0;
+    return ppid;
+}
+
 struct Client;
 
 // What an epoll event is about: one of the server's own descriptors, or a client's.
@@ -235,7 +256,8 @@ public:
                         return 0;
                     case Watch::Kind::Listen: accept_now = true; break;
                     case Watch::Kind::Control:
-                        if (control_) on_template_message();
+                        if (control_ && (events[i].events & EPOLLOUT)) on_template_writable();
+                        if (control_ && (events[i].events & (EPOLLIN | EPOLLHUP | EPOLLERR))) on_template_message();
                         break;
                     case Watch::Kind::Template:
                         if (template_pidfd_) on_template_gone();
@@ -312,6 +334,7 @@ private:
             watch(template_pidfd_.get(), &template_watch_);
         }
         template_ready_ = false;
+        template_full_ = false;
         starts_++;
     }
 
@@ -365,6 +388,31 @@ private:
         start_template();
     }
 
+    // Attack: the template's code answering with a pidfd of a process outside its jail (this
+    // server, whose socket it holds; a client, or whatever is at the other end of a socket a
+    // client passed: SO_PEERPIDFD gives them), which the server and the client would signal as
+    // the run's pid 1: kills the template cannot make from its pid namespace. Only a process
+    // below its supervisor is the template's: nothing outside the jail descends from it (our
+    // child, not reaped until it is gone, so its pid is not another's). The walk reads /proc,
+    // not the processes themselves: an ancestor that ended in that instant, its pid taken at
+    // once by a process of the jail, would pass; the template cannot time that.
+    bool in_template(int pidfd) const {
+        std::optional<pid_t> gone_or_pid = pidfd_pid(pidfd);
+        if (!gone_or_pid) return false;
+        // A run can end, and be reaped by the template, before its answer is read here; a
+        // process gone is nobody's to kill any more.
+        pid_t pid = *gone_or_pid;
+        if (pid == -1) return true;
+        for (int hops = 0; template_pid_ > 0 && pid > 1 && hops < 64; ++hops) {
+            pid_t up = parent_of(pid);
+            if (up == template_pid_) return true;
+            // The run itself ended and was reaped between the two reads: gone, as above.
+            if (up == 0 && hops == 0) return pidfd_pid(pidfd) == -1;
+            pid = up;
+        }
+        return false;
+    }
+
     void on_template_message() {
         TemplateReply r{};
         int fd = -1;
@@ -396,6 +444,15 @@ private:
         Client* c = forwarded_.front();
         forwarded_.pop_front();
         forward_next();
+        if (r.kind == TemplateReplyKind::Started && passed && !in_template(passed.get())) {
+            std::fprintf(stderr, "pyjail serve: the template answered a run with a process outside its jail: "
+                                 "refused\n");
+            c->state = Client::State::Running;
+            send_refusal(c->conn.get(), "the template answered with a process outside its jail", "template", 0,
+                         "check the template's preloads");
+            close_conn(*c);
+            return;
+        }
         if (r.kind == TemplateReplyKind::Started && passed) {
             c->state = Client::State::Running;
             c->pidfd = std::move(passed);
@@ -560,14 +617,13 @@ private:
         forward_next();
     }
 
-    // Attack: a burst of clients. The sends to the template and its replies are blocking:
-    // with many requests forwarded at once, the template's replies (read one per turn of the
-    // loop) fill their socket while this server still sends, and each then waits for the
-    // other for ever, with every run of this server. A few requests at the template at a
-    // time: their replies (a few hundred bytes each) never fill the template's socket, so
-    // the template never waits, and a send of ours waits at most for its next read.
+    // Attack: a burst of clients. The template's replies are blocking: with many requests
+    // forwarded at once, the template's replies (read one per turn of the loop) fill their
+    // socket while this server still sends, and each then waits for the other for ever, with
+    // every run of this server. A few requests at the template at a time: their replies (a
+    // few hundred bytes each) never fill the template's socket, so the template never waits.
     void forward_next() {
-        while (template_ready_ && forwarded_.size() < kAtTemplate && !queued_.empty()) {
+        while (template_ready_ && !template_full_ && forwarded_.size() < kAtTemplate && !queued_.empty()) {
             Client* c = queued_.front();
             queued_.pop_front();
             forward(*c);  // sent: awaited now; not sent: answered, and the next is tried
@@ -578,8 +634,18 @@ private:
         std::vector<int> fds;
         for (const auto& f : c.fds) fds.push_back(f.get());
         int e = control_ ? send_with_fds(control_.get(), c.request.data(), c.request.size(), fds.data(),
-                                         static_cast<int>(fds.size()))
+                                         static_cast<int>(fds.size()), MSG_DONTWAIT)
                          : EPIPE;
+        // Attack: a template that answers without reading its requests, or stops reading: a
+        // send that waited for room would stop this server (its clients, its runs' deadlines,
+        // SIGTERM) for as long as the template likes. The request waits at the head of the
+        // queue until the template's socket has room (on_template_writable).
+        if (e == EAGAIN) {
+            queued_.push_front(&c);
+            template_full_ = true;
+            watch_control(EPOLLIN | EPOLLOUT);
+            return;
+        }
         c.fds.clear();  // the template has them now
         if (e != 0) {
             send_refusal(c.conn.get(), "cannot reach the template", "template", e,
@@ -589,6 +655,18 @@ private:
         }
         c.state = Client::State::Forwarded;
         forwarded_.push_back(&c);
+    }
+
+    void on_template_writable() {
+        template_full_ = false;
+        watch_control(EPOLLIN);
+        forward_next();
+    }
+    void watch_control(std::uint32_t events) {
+        epoll_event ev{};
+        ev.events = events;
+        ev.data.ptr = &control_watch_;
+        (void)::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, control_.get(), &ev);
     }
 
     // The filter of a set within this server's (beyond_bounds checked it): the server's own
@@ -658,6 +736,7 @@ private:
     UniqueFd template_pidfd_, control_;
     UniqueFd template_failure_;  // start_failure's: the read end of the template's error pipe
     bool template_ready_ = false, ever_ready_ = false, restarted_ = false;
+    bool template_full_ = false;  // a request waits for room in the template's socket
     int starts_ = 0;
     std::list<std::unique_ptr<Client>> clients_;
     std::deque<Client*> queued_;     // waiting for the template: to be ready, to answer earlier ones

@@ -811,3 +811,154 @@ def test_each_run_has_a_network_namespace_made_for_it_alone(run_jail, as_user, s
     spare = held - {own}
     assert len(spare) == 1, (own, held, nets)
     assert len(set(nets) | {own} | spare) == 5, (own, spare, nets)
+
+
+# --------------------------------------------------------------------------------------------
+# From the template's own code
+
+
+def rootfs_with_module(world_tmp, jail_rootfs, name: str, code: str):
+    """A copy of the rootfs with the module `name` in its site-packages (wherever its site looks)."""
+    rootfs = world_tmp.dir() / "rootfs"
+    shutil.copytree(jail_rootfs, rootfs, symlinks=True)
+    for d in ("usr/lib/python3/dist-packages", "usr/lib/python3.11/dist-packages",
+              "usr/local/lib/python3.11/dist-packages"):
+        (rootfs / d).mkdir(parents=True, exist_ok=True)
+        (rootfs / d / f"{name}.py").write_text(textwrap.dedent(code))
+    return rootfs
+
+
+# A preload that never returns: it plays the template's side of the server's socket (fd 0)
+# itself. For each request it answers "started" with a pidfd of a process outside its jail:
+# the peer of the client's stdin if that is a socket, else the server (its socket's maker), as
+# SO_PEERPIDFD gives them to any holder of a socket.
+FORGING_TEMPLATE = """
+import os, socket, struct
+REPLY = "<IiI400si32s256s"
+SO_PEERPIDFD = 77
+ctl = socket.socket(fileno=os.dup(0))
+def reply(kind, fd=-1):
+    anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack("i", fd))] if fd >= 0 else []
+    ctl.sendmsg([struct.pack(REPLY, kind, 1, 0, b"", 0, b"", b"")], anc)
+def peer_pidfd(fd):
+    s = socket.socket(fileno=os.dup(fd))
+    try:
+        return s.getsockopt(socket.SOL_SOCKET, SO_PEERPIDFD)
+    finally:
+        s.close()
+reply(1)
+while True:
+    data, anc, _, _ = ctl.recvmsg(1 << 20, socket.CMSG_SPACE(16 * 4))
+    if not data:
+        os._exit(0)
+    fds = [fd for _, _, payload in anc for fd in struct.unpack(f"{len(payload) // 4}i", payload)]
+    try:
+        victim = peer_pidfd(fds[1])
+    except OSError:
+        victim = peer_pidfd(0)
+    reply(2, victim)
+    for fd in fds + [victim]:
+        os.close(fd)
+"""
+
+# Holds a listening socket: the peer of every connection to it (SO_PEERCRED, SO_PEERPIDFD).
+VICTIM = """
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1])
+s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+time.sleep(120)
+"""
+
+
+def test_a_template_cannot_make_the_server_or_a_client_kill_a_process_outside_it(as_user, serve, pyjail_command,
+                                                                                 world_tmp, jail_rootfs):
+    # Attack: a preload of the rootfs owns the template's end of the server's socket, and answers
+    # a request with a pidfd of a host process (one it cannot signal from its pid namespace): the
+    # server and the client would take it for the run's pid 1, and kill it when the client
+    # leaves, the run is overdue or the server stops. The server believes only a pidfd of a
+    # process in the template's jail.
+    rootfs = rootfs_with_module(world_tmp, jail_rootfs, "pjforge", FORGING_TEMPLATE)
+    sock, server = serve(as_user, "--rootfs", str(rootfs), "--preload", "pjforge")
+    path = str(world_tmp.dir(0o777) / "victim.sock")
+    victim = subprocess.Popen([*as_user.prefix, sys.executable, "-c", VICTIM, path], stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, cwd="/")
+    try:
+        assert victim.stdout.readline() == b"listening\n"
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn.connect(path)
+        client = [*pyjail_command(as_user), "--quiet", "--rootfs", str(rootfs), "--wall-time", "3", "--via", sock,
+                  "--", "python", "-c", "pass"]
+        # The first run's stdin is a socket to the victim; the second's is not (the server's own).
+        runs = [subprocess.run(client, stdin=stdin, capture_output=True, text=True, timeout=60, cwd="/")
+                for stdin in (conn.fileno(), subprocess.DEVNULL)]
+        conn.close()
+        time.sleep(1)
+        assert victim.poll() is None, "a process outside the template was killed"
+        assert server.poll() is None, "the server was killed"
+        for r in runs:
+            assert r.returncode == 125 and "outside its jail" in r.stderr, describe(r)
+    finally:
+        victim.kill()
+        victim.wait()
+        victim.stdout.close()
+
+
+# A preload that says "ready", then neither reads a request nor ends.
+DEAF_TEMPLATE = """
+import os, socket, struct, time
+ctl = socket.socket(fileno=os.dup(0))
+ctl.send(struct.pack("<IiI400si32s256s", 1, 0, 0, b"", 0, b"", b""))
+while True:
+    time.sleep(60)
+"""
+
+
+def test_a_template_that_never_ends_goes_with_its_server_killed(root_user, serve, world_tmp, jail_rootfs):
+    # Attack: a template that ignores its socket's end (a preload that never returns) outlives
+    # its server once that is killed: a jail nobody answers for, with a host id of root's.
+    # The template's supervisor dies with the server (its parent-death signal), then its jail
+    # with it. Root only: root's supervisor changes its file-system ids, which clears that
+    # signal unless it is set again.
+    rootfs = rootfs_with_module(world_tmp, jail_rootfs, "pjdeaf", DEAF_TEMPLATE)
+    sock, server = serve(root_user, "--rootfs", str(rootfs), "--preload", "pjdeaf")
+    below = descendants(server.pid)
+    assert below
+    server.kill()
+    server.wait()
+    os.unlink(sock)  # left by a server killed
+    deadline = time.monotonic() + 10
+    while [p for p in below if os.path.exists(f"/proc/{p}")] and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = [p for p in below if os.path.exists(f"/proc/{p}")]
+    for p in left:  # not left for the next test: its supervisor's end takes the jail
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert not left, "the template outlived its server"
+
+
+def test_a_template_that_reads_no_request_cannot_stop_the_server(as_user, serve, pyjail_command, world_tmp,
+                                                                  jail_rootfs):
+    # Attack: a template that never reads its socket, sent requests (the largest a client may
+    # send) until the socket is full: a server that waited to send the next would take no
+    # client and no signal any more (SIGTERM included), and end no overdue run. The server
+    # keeps the request until the template's socket has room, and serves on.
+    rootfs = rootfs_with_module(world_tmp, jail_rootfs, "pjdeaf", DEAF_TEMPLATE)
+    sock, server = serve(as_user, "--rootfs", str(rootfs), "--preload", "pjdeaf")
+    large = ["--env", "A=" + "a" * 70000, "--env", "B=" + "b" * 70000]
+    clients = [subprocess.Popen([*pyjail_command(as_user), "--quiet", "--rootfs", str(rootfs), *large, "--via",
+                                 sock, "--", "python", "-c", "pass"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd="/") for _ in range(3)]
+    try:
+        time.sleep(3)               # all three sent; the template's socket is full
+        raw_connect(sock).close()   # the server's hello, within 10 s
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(15) is not None
+    finally:
+        for p in clients:
+            p.kill()
+            p.wait()
