@@ -29,6 +29,7 @@
 #include "cgroup.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
+#include "notice.hpp"  // parse_proc_stat
 #include "run_request.hpp"
 #include "serve_bounds.hpp"
 #include "spawn.hpp"
@@ -151,12 +152,10 @@ std::optional<pid_t> pidfd_pid(int fd) {
 
 // A host process's parent (/proc/PID/stat), or 0.
 pid_t parent_of(pid_t pid) {
-    std::string stat;
-    if (!try_read_file(fmt::format("/proc/{}/stat", pid), stat)) return 0;
-    auto name_end = stat.rfind(')');
-    int ppid = 0;
-    if (name_end == std::string::npos || std::sscanf(stat.c_str() + name_end + 1, " %*c %d", &ppid) != 1) return 0;
-    return ppid;
+    std::string text;
+    if (!try_read_file(fmt::format("/proc/{}/stat", pid), text)) return 0;
+    auto st = parse_proc_stat(text);
+    return st ? static_cast<pid_t>(st->ppid) : 0;
 }
 
 struct Client;
