@@ -117,13 +117,7 @@ FileId id_of(const struct stat& st) {
 }
 
 // The mount a descriptor lies on (/proc/self/fdinfo), or -1.
-long mount_id_of(int fd) {
-    std::string info;
-    if (!try_read_file(fmt::format("/proc/self/fdinfo/{}", fd), info)) return -1;
-    auto at = info.find("mnt_id:");
-    if (at == std::string::npos) return -1;
-    return std::strtol(info.c_str() + at + 7, nullptr, 10);
-}
+long mount_id_of(int fd) { return fdinfo_number(fd, "mnt_id").value_or(-1); }
 
 // /proc/self/mountinfo's root and mount point of each mount, by id.
 struct MountTable {

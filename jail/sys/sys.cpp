@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <string_view>
 #include <utility>
@@ -124,6 +125,17 @@ bool try_read_file(const std::string& path, std::string& out) noexcept {
     ::close(fd);
     errno = e;
     return ok;
+}
+
+std::optional<long> fdinfo_number(int fd, std::string_view name) {
+    std::string info;
+    if (!try_read_file("/proc/self/fdinfo/" + std::to_string(fd), info)) return std::nullopt;
+    // At a line's start: "Pid:" is not the end of "NSpid:".
+    std::string key = "\n" + std::string(name) + ":";
+    info.insert(0, 1, '\n');
+    auto at = info.find(key);
+    if (at == std::string::npos) return std::nullopt;
+    return std::strtol(info.c_str() + at + key.size(), nullptr, 10);
 }
 
 bool list_dir(const std::string& dir, const std::string& suffix, std::vector<std::string>& names) {

@@ -5,7 +5,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pyjail {
@@ -87,6 +89,9 @@ std::string read_fd(int fd, const std::string& path, const std::string& step);
 bool try_read_file(const std::string& path, std::string& out) noexcept;
 // Reads an open file from its offset to the end; false (errno set) on a read error.
 bool try_read_fd(int fd, std::string& out) noexcept;
+// The number on the line `name:` of /proc/self/fdinfo/FD (mnt_id, a pidfd's Pid), or nothing
+// when the descriptor's fdinfo has no such line.
+std::optional<long> fdinfo_number(int fd, std::string_view name);
 
 // A small file's text without trailing newlines and spaces (a sysctl, a cgroup file), or ""
 // when it cannot be read.

@@ -19,7 +19,6 @@
 #include <cerrno>
 #include <climits>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -143,11 +142,9 @@ JailError start_failure(int fd, const std::string& how) {
 // What a pidfd's fdinfo says of its process: its host pid, -1 once it is gone (reaped), 0 if it
 // is outside our pid namespace; nothing if the descriptor is not a pidfd (no Pid line).
 std::optional<pid_t> pidfd_pid(int fd) {
-    std::string info;
-    if (!try_read_file(fmt::format("/proc/self/fdinfo/{}", fd), info)) return std::nullopt;
-    auto at = info.find("\nPid:");
-    if (at == std::string::npos) return std::nullopt;
-    return static_cast<pid_t>(std::atoi(info.c_str() + at + 5));
+    std::optional<long> pid = fdinfo_number(fd, "Pid");
+    if (!pid) return std::nullopt;
+    return static_cast<pid_t>(*pid);
 }
 
 // A host process's parent (/proc/PID/stat), or 0.
