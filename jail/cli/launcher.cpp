@@ -110,7 +110,10 @@ struct Launched {
         }
     for (int k = 0; k < 4; ++k)
         if (::dup2(high[k], k) != k) ::_exit(kExitJailError);
-    sys_close_range(4, ~0U, 0);
+    if (sys_close_range(4, ~0U, 0) != 0) {
+        ::dprintf(2, "pyjail: launcher: cannot close its other descriptors: %s\n", std::strerror(errno));
+        ::_exit(kExitJailError);
+    }
     sigset_t none;
     sigemptyset(&none);
     ::sigprocmask(SIG_SETMASK, &none, nullptr);

@@ -303,8 +303,12 @@ private:
             // descriptor it was not given (lock_down), and the pipe is CLOEXEC besides; the
             // server reads one bounded, terminated record, once the supervisor has ended.
             ::dup2(failure_write.get(), 3);
-            sys_close_range(4, ~0U, 0);
-            ::fcntl(3, F_SETFD, FD_CLOEXEC);
+            // The template's supervisor holding the server's sockets to other clients
+            // (and so their runs) is not started.
+            if (sys_close_range(4, ~0U, 0) != 0 || ::fcntl(3, F_SETFD, FD_CLOEXEC) != 0) {
+                send_start_failure(3, JailError("serve", "cannot close the server's descriptors", errno));
+                ::_exit(kExitJailError);
+            }
             sigset_t none;
             sigemptyset(&none);
             ::sigprocmask(SIG_SETMASK, &none, nullptr);

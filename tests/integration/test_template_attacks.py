@@ -17,6 +17,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+from pathlib import Path
 import time
 
 import pytest
@@ -160,6 +161,45 @@ def test_pid1_and_the_program_hold_nothing_of_the_template(run_jail, as_user, se
     for key in ("pid1_fds", "pid1_environ", "pid1_maps", "ns_fd"):
         assert got[key] != "ok", (key, got)
     assert got["template_dir"] is False
+
+
+def set_without_close_range(world_tmp) -> str:
+    """The shipped seccomp set, but for close_range (refused, as a set of one's own may)."""
+    import re
+    shipped = Path(__file__).resolve().parents[2] / "profiles" / "seccomp"
+    groups = (shipped / "groups.toml").read_text()
+    io = re.search(r"^io = \[(.*?)\]", groups, re.S | re.M).group(1)
+    names = [n.strip().strip('"') for n in io.replace("\n", " ").split(",") if n.strip()]
+    assert "close_range" in names
+    text = (shipped / "python.toml").read_text()
+    assert '"@io", ' in text
+    text = text.replace('"@io", ', "".join(f'"{n}", ' for n in names if n != "close_range"), 1)
+    return str(world_tmp.file("no-close-range.toml", text))
+
+
+def test_a_program_under_a_set_without_close_range_holds_none_of_pid1s_descriptors(run_jail, as_user, serve,
+                                                                                    world_tmp):
+    # Attack: a run's program is forked by its pid 1 and closes pid 1's descriptors (3-6: the
+    # report socket to the client, the program's release, the reaper's binary) with
+    # close_range, under the run's filter. A seccomp set that refuses close_range left all
+    # four open: the program could write the run's report (its status, its usage) itself. Each
+    # is closed by itself then.
+    sock, _ = serve(as_user)
+    seccomp = set_without_close_range(world_tmp)
+    got = result(via(run_jail, as_user, sock, """
+        import ctypes, json, os
+        held = []
+        for fd in (3, 4, 5, 6):
+            try:
+                os.fstat(fd); held.append(fd)
+            except OSError:
+                pass
+        libc = ctypes.CDLL(None, use_errno=True)
+        refused = libc.syscall(436, 100, 101, 0) != 0 and ctypes.get_errno()
+        print(json.dumps({"held": held, "close_range_refused": refused}))
+    """, opts=("--seccomp", seccomp)))
+    assert got["close_range_refused"], got   # the set took effect
+    assert got["held"] == [], got
 
 
 def test_nothing_a_run_writes_anywhere_reaches_a_later_run(run_jail, as_user, serve):
