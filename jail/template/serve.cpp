@@ -587,6 +587,9 @@ private:
         if (c.state != Client::State::AwaitRequest) return;  // one request per connection
         try {
             RunRequest r = decode_request(std::string_view(buf.data(), static_cast<std::size_t>(n)));
+            // Only this server puts a run in a cgroup, through a cgroup.procs it opened: a
+            // client's flag would have the run's pid 1 write to a descriptor of the client's.
+            if (r.into_cgroup) throw BadRequest("the request names a cgroup of its own: only the server makes one");
             if (got != request_fd_count(r)) throw BadRequest("the request's descriptors are missing");
             if (auto why = beyond_bounds(r, bounds_)) throw BadRequest(*why);
             // The run's filter is the one this server compiles from the set it just checked,

@@ -389,6 +389,40 @@ def test_malformed_clients_leave_the_server_serving(run_jail, as_user, serve):
     assert p.poll() is None
 
 
+def test_a_client_cannot_have_its_run_write_to_a_cgroup_of_its_choosing(run_jail, as_user, serve, world_tmp,
+                                                                         jail_rootfs):
+    # Attack: the request's flag that puts a run in its cgroup is the server's to set, with a
+    # cgroup.procs the server opened. A client that set it itself (on a server without
+    # cgroups) had the run's pid 1 write "0" to a descriptor of the client's choosing.
+    sock, p = serve(as_user)
+    request = capture_request(run_jail, as_user, jail_rootfs, world_tmp, "pass")[0]
+    rootfs = os.path.realpath(jail_rootfs).encode()
+    at = request.index(struct.pack("<I", len(rootfs)) + rootfs) + 4 + len(rootfs)
+    assert struct.unpack_from("<I", request, at)[0] == 0  # no script, no cgroup
+    forged = request[:at] + struct.pack("<I", 2) + request[at + 4:]
+    report_ours, report_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    target_r, target_w = os.pipe()
+    null = os.open("/dev/null", os.O_RDWR)
+    try:
+        c = raw_connect(sock)
+        c.sendmsg([forged], [(socket.SOL_SOCKET, socket.SCM_RIGHTS,
+                              struct.pack("5i", report_theirs.fileno(), null, null, null, target_w))])
+        kind, text = reply_of(c)
+        c.close()
+        assert (kind, text) == (REFUSED, "the request names a cgroup of its own: only the server makes one")
+        os.close(target_w)
+        target_w = -1
+        assert os.read(target_r, 16) == b""  # nothing was written to the client's descriptor
+        r = via(run_jail, as_user, sock, "print('served')")
+        assert r.returncode == 0 and r.stdout == "served\n", describe(r)
+    finally:
+        for fd in (null, target_r, target_w):
+            if fd >= 0:
+                os.close(fd)
+        report_ours.close()
+        report_theirs.close()
+
+
 def descendants(pid: int) -> set[int]:
     """The host processes below `pid` (its children, theirs, ...)."""
     children: dict[int, list[int]] = {}
