@@ -42,6 +42,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
@@ -52,6 +53,7 @@
 #include <unistd.h>
 
 #include <cassert>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -570,12 +572,41 @@ std::vector<int> via_fds(const Channels& channels, const RunFds& run_fds, const 
     return fds;
 }
 
+// Waits for the server's reply to a request, or a relayed signal, or the run's wall time.
+// Attack (or a stalled template): a template that never answers held its clients for ever,
+// deaf to Ctrl-C (the relayed signals are blocked for the signalfd). A run cannot outlast its
+// wall time, so neither does its start; a signal ends the client, and with it the request
+// (the server kills a run whose client left).
+void await_via_reply(int server_fd, int signal_fd, double wall_time, const std::string& socket) {
+    const double deadline = wall_time > 0 ? monotonic_ms() + wall_time * 1000 : 0;
+    for (;;) {
+        pollfd fds[2] = {{server_fd, POLLIN, 0}, {signal_fd, POLLIN, 0}};
+        const double left = deadline > 0 ? deadline - monotonic_ms() : -1;
+        if (deadline > 0 && left <= 0)
+            throw JailError("via",
+                            fmt::format("the template at {} did not start the run within its wall time ({} s)",
+                                        socket, wall_time),
+                            0, "the server's stderr says why; stop it and start it again");
+        int n = ::poll(fds, 2, deadline > 0 ? static_cast<int>(std::ceil(left)) : -1);
+        if (n < 0 && errno != EINTR) throw JailError("via", "poll", errno);
+        if (n > 0 && fds[0].revents != 0) return;
+        signalfd_siginfo si{};
+        if (n > 0 && fds[1].revents != 0 && ::read(signal_fd, &si, sizeof si) == static_cast<ssize_t>(sizeof si))
+            throw JailError("via",
+                            fmt::format("SIG{} before the template at {} started the run: it was not run",
+                                        ::sigabbrev_np(static_cast<int>(si.ssi_signo)), socket),
+                            0, {}, 128 + static_cast<int>(si.ssi_signo));
+    }
+}
+
 // Sends the request and waits for the run's pid 1: its pidfd, and the server's reply.
 TemplateReply start_via_run(const ServeConnection& server, const std::string& socket, const std::string& bytes,
-                            const std::vector<int>& fds, UniqueFd& pidfd) {
+                            const std::vector<int>& fds, const Channels& channels, double wall_time,
+                            UniqueFd& pidfd) {
     if (int e = send_with_fds(server.fd.get(), bytes.data(), bytes.size(), fds.data(), static_cast<int>(fds.size()));
         e != 0)
         throw JailError("via", fmt::format("cannot send the run to {}", socket), e, via_hint(socket));
+    await_via_reply(server.fd.get(), channels.signals.fd(), wall_time, socket);
     TemplateReply reply{};
     int got = -1;
     ssize_t n;
@@ -643,7 +674,8 @@ int run_via(const std::string& socket, Policy policy, const DataDirs& dirs, char
     TerminalSettings terminal;
     const double started_ms = monotonic_ms();
     UniqueFd pidfd;
-    const TemplateReply reply = start_via_run(server, socket, bytes, via_fds(channels, prepared.fds, bind_trees), pidfd);
+    const TemplateReply reply = start_via_run(server, socket, bytes, via_fds(channels, prepared.fds, bind_trees),
+                                              channels, p.policy.wall_time, pidfd);
     if (reply.restarted != 0 && !p.policy.quiet)
         std::fprintf(stderr, "pyjail: the template at %s had ended; it was started again for this run\n",
                      socket.c_str());

@@ -443,6 +443,7 @@ private:
         if (forwarded_.empty()) return;
         Client* c = forwarded_.front();
         forwarded_.pop_front();
+        c->deadline_ms = 0;  // answered: the run's own deadline, if it started, is set below
         forward_next();
         if (r.kind == TemplateReplyKind::Started && passed && !in_template(passed.get())) {
             std::fprintf(stderr, "pyjail serve: the template answered a run with a process outside its jail: "
@@ -657,6 +658,8 @@ private:
             return;
         }
         c.state = Client::State::Forwarded;
+        // Until the template answers: past the run's wall time, the template is stuck.
+        if (c.wall_time > 0) c.deadline_ms = monotonic_ms() + (c.wall_time + kWallTimeBackstopS) * 1000;
         forwarded_.push_back(&c);
     }
 
@@ -701,7 +704,18 @@ private:
     void end_overdue_runs() {
         const double now = monotonic_ms();
         for (auto& c : clients_)
-            if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms) {
+            if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms && c->state == Client::State::Forwarded) {
+                // Attack (or a stalled template): a request the template never answers holds
+                // its client's descriptors (its stdout, its report socket) in the template's
+                // socket for as long as the template lives. Unanswered for longer than the run
+                // could have lasted, the template is ended; on_template_gone refuses what it
+                // still held and starts another.
+                c->deadline_ms = 0;
+                std::fprintf(stderr, "pyjail serve: the template did not answer a request within the run's wall time "
+                             "(%g s) and %g s: ending it\n", c->wall_time, kWallTimeBackstopS);
+                if (template_pidfd_) sys_pidfd_send_signal(template_pidfd_.get(), SIGKILL);
+                return;
+            } else if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms) {
                 c->deadline_ms = 0;
                 kill_run(*c);
                 if (!prepared_.plan.policy.quiet)

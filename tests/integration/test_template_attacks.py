@@ -1015,6 +1015,36 @@ def test_a_template_that_never_ends_goes_with_its_server_killed(root_user, serve
     assert not left, "the template outlived its server"
 
 
+def test_a_template_that_never_answers_holds_its_client_no_longer_than_the_wall_time(as_user, serve,
+                                                                                    pyjail_command, world_tmp,
+                                                                                    jail_rootfs):
+    # Attack (or a stalled template): the client waited for the template's answer for ever,
+    # with the relayed signals blocked, so Ctrl-C did nothing either; and the request held the
+    # client's descriptors (the caller's stdout) in the template's socket. The client waits no
+    # longer than the run's wall time, and a signal ends it; the server ends a template that
+    # leaves a request unanswered for longer than that (and 10 s), which lets the descriptors
+    # go, and starts another.
+    rootfs = rootfs_with_module(world_tmp, jail_rootfs, "pjdeaf", DEAF_TEMPLATE)
+    sock, server = serve(as_user, "--rootfs", str(rootfs), "--preload", "pjdeaf")
+    client = [*pyjail_command(as_user), "--quiet", "--rootfs", str(rootfs), "--via", sock]
+    started = time.monotonic()
+    r = subprocess.run([*client, "--wall-time", "2", "--", "python", "-c", "pass"], stdin=subprocess.DEVNULL,
+                       capture_output=True, text=True, timeout=60, cwd="/")
+    assert r.returncode == 125, describe(r)
+    assert r.stderr == (f"pyjail: via: the template at {sock} did not start the run within its wall time (2 s) "
+                        "(the server's stderr says why; stop it and start it again)\n"), describe(r)
+    assert time.monotonic() - started < 30
+    p = subprocess.Popen([*client, "--wall-time", "3", "--", "python", "-c", "pass"], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd="/")
+    time.sleep(1.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=30)
+    assert p.returncode == 130, (p.returncode, err)
+    assert err == f"pyjail: via: SIGINT before the template at {sock} started the run: it was not run\n", err
+    assert server.poll() is None
+    raw_connect(sock).close()   # still serving
+
+
 def test_a_template_that_reads_no_request_cannot_stop_the_server(as_user, serve, pyjail_command, world_tmp,
                                                                   jail_rootfs):
     # Attack: a template that never reads its socket, sent requests (the largest a client may
