@@ -207,6 +207,18 @@ class JailSessions:
             s.close()
 
 
+def _utf8(text: str) -> str:
+    """``text`` as UTF-8 can carry it. A lone surrogate (undecodable bytes as Python keeps
+    them, in an error's message, a file name or a JSON escape the model sent) has no UTF-8:
+    the JSON encoder would fail the whole reply, and the client wait for it for ever. It
+    becomes its escape (``\\udc80``)."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _clip(text: str) -> str:
     if len(text) <= MAX_TEXT:
         return text
@@ -235,7 +247,7 @@ def cell_content(res: CellResult, session_note: str = "") -> Tuple[List[Any], bo
         parts.append("(the interpreter was replaced: earlier variables are gone)")
     if session_note:
         parts.append(session_note)
-    blocks: List[Any] = [TextContent(type="text", text="\n".join(parts) or "(no output)")]
+    blocks: List[Any] = [TextContent(type="text", text=_utf8("\n".join(parts)) or "(no output)")]
     for img in res.images:
         blocks.append(ImageContent(type="image", mime_type=img.mime,
                                    data=base64.b64encode(img.data).decode("ascii")))
@@ -272,7 +284,7 @@ def build_server(cfg: Config, pool: Optional[Pool] = None) -> Tuple[Any, JailSes
         return "named:" + name, "session: %s (pass session=%r to keep its state)" % (name, name)
 
     def text(s: str, error: bool = False) -> CallToolResult:
-        return CallToolResult(content=[TextContent(type="text", text=s)], is_error=error)
+        return CallToolResult(content=[TextContent(type="text", text=_utf8(s))], is_error=error)
 
     def timeout_of(timeout: Optional[float]) -> float:
         if timeout is None or timeout <= 0:

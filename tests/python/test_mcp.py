@@ -59,6 +59,10 @@ def test_stdio_session_keeps_state_fresh_run_does_not(mcp_sdk, pyjail_bin):
             assert not r.is_error and "out" in _texts(r) and "value: 42" in _texts(r)
             r = await c.call_tool("run_python", {"code": "x + 1"})
             assert "value: 43" in _texts(r)
+            # A lone surrogate in an error (undecodable bytes, as Python keeps them) has no
+            # UTF-8: the reply carries its escape instead of failing as a whole.
+            r = await asyncio.wait_for(c.call_tool("run_python", {"code": "raise ValueError('a\\udc80b')"}), 60)
+            assert r.is_error and "ValueError: a\\udc80b" in _texts(r), _texts(r)
             # A fresh run sees nothing of the session.
             r = await c.call_tool("run_python_fresh", {"code": "print('x' in globals())"})
             assert "False" in _texts(r) and "exit status 0" in _texts(r)
