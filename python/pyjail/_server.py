@@ -1339,15 +1339,38 @@ def _become_unreachable():
     if make_undumpable is not None:
         make_undumpable()
         return "template"
-    import ctypes
     pr_get_dumpable, pr_set_dumpable = 3, 4
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
-        e = ctypes.get_errno()
+    prctl, get_errno = _libc_prctl()
+    if prctl(pr_set_dumpable, 0, 0, 0, 0) != 0:
+        e = get_errno()
         raise OSError(e, "prctl(PR_SET_DUMPABLE, 0): %s" % os.strerror(e))
-    if libc.prctl(pr_get_dumpable, 0, 0, 0, 0) != 0:
+    if prctl(pr_get_dumpable, 0, 0, 0, 0) != 0:
         raise OSError("prctl(PR_SET_DUMPABLE, 0) left the process dumpable")
     return "ctypes"
+
+
+def _libc_prctl():
+    """libc's prctl, as ctypes.CDLL(None, use_errno=True).prctl would give it,
+    and the errno getter: from ctypes' C half alone where it has what ctypes
+    itself builds that from (0.5 ms in a fresh jail, against 2.2 ms for the
+    ctypes package, of a session's start); else through the package."""
+    try:
+        import _ctypes
+
+        class c_int(_ctypes._SimpleCData):
+            _type_ = "i"
+
+        class Function(_ctypes.CFuncPtr):
+            _flags_ = _ctypes.FUNCFLAG_CDECL | _ctypes.FUNCFLAG_USE_ERRNO
+            _restype_ = c_int
+
+        class Libc:     # what CFuncPtr reads of a CDLL: its handle
+            _handle = _ctypes.dlopen(None, 0)
+
+        return Function(("prctl", Libc())), _ctypes.get_errno
+    except (ImportError, AttributeError, TypeError, OSError):
+        import ctypes
+        return ctypes.CDLL(None, use_errno=True).prctl, ctypes.get_errno
 
 
 def _ticks_now():

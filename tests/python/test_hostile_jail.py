@@ -251,8 +251,8 @@ def test_a_big_header_is_refused_before_it_is_read():
 
 @pytest.mark.no_binary
 def test_a_server_that_cannot_become_non_dumpable_refuses_to_serve():
-    # Fail closed: without ctypes (or with prctl refused) no user code runs.
-    r = run_python("import sys\nsys.modules['ctypes'] = None\n"
+    # Fail closed: without ctypes (its C half included, or with prctl refused) no user code runs.
+    r = run_python("import sys\nsys.modules['ctypes'] = sys.modules['_ctypes'] = None\n"
                    "from pyjail import _server\n_server.main()")
     assert r.returncode == 125, r.stderr
     buf = bytearray(r.stdout)
