@@ -339,11 +339,11 @@ class Builder:
 
     # --------------------------------------------------------- subprocesses
 
-    def run(self, cmd, what, fix, env=None, check=True):
+    def run(self, cmd, what, fix, env=None, check=True, cwd=None):
         try:
             proc = subprocess.run(cmd, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  env=env, universal_newlines=True)
+                                  env=env, universal_newlines=True, cwd=cwd)
         except OSError as e:
             raise BuildError(what, "cannot run %s: %s" % (cmd[0], e.strerror), fix)
         if check and proc.returncode != 0:
@@ -1172,7 +1172,12 @@ class Builder:
         cmd = [self.binary, "-B", "-s", "-m", "compileall", "-q", "-j", "1",
                "-o", str(PYC_OPTIMIZATION), "--invalidation-mode", "unchecked-hash",
                "-s", self.root, "-p", "/"] + [self.dest(d) for d in dirs]
-        proc = self.run(cmd, "byte-compile", "", env=env, check=False)
+        # Attack: `python -m` puts its working directory first on sys.path, so a
+        # py_compile.py (or any module compileall imports) in the directory the builder was
+        # started from would run here, on the host, as root when root builds. -I would
+        # drop PYTHONHASHSEED too (and with it reproducible .pyc files): the module runs
+        # from /, where only root writes, instead.
+        proc = self.run(cmd, "byte-compile", "", env=env, check=False, cwd="/")
         if proc.returncode == 0:
             return
         errors = [l for l in (proc.stdout + proc.stderr).splitlines()

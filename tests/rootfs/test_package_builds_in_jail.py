@@ -159,6 +159,24 @@ def test_a_url_dependency_of_a_wheel_is_not_built_on_the_host(binary, as_user, m
         shutil.rmtree(links, ignore_errors=True)
 
 
+def test_a_module_in_the_working_directory_does_not_run_on_the_host(binary, as_user, marker_dir):
+    # Attack: the builder byte-compiles the tree on the host with `python -m compileall`, which
+    # put its working directory first on sys.path: a py_compile.py where the builder was
+    # started (a checkout of an untrusted project, say) ran on the host, as root when root
+    # builds. The module now runs from /.
+    top = world_dir()
+    try:
+        (top / "py_compile.py").write_text("open(%r, 'w').write('ran')\n" % str(marker_dir / "built"))
+        os.chmod(top / "py_compile.py", 0o644)
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--quiet", cwd=top)
+        assert not (marker_dir / "built").exists(), "a module of the working directory ran on the host"
+        assert r.returncode == 0, describe(r)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 # ------------------------------------------------------- what the jail writes is hostile
 
 # Build code that, in the jail that runs pip, plants a symlink to a host file among what pip

@@ -37,11 +37,11 @@ import rootfs_rebuild  # noqa: E402
 SOURCES = "etc/pyjail-rootfs.sources.json"
 
 
-def run(binary, user, *args, env=None, timeout=300):
+def run(binary, user, *args, env=None, timeout=300, cwd="/"):
     full = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(user.home),
             "LANG": "C.UTF-8"}
     full.update(env or {})
-    return subprocess.run([*user.prefix, str(binary), *map(str, args)], cwd="/", env=full,
+    return subprocess.run([*user.prefix, str(binary), *map(str, args)], cwd=cwd, env=full,
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           universal_newlines=True, timeout=timeout)
 
