@@ -59,7 +59,7 @@ import rootfs_elf  # noqa: E402
 import rootfs_packages  # noqa: E402
 import rootfs_rebuild  # noqa: E402
 import rootfs_sources  # noqa: E402
-from rootfs_packages import BuildError, one_line  # noqa: E402
+from rootfs_packages import BuildError, one_line, printable  # noqa: E402
 
 BUILDER_VERSION = "1.2.0"
 
@@ -237,10 +237,11 @@ class Builder:
 
     def say(self, msg):
         if not self.quiet:
-            print("build-rootfs: " + msg, flush=True)
+            print("build-rootfs: " + printable(msg), flush=True)
 
     def warn(self, msg):
-        print("build-rootfs: warning: " + msg, file=sys.stderr, flush=True)
+        # A name or text from the jail (a file it left, pip's words) is printed as printable.
+        print("build-rootfs: warning: " + printable(msg), file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------ tree writes
 

@@ -39,11 +39,18 @@ class BuildError(Exception):
         self.what, self.why, self.fix = what, why, fix
 
     def line(self, prog="build-rootfs"):
-        return "%s: %s: %s (%s)" % (prog, self.what, self.why, self.fix)
+        return printable("%s: %s: %s (%s)" % (prog, self.what, self.why, self.fix))
+
+
+def printable(text):
+    """`text` with each control character (C0, DEL, C1) as "?". Attack: a package's error
+    text (pip's output of package code) with terminal escape sequences, printed raw to the
+    user's terminal: a changed title, a cleared line, worse on some terminals."""
+    return "".join("?" if ord(c) < 32 or 127 <= ord(c) < 160 else c for c in str(text))
 
 
 def one_line(text, limit=300):
-    text = " ".join(str(text).split())
+    text = printable(" ".join(str(text).split()))
     return text if len(text) <= limit else text[:limit - 3] + "..."
 
 

@@ -310,3 +310,12 @@ def test_the_relay_reaches_only_the_named_hosts(echo_server):
         assert "localhost (address 127.0.0.1)" in relay.refused
     finally:
         relay.close()
+
+
+def test_a_packages_text_reaches_the_terminal_without_control_characters():
+    # Attack: an error text from package code (pip's output) with terminal escape sequences:
+    # a changed title, a cleared line. Each control character is shown as "?".
+    hostile = "boom\x1b]0;TITLE\x07\x1b[2K\x9b31m done"
+    assert rp.one_line(hostile) == "boom?]0;TITLE??[2K?31m done"
+    line = rp.BuildError("requirement x", hostile, "fix\x1b[1A").line("pyjail rootfs")
+    assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in line), repr(line)
