@@ -192,6 +192,32 @@ def jail_host_user():
         return 65534, 65534
 
 
+def lexists_at(dir_fd, name):
+    try:
+        os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def open_own_directory(path, what):
+    """A directory the builder writes into, opened without following a symlink: the builder's
+    own and closed to others' writes. Attack: a wheel cache another user can write (a shared
+    /tmp/wheels made by someone else) lets that user plant wheels in it for the builder's
+    later builds, or a link where the builder writes (root's bytes through it into any file)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        raise BuildError(what, e.strerror, "give a directory of your own")
+    st = os.fstat(fd)
+    if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+        os.close(fd)
+        raise BuildError(what, "it belongs to uid %d or others can write it (mode %o)"
+                         % (st.st_uid, stat.S_IMODE(st.st_mode)),
+                         "give a directory of your own that only you can write")
+    return fd
+
+
 def host_ca_file():
     """The host's bundle of CA certificates, which pip in the jail checks the index against
     (bound read-only): PIP_CERT's, else the host OpenSSL's. None when there is none."""
@@ -772,25 +798,37 @@ class Builder:
             except OSError as e:
                 raise BuildError("--wheel-cache %s" % cache, e.strerror,
                                  "give a directory you can write")
+        cache_fd = open_own_directory(cache, "--wheel-cache %s" % cache)
         self.say("downloading wheels with pip, in a jail, into %s" % cache)
         download = os.path.join(self.stage, "download")
         try:
             self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], True, extra,
                               host_user, download=True)
-        except BuildError:
-            if self.args.no_index:
-                raise
-            shutil.rmtree(download, ignore_errors=True)
-            self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
-                              extra, host_user, download=True)
+        except BuildError as offline:
+            stopped = offline
+            if not self.args.no_index:
+                shutil.rmtree(download, ignore_errors=True)
+                try:
+                    self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
+                                      extra, host_user, download=True)
+                    stopped = None
+                except BuildError as online:
+                    stopped = online
+            if stopped is not None:
+                # The download runs no package code (rootfs_packages.NO_EXEC): what needs a
+                # build is not cached, and the install says what is wrong, if anything is.
+                self.warn("the wheel cache takes only wheels downloaded without running any "
+                          "package's code; the download stopped (%s), so what is left is "
+                          "not cached" % one_line(stopped.why, 200))
         stage_fd = os.open(self.stage, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
         try:
-            self.take_wheels(stage_fd, "download", cache)
+            self.take_wheels(stage_fd, "download", cache_fd)
         finally:
             os.close(stage_fd)
+            os.close(cache_fd)
 
-    def take_wheels(self, stage_fd, name, cache):
-        """Move the wheels the download jail left in `name` into `cache`: regular files named
+    def take_wheels(self, stage_fd, name, cache_fd):
+        """Move the wheels the download jail left in `name` into the cache: regular files named
         as wheels, opened without following a symlink, copied as the builder's own files; any
         other entry is not touched. A name already in the cache keeps its file."""
         flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -801,7 +839,7 @@ class Builder:
         try:
             for entry in sorted(os.listdir(dfd)):
                 if not rootfs_packages.WHEEL_FILE_RE.match(entry) or \
-                        os.path.lexists(os.path.join(cache, entry)):
+                        lexists_at(cache_fd, entry):
                     continue
                 try:
                     fd = os.open(entry, flags | os.O_NONBLOCK, dir_fd=dfd)
@@ -811,11 +849,17 @@ class Builder:
                     st = os.fstat(f.fileno())
                     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
                         continue
-                    tmp = os.path.join(cache, ".%s.part" % entry)
-                    with open(tmp, "wb") as out:
+                    tmp = ".%s.part" % entry
+                    # A .part left by an interrupted copy is replaced; none is followed (the
+                    # cache is the builder's alone: open_own_directory).
+                    if lexists_at(cache_fd, tmp):
+                        os.unlink(tmp, dir_fd=cache_fd)
+                    out_fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW |
+                                     os.O_CLOEXEC, 0o644, dir_fd=cache_fd)
+                    with os.fdopen(out_fd, "wb") as out:
                         shutil.copyfileobj(f, out, 1 << 20)
-                    os.chmod(tmp, 0o644)
-                    os.rename(tmp, os.path.join(cache, entry))
+                        os.fchmod(out.fileno(), 0o644)
+                    os.rename(tmp, entry, src_dir_fd=cache_fd, dst_dir_fd=cache_fd)
         finally:
             os.close(dfd)
 

@@ -148,6 +148,53 @@ def jail_bind_path(path, what):
     return path
 
 
+# Before pip, in a jail where no package code may run (the download that fills the wheel
+# cache, and an install without --allow-build): a seccomp filter of the jail's own on top of
+# pyjail's, which refuses execve and execveat (EPERM) to pip and everything it starts. pip
+# runs every build backend and setup.py in a new interpreter, so none can start, while pip
+# itself (one process and its threads) downloads and unpacks wheels as before. (pyjail's own
+# filter cannot refuse execve: the program's exec comes after it.) Attack: a package's build
+# code, run by pip where nothing should be built (an sdist's metadata, a direct reference, a
+# wheel's URL dependency), writing files named as wheels into the download directory (which
+# the builder then takes into the wheel cache for every later build), or forging pip's
+# report and leaving files of its own in the site. Fails closed: without the filter, or if
+# an exec is not refused after it, pip does not run.
+NO_EXEC = r"""
+import sys
+
+def _refuse_exec():
+    import ctypes, errno, os
+    arch, calls = {"x86_64": (0xC000003E, (59, 322)),
+                   "aarch64": (0xC00000B7, (221, 281))}[os.uname().machine]
+    class Insn(ctypes.Structure):
+        _fields_ = [("code", ctypes.c_ushort), ("jt", ctypes.c_ubyte), ("jf", ctypes.c_ubyte),
+                    ("k", ctypes.c_uint)]
+    class Prog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(Insn))]
+    ld, jeq, ret = 0x20, 0x15, 0x06
+    refuse, allow = 0x00050000 | errno.EPERM, 0x7FFF0000
+    insns = (Insn * 7)(Insn(ld, 0, 0, 4), Insn(jeq, 0, 4, arch), Insn(ld, 0, 0, 0),
+                       Insn(jeq, 2, 0, calls[0]), Insn(jeq, 1, 0, calls[1]),
+                       Insn(ret, 0, 0, allow), Insn(ret, 0, 0, refuse))
+    prog = Prog(7, insns)
+    libc = ctypes.CDLL(None, use_errno=True)
+    # PR_SET_NO_NEW_PRIVS (pyjail's is set already), PR_SET_SECCOMP, SECCOMP_MODE_FILTER
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, ctypes.byref(prog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot install the filter")
+    try:
+        os.execv("/nonexistent", ["x"])
+    except OSError as e:
+        if e.errno != errno.EPERM:
+            raise OSError(e.errno, "an exec is not refused")
+
+try:
+    _refuse_exec()
+except (OSError, KeyError, AttributeError, ImportError) as e:
+    sys.exit("pyjail rootfs build: cannot refuse execve to pip (%s): pip does not run" % e)
+del _refuse_exec
+"""
+
+
 def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs, find_links,
                      no_index, allow_build, extra=(), host_user=None, epoch=None, relay=None,
                      index_urls=(), ca_file=None, download=False):
@@ -162,7 +209,8 @@ def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs
     checks its certificates against `ca_file`; without, --no-index is the only way pip finds
     anything. `host_user`: when root builds, the host user the jail runs as (it owns
     `stage`). `download`: instead of installing, download the wheels into `stage`'s
-    download/."""
+    download/. Where nothing may be built (a download, or an install without `allow_build`),
+    pip runs after NO_EXEC."""
     cmd = [pyjail, "--profile", "strict", "--rootfs", rootfs, "--quiet",
            "--cgroup-notice", "off", "--workdir", stage,
            "--net", "loopback" if relay else "none"] + list(PIP_JAIL_LIMITS)
@@ -200,7 +248,7 @@ def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs
         # new ones into the cache); the install that follows reads them in a jail of its own.
         pip = ["download", "-vv", "--disable-pip-version-check", "--no-input",
                "--no-cache-dir", "--dest", JAIL_DOWNLOAD, "--only-binary", ":all:"]
-        script = RUN_PIP_RELAYED if relay else RUN_PIP
+        script = NO_EXEC + (RUN_PIP_RELAYED if relay else RUN_PIP)
         return cmd + ["--", python, "-I", "-c", script] + pip + sources + list(extra) + \
             list(specs)
     pip = ["install", "-vv", "--disable-pip-version-check", "--no-input",
@@ -210,11 +258,12 @@ def pip_jail_command(pyjail, rootfs, python, pip_dir, stage, requirements, specs
            # The builder compiles the bytecode itself, reproducibly (unchecked-hash).
            "--no-compile", "--report", JAIL_REPORT]
     if not allow_build:
-        # Wheels only where pip honours it; what it still builds (a local directory, a direct
-        # reference, a requirements file's own --no-binary, a URL dependency of a wheel) is
-        # built in this jail and then refused (check_report).
+        # Wheels only where pip honours it; what it would still build (a local directory, a
+        # direct reference, a requirements file's own --no-binary, a URL dependency of a
+        # wheel) cannot start in this jail (no execve: NO_EXEC), and a report that says
+        # otherwise is refused (check_report).
         pip += ["--only-binary", ":all:"]
-    script = RUN_PIP_RELAYED if relay else RUN_PIP
+    script = ("" if allow_build else NO_EXEC) + (RUN_PIP_RELAYED if relay else RUN_PIP)
     return cmd + ["--", python, "-I", "-c", script] + pip + sources + list(extra) + list(specs)
 
 
@@ -329,12 +378,32 @@ def explain_build_failure(log):
             "with --find-links DIR")
 
 
+# pip's words where NO_EXEC refused it a build backend's interpreter.
+REFUSED_BUILD_RE = re.compile(r"^\s*ERROR: Error \[Errno 1\] Operation not permitted: .* while executing "
+                              r"command ", re.M)
+
+
+def explain_refused_build(before):
+    """(what, why, fix) for a pip that had to build a package where no package code may run;
+    `before`: its log up to the refusal, whose last distribution taken up is the one."""
+    added = re.findall(r"^\s*Added (\S+) from (\S+)", before, re.M)
+    name, url = added[-1] if added else ("a package", "")
+    archive = url.split("#", 1)[0].rstrip("/").rsplit("/", 1)[-1] or "its source"
+    return ("requirement %s" % one_line(name, 100),
+            "pip would build it from %s, a source distribution, and a package's build code "
+            "runs only with --allow-build" % one_line(archive, 200),
+            "add --allow-build to build it in the jail, or give a wheel of it (--find-links)")
+
+
 def run_pip(cmd, python_desc):
     """Runs the pip jail (pip_jail_command). Raises BuildError when pip failed."""
     proc = pip_run(cmd)
     if proc.returncode == 0:
         return
     log = proc.stdout
+    refused = REFUSED_BUILD_RE.search(log)
+    if refused:
+        raise BuildError(*explain_refused_build(log[:refused.start()]))
     if "subprocess-exited-with-error" in log or "Failed building wheel" in log:
         raise BuildError(*explain_build_failure(log))
     if not re.search(r"^ERROR: ", log, re.M) and re.search(r"^pyjail:", log, re.M):

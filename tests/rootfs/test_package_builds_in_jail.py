@@ -125,9 +125,9 @@ def test_no_binary_in_a_requirements_file_is_not_built_on_the_host(binary, as_us
         readable(links)
         r, left, _ = build(binary, as_user, links, "--requirements", req)
         assert not (marker_dir / "built").exists(), "build code ran on the host"
-        one_error(r, r"requirement nobinary: pip built it from nobinary-1\.0\.tar\.gz, a source "
-                     r"distribution \(in the jail\), and built packages are kept only with "
-                     r"--allow-build \(")
+        # Not built at all: the jail that runs pip refuses it the build's interpreter.
+        one_error(r, r"requirement nobinary: pip would build it from nobinary-1\.0\.tar\.gz, a source "
+                     r"distribution, and a package's build code runs only with --allow-build \(")
         assert left == []
         # Allowed, it is built in the jail: still nothing on the host, and the lock says so.
         r, left, lock = build(binary, as_user, links, "--requirements", req, "--allow-build")
@@ -219,6 +219,69 @@ def test_a_symlink_the_jail_plants_is_not_followed(binary, as_user, marker_dir):
             shutil.rmtree(top, ignore_errors=True)
     finally:
         shutil.rmtree(links, ignore_errors=True)
+
+
+# Build code that, in the jail that downloads for the wheel cache, writes a file named as a
+# wheel of another project among the downloads: taken into the cache, every later build that
+# needs that project (another requirement, another user) would install it.
+POISON = '''
+if os.path.isdir("/pyjail/pip"):
+    os.makedirs("/work/download", exist_ok=True)
+    with open("/work/download/six-99.0-py2.py3-none-any.whl", "wb") as f:
+        f.write(b"PK planted by build code")
+'''
+
+
+def test_build_code_cannot_plant_a_wheel_in_the_wheel_cache(binary, as_user, marker_dir):
+    # The download jail runs no package code (rootfs_packages.NO_EXEC): the sdist's build
+    # code never starts there, so nothing it would write reaches the cache. With
+    # --allow-build it is built in the install jail, which writes nowhere near the cache.
+    links = world_dir()
+    try:
+        make_sdist(links, "poisoner", "1.0", marker=marker_dir / "built", plant=POISON)
+        readable(links)
+        top = world_dir()
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        cache = top / "wheels"
+        try:
+            # A direct reference (as a requirements file or a wheel's dependency may hold):
+            # pip takes it up even where it downloads wheels only. Its path in the jail: the
+            # first --find-links directory.
+            r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--no-index",
+                    "--find-links", links, "--pip",
+                    "poisoner @ file:///pyjail/links/0/poisoner-1.0.tar.gz", "--allow-build",
+                    "--wheel-cache", cache, "--quiet")
+            assert not (marker_dir / "built").exists(), "build code ran on the host"
+            assert r.returncode == 0, describe(r)
+            assert sorted(p.name for p in cache.iterdir()) == [], "build code planted a wheel"
+            assert "the wheel cache takes only wheels downloaded without running any " \
+                   "package's code" in r.stderr, r.stderr
+            assert list((top / "r").rglob("poisoner.py"))     # built, in the install jail
+        finally:
+            shutil.rmtree(top, ignore_errors=True)
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
+def test_a_wheel_cache_others_can_write_is_refused(binary, as_user, marker_dir):
+    # Attack: a wheel cache another user can write (a /tmp/wheels someone else made) lets
+    # them plant wheels for the builder's later builds, or a link the builder writes through.
+    top = world_dir()
+    try:
+        cache = top / "wheels"
+        cache.mkdir()
+        os.chmod(cache, 0o777)
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+            os.chown(cache, UNPRIVILEGED, UNPRIVILEGED)
+        r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--no-index",
+                "--find-links", top, "--pip", "anything", "--wheel-cache", cache, "--quiet")
+        one_error(r, r"--wheel-cache %s: it belongs to uid \d+ or others can write it \(mode 777\) "
+                     r"\(give a directory of your own that only you can write\)$" % re.escape(str(cache)))
+        assert sorted(p.name for p in top.iterdir()) == ["wheels"]
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 # ------------------------------------------------------------- the relay to the index

@@ -51,7 +51,7 @@ def test_the_jail_sees_its_inputs_read_only_and_writes_only_the_stage():
                                        "/home/u/req.txt:/pyjail/requirements/0.txt"]
     assert pairs(cmd, "--net") == ["none"]
     pip = cmd[cmd.index("--") + 1:]
-    assert pip[:3] == ["/usr/bin/python3.11", "-I", "-c"] and pip[3] == rp.RUN_PIP
+    assert pip[:3] == ["/usr/bin/python3.11", "-I", "-c"] and pip[3] == rp.NO_EXEC + rp.RUN_PIP
     assert pip[4] == "install" and "--only-binary" in pip
     assert pip[pip.index("--target") + 1] == "/work/site"
     assert pip[-6:] == ["--no-index", "--find-links", "/pyjail/links/0", "--requirement",
@@ -62,6 +62,31 @@ def test_the_jail_sees_its_inputs_read_only_and_writes_only_the_stage():
 def test_allow_build_drops_only_binary_and_root_names_the_host_user():
     cmd = plan(allow_build=True, host_user="65534:65534")
     assert "--only-binary" not in cmd and pairs(cmd, "--host-user") == ["65534:65534"]
+    assert cmd[cmd.index("--") + 4] == rp.RUN_PIP     # a build runs its backend: exec allowed
+
+
+def test_where_nothing_may_be_built_pip_runs_with_exec_refused():
+    # The download that fills the wheel cache, and an install without --allow-build.
+    for cmd in (plan(), plan(download=True), plan(download=True, allow_build=True)):
+        assert cmd[cmd.index("--") + 4] == rp.NO_EXEC + rp.RUN_PIP
+    cmd = plan(no_index=False, find_links=[], relay="/r.sock", index_urls=["https://i.example/s"])
+    assert cmd[cmd.index("--") + 4] == rp.NO_EXEC + rp.RUN_PIP_RELAYED
+
+
+def test_the_exec_refusal_holds_for_a_child_and_fails_closed(tmp_path):
+    # Here, on the host, in a child of this test: the prelude, then a subprocess.
+    import subprocess
+    ok = subprocess.run([sys.executable, "-I", "-c", rp.NO_EXEC + (
+        "import subprocess\n"
+        "try:\n    subprocess.run(['/bin/true'])\nexcept PermissionError:\n    print('refused')\n"
+        "import os\nos.fork() or os._exit(0)\nprint('fork ok')\n")],
+        capture_output=True, text=True, timeout=30)
+    assert ok.returncode == 0 and ok.stdout == "refused\nfork ok\n", ok
+    # Where the filter cannot be installed (no ctypes), pip never runs.
+    blocked = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.modules['ctypes'] = None\n" +
+                              rp.NO_EXEC + "print('pip ran')"], capture_output=True, text=True, timeout=30)
+    assert blocked.returncode == 1 and blocked.stdout == "", blocked
+    assert "cannot refuse execve to pip" in blocked.stderr, blocked
 
 
 def test_with_an_index_the_jail_has_loopback_and_the_relay():
@@ -71,7 +96,7 @@ def test_with_an_index_the_jail_has_loopback_and_the_relay():
     assert pairs(cmd, "--ro-bind")[1:3] == ["/out/r.pip-y/relay.sock:/pyjail/relay.sock",
                                             "/etc/ssl/ca.crt:/pyjail/ca.pem"]
     pip = cmd[cmd.index("--") + 1:]
-    assert pip[3] == rp.RUN_PIP_RELAYED and "--no-index" not in pip
+    assert pip[3] == rp.NO_EXEC + rp.RUN_PIP_RELAYED and "--no-index" not in pip
     assert pip[pip.index("--index-url") + 1] == "https://pypi.example/simple"
     assert pip[pip.index("--cert") + 1] == "/pyjail/ca.pem"
 
