@@ -44,8 +44,8 @@ std::optional<std::pair<uid_t, gid_t>> find_passwd_entry(const std::string& pass
             field[n] = line.substr(from, colon - from);
             from = colon + 1;
         }
-        auto u = n == 4 ? parse_small_number(field[2]) : std::nullopt;
-        auto g = n == 4 ? parse_small_number(field[3]) : std::nullopt;
+        auto u = n == 4 ? parse_id(field[2]) : std::nullopt;
+        auto g = n == 4 ? parse_id(field[3]) : std::nullopt;
         if (!u || !g) continue;
         if (uid ? *u == *uid : field[0] == name) return std::make_pair(*u, *g);
     }

@@ -141,6 +141,16 @@ std::optional<std::uint32_t> parse_small_number(std::string_view text) {
     return n;
 }
 
+std::optional<std::uint32_t> parse_id(std::string_view text) {
+    // Every uid_t but (uid_t)-1, which chown and the id maps take for "none".
+    if (text.empty() || text.size() > 10 || text.find_first_not_of("0123456789") != std::string_view::npos)
+        return std::nullopt;
+    std::uint64_t n = 0;
+    for (char c : text) n = n * 10 + static_cast<std::uint64_t>(c - '0');
+    if (n > 4294967294u) return std::nullopt;
+    return static_cast<std::uint32_t>(n);
+}
+
 std::uint64_t parse_size(const std::string& text, const std::string& origin) {
     auto bad = [&] {
         return UsageError(fmt::format("{}: '{}' is not a size", origin, text),
@@ -426,9 +436,9 @@ HostUser parse_host_user(const SettingItem& u) {
     user.name = u.value;
     auto colon = u.value.find(':');
     std::string uid_text = u.value.substr(0, colon);
-    user.uid = parse_small_number(uid_text);
+    user.uid = parse_id(uid_text);
     if (colon != std::string::npos) {
-        user.gid = parse_small_number(std::string_view(u.value).substr(colon + 1));
+        user.gid = parse_id(std::string_view(u.value).substr(colon + 1));
         if (!user.uid || !user.gid)
             throw UsageError(fmt::format("{}: '{}' is not UID:GID", where(u, "host-user"), u.value));
     }

@@ -83,6 +83,8 @@ std::vector<std::string> preload_modules(const Settings& settings);
 
 // A decimal of 1 to 9 digits and nothing else (an id, a count, a descriptor), or nothing.
 std::optional<std::uint32_t> parse_small_number(std::string_view text);
+// A uid or gid: any of uid_t's but -1 (e.g. the ids of pyjail's own range, 1879048192 on).
+std::optional<std::uint32_t> parse_id(std::string_view text);
 
 // Sensitive binds. A bind shows the jail every file under its source, and a read-only bind
 // still lets the jail connect() to every Unix socket there (ssh-agent, gpg-agent, a Docker

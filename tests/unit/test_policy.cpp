@@ -102,6 +102,14 @@ TEST_CASE("policy: values are typed and errors name their origin") {
     CHECK(policy_error_of("host-user = \"0\"\n").find("must never be host root") != std::string::npos);
     CHECK(policy_error_of("host-user = \"root\"\n").find("must never be host root") != std::string::npos);
     CHECK(policy_error_of("host-user = \"65534:0\"\n").find("must never be host root") != std::string::npos);
+    // Any uid_t but -1: ids of pyjail's own range (10 digits) too.
+    CHECK(policy_error_of("host-user = \"4294967295:1\"\n").find("is not UID:GID") != std::string::npos);
+    CHECK(policy_error_of("host-user = \"18790481920:1\"\n").find("is not UID:GID") != std::string::npos);
+    CHECK(parse_id("1879114239") == 1879114239u);
+    CHECK(parse_id("4294967294") == 4294967294u);
+    CHECK_FALSE(parse_id("4294967295"));
+    CHECK_FALSE(parse_id("-1"));
+    CHECK_FALSE(parse_id(""));
     CHECK(policy_error_of("ro-bind = [\"/a:/x\", \"/b:/x\"]\n") ==
           "p.toml:1: key 'ro-bind' and p.toml:1: key 'ro-bind' both bind to /x");
     CHECK(policy_error_of("workdir = \"/w\"\nbind = [\"/a:/work\"]\n").find("binds over it") !=
