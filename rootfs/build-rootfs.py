@@ -40,6 +40,7 @@ Only the standard library of any python3 >= 3.9 is used.
 import argparse
 import ctypes
 import errno
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -182,14 +183,44 @@ def raise_error(err):
     raise err
 
 
-def jail_host_user():
-    """(uid, gid) of the host user root's jails run as: nobody."""
-    import pwd
+# pyjail's own host ids for root's jails and the directory of their locks (jail/plan/hostid.hpp:
+# kDefaultRootIdRange, kRootLockDir): a jail holds an flock on the file named after its id.
+ROOT_ID_RANGE = (1879048192, 65536)
+ROOT_ID_LOCKS = "/run/pyjail/ids"
+
+
+def lease_root_host_id():
+    """root: (uid, lock fd) of a host id of pyjail's own range that nothing else uses while
+    the fd is open, locked as pyjail locks a jail's (taken from the top; jails take theirs
+    from the bottom). The pip jails run as it and the staging directory is its own, closed to
+    others. Attack: with nobody (uid 65534) for both, every process of the real nobody user
+    could write into root's staging directory for the whole build (a .pth file into the
+    rootfs, a wheel into the cache) and signal the jail's processes."""
+    os.makedirs(os.path.dirname(ROOT_ID_LOCKS), mode=0o755, exist_ok=True)
     try:
-        pw = pwd.getpwnam("nobody")
-        return pw.pw_uid, pw.pw_gid
-    except KeyError:
-        return 65534, 65534
+        os.mkdir(ROOT_ID_LOCKS, 0o755)
+    except FileExistsError:
+        pass
+    dfd = os.open(ROOT_ID_LOCKS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(dfd)
+        if st.st_uid != 0 or st.st_mode & 0o022:
+            raise BuildError("host ids", "%s belongs to uid %d or is open to others (mode %o)"
+                             % (ROOT_ID_LOCKS, st.st_uid, stat.S_IMODE(st.st_mode)),
+                             "remove it: pyjail makes it again")
+        first, count = ROOT_ID_RANGE
+        for uid in range(first + count - 1, first - 1, -1):
+            fd = os.open(str(uid), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dfd)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return uid, fd
+            except BlockingIOError:
+                os.close(fd)
+        raise BuildError("host ids", "all %d ids from %d are taken by running jails" % (count, first),
+                         "wait for some to end")
+    finally:
+        os.close(dfd)
 
 
 def lexists_at(dir_fd, name):
@@ -243,6 +274,7 @@ class Builder:
         self.root = None            # the DIR.tmp-XXXX being filled
         self.stage = None           # the DIR.pip-XXXX pip installs into
         self.relay_dir = None       # another DIR.pip-XXXX, with the relay's socket
+        self.id_lease = None        # root: the lock of the pip jails' host id (lease_root_host_id)
         self.made_parent = None     # the directory made to hold --out, removed on failure
         self.elf_sources = set()    # host ELF files whose dependencies we need (ldd)
         self.package_elfs = set()   # ELF files of wheels/venvs, in the tree (never run)
@@ -725,13 +757,13 @@ class Builder:
                 f.write("".join(pins))
         host_user = None
         if os.geteuid() == 0:
-            # The jail runs as the unprivileged host user: the staging directory, the only
-            # host directory it writes to, is that user's; nothing else of the host is.
-            uid, gid = jail_host_user()
+            # The jail runs as a host id of its own: the staging directory, the only host
+            # directory it writes to, is that id's (mode 0700); nothing else of the host is.
+            uid, self.id_lease = lease_root_host_id()
             for d in (self.stage, os.path.join(self.stage, "tmp")):
-                os.chown(d, uid, gid)
-            host_user = "%d:%d" % (uid, gid)
-        os.chmod(self.root, 0o755)   # the jail's host user reads the tree (nobody, for root)
+                os.chown(d, uid, uid)
+            host_user = "%d:%d" % (uid, uid)
+        os.chmod(self.root, 0o755)   # the jail's host user reads the tree
         find_links = [d if "://" in d else os.path.abspath(d) for d in a.find_links]
         no_index = a.no_index
         if a.wheel_cache:
@@ -1513,6 +1545,9 @@ class Builder:
         if self.stage and os.path.isdir(self.stage):
             shutil.rmtree(self.stage, ignore_errors=True)
         self.stage = None
+        if self.id_lease is not None:
+            os.close(self.id_lease)     # after its files, gone with the stage
+            self.id_lease = None
         # Directories made only to hold the output, on a failed build.
         if self.made_parent:
             d = os.path.dirname(self.out)

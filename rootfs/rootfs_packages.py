@@ -359,9 +359,9 @@ def explain_jail_failure(proc):
     lines = [l for l in proc.stdout.splitlines() if l.startswith("pyjail:")]
     why = lines[-1][len("pyjail:"):].strip() if lines else "exit status %d" % proc.returncode
     return ("pip in a jail", one_line(why, 300),
-            "check that this host can run jails (pyjail doctor), and, as root, that the jail's "
-            "host user (nobody) can read the output's directory and the --find-links "
-            "directories")
+            "check that this host can run jails (pyjail doctor), and, as root, that every user "
+            "can read the output's directory and the --find-links directories (the jail runs "
+            "as a host id of its own)")
 
 
 def explain_build_failure(log):

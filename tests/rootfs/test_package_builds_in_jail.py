@@ -264,6 +264,56 @@ def test_build_code_cannot_plant_a_wheel_in_the_wheel_cache(binary, as_user, mar
         shutil.rmtree(links, ignore_errors=True)
 
 
+# Run as another local user during root's build: for every staging directory beside the
+# output that appears, try to write into it; print what got through.
+INTRUDER = """
+import glob, os, sys, time
+top, deadline, got = sys.argv[1], time.monotonic() + float(sys.argv[2]), set()
+print("watching", flush=True)
+while time.monotonic() < deadline:
+    for d in glob.glob(os.path.join(top, "r.pip-*")) + glob.glob(os.path.join(top, "r.pip-*/*/")):
+        try:
+            with open(os.path.join(d, "zz_intruder.pth"), "w") as f:
+                f.write("import sys\\n")
+        except OSError:
+            continue
+        if d not in got:
+            got.add(d)
+            print("wrote into", d, flush=True)
+    time.sleep(0.005)
+"""
+
+
+def test_another_user_cannot_write_into_roots_staging_directory(binary, users, marker_dir):
+    # Attack: root's pip jails ran as nobody (uid 65534), and the staging directory, the only
+    # host directory they write, was nobody's: every process of the real nobody user could
+    # write into it for the whole build (a .pth file the builder then copies into root's
+    # rootfs, a wheel into the cache). Now the jails run as a host id of pyjail's own range
+    # that no one else has while the build runs, and the directory is closed to others.
+    if "root" not in users or "unprivileged" not in users:
+        skip_or_fail("needs root and a second local user (uid 65534)")
+    root, other = users["root"], users["unprivileged"]
+    top = world_dir()
+    links = world_dir()
+    try:
+        make_wheel(links, "tinydep", "1.0")
+        readable(links)
+        watcher = subprocess.Popen([*other.prefix, sys.executable, "-I", "-c", INTRUDER, str(top), "120"],
+                                   stdout=subprocess.PIPE, text=True, cwd="/")
+        assert watcher.stdout.readline() == "watching\n"
+        r = run(binary, root, "rootfs", "build", "--out", top / "r", "--no-index", "--find-links", links,
+                "--pip", "tinydep", "--quiet")
+        watcher.kill()
+        out, _ = watcher.communicate()
+        assert r.returncode == 0, describe(r)
+        assert list((top / "r").rglob("zz_intruder.pth")) == []
+        assert sorted(p.name for p in top.iterdir()) == ["r"]
+        assert "wrote into" not in out, out
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(links, ignore_errors=True)
+
+
 def test_a_wheel_cache_others_can_write_is_refused(binary, as_user, marker_dir):
     # Attack: a wheel cache another user can write (a /tmp/wheels someone else made) lets
     # them plant wheels for the builder's later builds, or a link the builder writes through.
