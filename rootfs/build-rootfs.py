@@ -223,6 +223,22 @@ def lease_root_host_id():
         os.close(dfd)
 
 
+def check_out_parent(parent):
+    """root: the directory the output is built in is one no other user can change. Attack: a
+    user who could rename entries there swaps the build directory for a link while root fills
+    it (every later write path-based), and root writes the rootfs into a directory of the
+    user's choosing. A sticky directory of root's (/tmp) keeps others from renaming root's
+    entries; so does a directory only root can write."""
+    if os.geteuid() != 0:
+        return
+    st = os.stat(parent)
+    if st.st_uid != 0 or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+        raise BuildError("--out in %s" % parent,
+                         "another user can change that directory (owner uid %d, mode %o)"
+                         % (st.st_uid, stat.S_IMODE(st.st_mode)),
+                         "build into a directory only root can change, or build as that user")
+
+
 def lexists_at(dir_fd, name):
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -1496,6 +1512,7 @@ class Builder:
             if not os.path.exists(parent):
                 os.makedirs(parent, mode=0o755)
                 self.made_parent = missing
+            check_out_parent(parent)
             self.root = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".tmp-",
                                          dir=parent)
         except OSError as e:

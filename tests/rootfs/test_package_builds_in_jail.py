@@ -314,6 +314,24 @@ def test_another_user_cannot_write_into_roots_staging_directory(binary, users, m
         shutil.rmtree(links, ignore_errors=True)
 
 
+def test_root_does_not_build_in_a_directory_another_user_can_change(binary, users):
+    # Attack: the owner of the directory root builds in renames root's build directory while
+    # root fills it (path by path) and puts a link to a directory of root's in its place:
+    # root then writes the rootfs's files there. Refused before anything is made.
+    if "root" not in users:
+        skip_or_fail("needs root")
+    top = world_dir()
+    try:
+        os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        r = run(binary, users["root"], "rootfs", "build", "--out", top / "r", "--quiet")
+        one_error(r, r"--out in %s: another user can change that directory \(owner uid %d, mode 755\) "
+                     r"\(build into a directory only root can change, or build as that user\)$"
+                  % (re.escape(str(top)), UNPRIVILEGED))
+        assert list(top.iterdir()) == []
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
 def test_a_wheel_cache_others_can_write_is_refused(binary, as_user, marker_dir):
     # Attack: a wheel cache another user can write (a /tmp/wheels someone else made) lets
     # them plant wheels for the builder's later builds, or a link the builder writes through.
