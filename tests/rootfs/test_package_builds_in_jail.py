@@ -22,9 +22,11 @@ import os
 import re
 import shutil
 import ssl
+import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -330,6 +332,57 @@ def test_root_does_not_build_in_a_directory_another_user_can_change(binary, user
         assert list(top.iterdir()) == []
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def pids_with(text: str) -> set:
+    found = set()
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                with open("/proc/%s/cmdline" % p, "rb") as f:
+                    if text.encode() in f.read():
+                        found.add(int(p))
+            except OSError:
+                pass
+    return found
+
+
+def test_a_killed_builder_leaves_no_pip_jail_running(binary, as_user, marker_dir):
+    # A builder killed with SIGKILL (the OOM killer, a CI timeout) left its pip jail running
+    # for up to its wall time (an hour), reparented. The jail's pyjail now dies with the
+    # builder (its parent-death signal, which it keeps through its changes of ids), and the
+    # jail with it.
+    links = world_dir()
+    top = world_dir()
+    try:
+        make_sdist(links, "sleeper", "1.0", marker=marker_dir / "built",
+                   plant='if os.path.isdir("/pyjail/pip"):\n    import time\n    time.sleep(120)\n')
+        readable(links)
+        if as_user.name != "root":
+            os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        builder = subprocess.Popen([*as_user.prefix, str(binary), "rootfs", "build", "--out", str(top / "r"),
+                                    "--no-index", "--find-links", str(links), "--pip", "sleeper",
+                                    "--allow-build", "--quiet"], cwd="/", stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        mark = "--workdir\0%s/r.pip-" % top
+        deadline = time.monotonic() + 60
+        while not pids_with(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        jail = pids_with(mark)
+        assert jail, "the pip jail did not start"
+        time.sleep(1)                       # into the sleeping build code
+        os.kill(builder.pid, signal.SIGKILL)
+        builder.wait()
+        deadline = time.monotonic() + 15
+        while pids_with(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = pids_with(mark)
+        for p in left:
+            os.kill(p, signal.SIGKILL)
+        assert not left, "the pip jail outlived its builder"
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(links, ignore_errors=True)
 
 
 def test_a_wheel_cache_others_can_write_is_refused(binary, as_user, marker_dir):
