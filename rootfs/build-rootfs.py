@@ -239,6 +239,30 @@ def check_out_parent(parent):
                          "build into a directory only root can change, or build as that user")
 
 
+def remove_jail_tree(path, warn):
+    """Removes a directory the jail wrote into, whose modes the jail chose: a directory it
+    left without permissions (mode 000: nothing in it can be listed or removed by its owner)
+    is opened up first. Says so if something is left."""
+    def open_up(func, failed, exc_info):
+        for d in (os.path.dirname(failed), failed):
+            # Only a directory itself, never through a link the jail planted (O_NOFOLLOW).
+            try:
+                fd = os.open(d, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                os.chmod("/proc/self/fd/%d" % fd, 0o700)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+    for _ in range(8):   # each pass opens up what the last could not enter
+        shutil.rmtree(path, onerror=open_up)
+        if not os.path.lexists(path):
+            return
+    warn("cannot remove all of %s: remove it by hand" % path)
+
+
 def lexists_at(dir_fd, name):
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -1560,7 +1584,7 @@ class Builder:
             shutil.rmtree(self.root, ignore_errors=True)
         self.root = None
         if self.stage and os.path.isdir(self.stage):
-            shutil.rmtree(self.stage, ignore_errors=True)
+            remove_jail_tree(self.stage, self.warn)
         self.stage = None
         if self.id_lease is not None:
             os.close(self.id_lease)     # after its files, gone with the stage

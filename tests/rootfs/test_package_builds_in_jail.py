@@ -385,6 +385,31 @@ def test_a_killed_builder_leaves_no_pip_jail_running(binary, as_user, marker_dir
         shutil.rmtree(links, ignore_errors=True)
 
 
+# Build code that leaves a tree it closed to everyone (mode 000) in the staging directory.
+CLOSE_UP = '''
+if os.path.isdir("/pyjail/pip"):
+    os.makedirs("/work/keep/inner/deeper", exist_ok=True)
+    with open("/work/keep/inner/deeper/data", "wb") as f:
+        f.write(b"x" * 4096)
+    for d in ("/work/keep/inner/deeper", "/work/keep/inner", "/work/keep"):
+        os.chmod(d, 0)
+'''
+
+
+def test_a_failed_build_leaves_nothing_the_jail_closed_up(binary, as_user, marker_dir):
+    # A build the jail's code made fail, after it left directories without permissions in
+    # the staging directory: a user's builder could not list or remove them, and left them
+    # (silently). They are opened up and removed; nothing is left.
+    links = world_dir()
+    try:
+        make_sdist(links, "closer", "1.0", fail=True, marker=marker_dir / "built", plant=CLOSE_UP)
+        readable(links)
+        r, left, _ = build(binary, as_user, links, "--pip", "closer", "--allow-build")
+        assert r.returncode == 125 and left == [], (left, describe(r))
+    finally:
+        shutil.rmtree(links, ignore_errors=True)
+
+
 def test_a_wheel_cache_others_can_write_is_refused(binary, as_user, marker_dir):
     # Attack: a wheel cache another user can write (a /tmp/wheels someone else made) lets
     # them plant wheels for the builder's later builds, or a link the builder writes through.
