@@ -315,6 +315,7 @@ class Builder:
         self.stage = None           # the DIR.pip-XXXX pip installs into
         self.relay_dir = None       # another DIR.pip-XXXX, with the relay's socket
         self.id_lease = None        # root: the lock of the pip jails' host id (lease_root_host_id)
+        self.jail_uid = None        # root: that id
         self.made_parent = None     # the directory made to hold --out, removed on failure
         self.elf_sources = set()    # host ELF files whose dependencies we need (ldd)
         self.package_elfs = set()   # ELF files of wheels/venvs, in the tree (never run)
@@ -800,6 +801,7 @@ class Builder:
             # The jail runs as a host id of its own: the staging directory, the only host
             # directory it writes to, is that id's (mode 0700); nothing else of the host is.
             uid, self.id_lease = lease_root_host_id()
+            self.jail_uid = uid
             for d in (self.stage, os.path.join(self.stage, "tmp")):
                 os.chown(d, uid, uid)
             host_user = "%d:%d" % (uid, uid)
@@ -950,7 +952,7 @@ class Builder:
         path = os.path.join(self.relay_dir, "relay.sock")
         # A private address is reached only for a host the user named as an index.
         named = {h for h in allowed} if index_urls else set()
-        relay = rootfs_relay.Relay(path, allowed, named)
+        relay = rootfs_relay.Relay(path, allowed, named, owner=self.jail_uid)
         relay.path = path
         return relay
 

@@ -152,15 +152,18 @@ def address_ok(address, private_ok):
 class Relay:
     """Serves the jail's Unix socket at `path` in threads of the builder's own, until close()."""
 
-    def __init__(self, path, allowed, private_ok=()):
+    def __init__(self, path, allowed, private_ok=(), owner=None):
         self.allowed, self.private_ok = allowed, set(private_ok)
         self.refused, self.lock = [], threading.Lock()
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
-        # The jail's user connects (nobody, for root): it may, and only through this file's
-        # bind into the jail does it find it.
-        os.chmod(path, 0o666)
+        # Only the jail's user connects: the builder's own user, or for root the jail's host
+        # id (`owner`). Attack: any local user taking the relay's connections (all of its
+        # slots), or reaching the index's hosts through root's relay.
+        if owner is not None:
+            os.chown(path, owner, owner)
+        os.chmod(path, 0o600)
         self.sock.listen(64)
         self.closed = False
         self.thread = threading.Thread(target=self.serve, daemon=True)

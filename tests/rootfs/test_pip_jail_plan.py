@@ -9,6 +9,7 @@ import os
 import re
 import socket
 import ssl
+import stat
 import sys
 import tempfile
 import threading
@@ -309,6 +310,9 @@ def test_the_relay_reaches_only_the_named_hosts(echo_server):
     path = os.path.join(d, "relay.sock")
     relay = rr.Relay(path, {"localhost": {echo_server}}, {"localhost"})
     try:
+        # Only the builder's user (or, given, the jail's host id) may connect.
+        st = os.stat(path)
+        assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (os.geteuid(), 0o600)
         hello = client_hello("localhost")
         got = ask(path, b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo_server, hello)
         assert got == b"HTTP/1.1 200 Connection established\r\n\r\necho:" + hello[:95]
