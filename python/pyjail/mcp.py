@@ -19,9 +19,11 @@ Which session a call belongs to: over stdio, the one client's; over
 streamable HTTP, the ``Mcp-Session-Id`` of the connection; on a transport
 with no session (the stateless HTTP of protocol 2026-07-28) each call
 without ``session`` starts a new one and says its name, which later calls
-pass as ``session``. Sessions not used for ``idle_timeout`` seconds are
-closed; at most ``max_sessions`` live at once (the least recently used is
-closed for a new one).
+pass as ``session``. With ``--tokens``, every session is the tenant's own:
+another tenant's name or Mcp-Session-Id reaches a session of the caller's.
+Sessions not used for ``idle_timeout`` seconds are closed; at most
+``max_sessions`` live at once, each tenant at most its share of them (the
+tenant's least recently used is closed for its new one).
 
 Every run is a fork of a Pool's template: no code runs outside a jail.
 
@@ -138,9 +140,13 @@ class JailSessions:
     """The live sessions of an MCP server, by key: forks of one Pool's template,
     closed when idle or when there are too many (least recently used first)."""
 
-    def __init__(self, pool: Pool, cfg: Config) -> None:
+    def __init__(self, pool: Pool, cfg: Config, tenants: int = 1) -> None:
         self.pool = pool
         self.cfg = cfg
+        # Attack: one tenant's new sessions evicting another's (its variables and files
+        # gone): each tenant holds at most its share of --max-sessions, and a tenant at its
+        # share gives up its own least recently used session.
+        self.share = max(1, cfg.max_sessions // max(1, tenants))
         self._lock = threading.Lock()
         self._sessions: Dict[str, Tuple[Session, float]] = {}
         self._stop = threading.Event()
@@ -155,8 +161,13 @@ class JailSessions:
             if entry is None:
                 if not create:
                     raise KeyError(key)
-                while len(self._sessions) >= self.cfg.max_sessions:
-                    oldest = min(self._sessions, key=lambda k: self._sessions[k][1])
+                tenant = _tenant_of_key(key)
+                while True:
+                    own = [k for k in self._sessions if _tenant_of_key(k) == tenant]
+                    if len(own) < self.share and len(self._sessions) < self.cfg.max_sessions:
+                        break
+                    candidates = own if own else list(self._sessions)
+                    oldest = min(candidates, key=lambda k: self._sessions[k][1])
                     evicted.append(self._sessions.pop(oldest)[0])
                 session = None
             else:
@@ -219,6 +230,12 @@ def _utf8(text: str) -> str:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
+def _tenant_of_key(key: str) -> str:
+    """The tenant a session key (key_of) holds: between its kind's colon and a NUL."""
+    head, sep, _ = key.partition("\0")
+    return head.partition(":")[2] if sep else ""
+
+
 def _clip(text: str) -> str:
     if len(text) <= MAX_TEXT:
         return text
@@ -254,34 +271,42 @@ def cell_content(res: CellResult, session_note: str = "") -> Tuple[List[Any], bo
     return blocks, not res.ok
 
 
-def build_server(cfg: Config, pool: Optional[Pool] = None) -> Tuple[Any, JailSessions]:
+def build_server(cfg: Config, pool: Optional[Pool] = None,
+                 tenants: int = 1) -> Tuple[Any, JailSessions]:
     """The MCP server (an ``mcp.server.mcpserver.MCPServer``) and its sessions.
-    ``pool``: one to use (else one is made from ``cfg``; the caller closes it)."""
+    ``pool``: one to use (else one is made from ``cfg``; the caller closes it);
+    ``tenants``: how many the tokens file names (each holds its share of sessions)."""
     import anyio
     from mcp.server.mcpserver import Context, MCPServer
     from mcp.types import CallToolResult, TextContent
 
     if pool is None:
         pool = make_pool(cfg)
-    sessions = JailSessions(pool, cfg)
+    tokens_in_use = bool(cfg.tokens)
+    sessions = JailSessions(pool, cfg, tenants if tokens_in_use else 1)
     facts = jail_facts(cfg.binary, cfg)
     server = MCPServer("pyjail", instructions="Python in a pyjail jail. " + facts)
 
     def key_of(ctx: Context, session: Optional[str]) -> Tuple[str, str]:
-        """The session a call is for, and what to tell the model of it."""
+        """The session a call is for, and what to tell the model of it. Attack: one
+        tenant naming another's session (\"work\"), or sending another's Mcp-Session-Id,
+        and so reading its variables and files: every key holds the caller's tenant (from
+        BearerAuth's header; none without tokens)."""
+        headers = ctx.headers
+        tenant = ((headers or {}).get(TENANT_HEADER.decode()) or "") if tokens_in_use else ""
         if session:
             if len(session) > 128 or not session.isprintable():
                 raise ValueError("session: at most 128 printable characters")
-            return "named:" + session, ""
-        headers = ctx.headers
+            return "named:%s\0%s" % (tenant, session), ""
         if headers is None:
             return "stdio", ""
         sid = headers.get("mcp-session-id")
         if sid:
-            return "mcp:" + sid[:256], ""
+            return "mcp:%s\0%s" % (tenant, sid[:256]), ""
         # No session on this transport: a new named one, which later calls pass back.
         name = secrets.token_urlsafe(12)
-        return "named:" + name, "session: %s (pass session=%r to keep its state)" % (name, name)
+        return ("named:%s\0%s" % (tenant, name),
+                "session: %s (pass session=%r to keep its state)" % (name, name))
 
     def text(s: str, error: bool = False) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=_utf8(s))], is_error=error)
@@ -426,6 +451,10 @@ def check_auth(cfg: Config) -> None:
                          "or --no-auth if a proxy in front checks who calls" % cfg.listen)
 
 
+# The request header BearerAuth sets to the caller's tenant (and drops from what clients send).
+TENANT_HEADER = b"x-pyjail-tenant"
+
+
 class BearerAuth:
     """ASGI middleware: every HTTP request carries a token of the tokens file
     (else 401, before the MCP app reads its body)."""
@@ -436,7 +465,14 @@ class BearerAuth:
     async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] == "http":
             header = next((v for k, v in scope.get("headers", ()) if k == b"authorization"), b"")
-            if _tokens.tenant_of(self.tokens, header.decode("latin-1")) is None:
+            tenant = _tokens.tenant_of(self.tokens, header.decode("latin-1"))
+            if tenant is not None:
+                # The tools learn the tenant from this header, set here alone: one a client
+                # sent is dropped (key_of scopes every session by it).
+                scope = dict(scope, headers=[(k, v) for k, v in scope.get("headers", ())
+                                             if k != TENANT_HEADER] +
+                         [(TENANT_HEADER, tenant.encode("utf-8"))])
+            if tenant is None:
                 body = b'{"error": "a valid bearer token is required (Authorization: Bearer TOKEN)"}'
                 await send({"type": "http.response.start", "status": 401,
                             "headers": [(b"content-type", b"application/json"),
@@ -515,7 +551,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(str(e).strip(), file=sys.stderr)
         return 125
     try:
-        server, sessions = build_server(cfg, pool)
+        server, sessions = build_server(cfg, pool, len(set(tokens.values())) if tokens else 1)
         try:
             if cfg.transport == "stdio":
                 server.run("stdio")

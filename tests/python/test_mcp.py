@@ -141,12 +141,13 @@ def http_server(mcp_sdk, pyjail_bin, data_rootfs, tmp_path):
 
 
 TOKEN = "tok-" + "0123456789abcdef" * 2
+BOB_TOKEN = "tok-" + "fedcba9876543210" * 2
 
 
 @pytest.fixture
 def tokens_file(tmp_path):
     path = tmp_path / "tokens"
-    path.write_text("# tenant token\nalice %s\n" % TOKEN)
+    path.write_text("# tenant token\nalice %s\nbob %s\n" % (TOKEN, BOB_TOKEN))
     path.chmod(0o600)
     return path
 
@@ -226,5 +227,48 @@ def test_http_with_tokens_needs_a_valid_bearer_token(mcp_sdk, pyjail_bin, data_r
                                       mode="legacy") as c:
                 r = await c.call_tool("run_python", {"code": "6 * 7"})
                 assert "value: 42" in _texts(r), _texts(r)
+                # Attack: bob names alice's session, or sends her Mcp-Session-Id (and a
+                # tenant header of his own making): each is a session of bob's.
+                r = await c.call_tool("run_python", {"code": "secret = 'alice-42'",
+                                                     "session": "work"})
+                assert not r.is_error, _texts(r)
+            bob = httpx2.AsyncClient(headers={"Authorization": "Bearer " + BOB_TOKEN,
+                                              "X-Pyjail-Tenant": "alice"}, timeout=60)
+            async with bob, Client(streamable_http_client(url, http_client=bob),
+                                   mode="legacy") as c:
+                r = await c.call_tool("run_python", {"code": "secret", "session": "work"})
+                assert r.is_error and "NameError" in _texts(r), _texts(r)
+                r = await c.call_tool("run_python", {"code": "'secret' in globals()"})
+                assert "value: False" in _texts(r), _texts(r)
 
         asyncio.run(scenario())
+
+
+class _FakeSession:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+class _FakePool:
+    def session(self, timeout=None):
+        return _FakeSession()
+
+
+@pytest.mark.no_binary
+def test_one_tenants_sessions_never_evict_anothers():
+    # Attack: bob opening sessions until the server's cap evicted alice's (her variables and
+    # files gone). Each tenant holds its share of --max-sessions and gives up its own.
+    from pyjail.mcp import Config, JailSessions
+    store = JailSessions(_FakePool(), Config(max_sessions=4), tenants=2)
+    try:
+        alice = [store.get("named:alice\0a%d" % i) for i in range(2)]
+        bob = [store.get("named:bob\0b%d" % i) for i in range(5)]
+        assert not any(s.closed for s in alice)
+        assert [s.closed for s in bob] == [True, True, True, False, False]
+        assert len(store) == 4
+        assert store.get("named:alice\0a0", create=False) is alice[0]
+    finally:
+        store.close()
