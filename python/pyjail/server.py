@@ -42,6 +42,7 @@ import errno
 import hmac
 import json
 import os
+import re
 import secrets
 import sys
 import time
@@ -61,6 +62,7 @@ __all__ = ["ServerConfig", "Service", "create_app", "read_tokens", "main"]
 MAX_BODY = 8 << 20          # a JSON request: code, base64 files
 MAX_FILE = 64 << 20         # one uploaded file (a raw body)
 MAX_CODE = 1 << 20
+_ESCAPED_SURROGATE = re.compile(rb"\\[uU][dD][89a-fA-F]")
 MAX_OUTPUT = 4 << 20        # per stream of a run, as it is kept for its result
 KEEPALIVE = 15.0            # seconds between keep-alive lines of a quiet stream
 
@@ -338,6 +340,14 @@ def create_app(service: Service) -> Any:
             raise HTTPError(400, "the body is not JSON")
         if not isinstance(body, dict):
             raise HTTPError(400, "the body is not a JSON object")
+        # A \\udXXX escape alone (no pair) is a string no UTF-8 holds: code, a name or a
+        # value with one cut the call's response short (and left a traceback in the log).
+        if _ESCAPED_SURROGATE.search(raw):
+            try:
+                json.dumps(body, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                raise HTTPError(400, "the body holds a lone surrogate (a \\udXXX escape with "
+                                     "no pair): no UTF-8 text has one")
         return body
 
     def code_of(body: Dict[str, Any]) -> str:
@@ -473,9 +483,12 @@ def create_app(service: Service) -> Any:
             kwargs["files"] = {check_name(k): _unb64(v, "files") for k, v in files.items()}
         outputs = body.get("outputs")
         if outputs is not None and outputs is not False:
+            # Bounded: each pattern is compiled in this process (_wire._glob_regexes).
             if outputs is not True and not (isinstance(outputs, list) and len(outputs) <= 100
-                                            and all(isinstance(p, str) for p in outputs)):
-                raise HTTPError(400, "outputs: true or a list of at most 100 patterns")
+                                            and all(isinstance(p, str) and len(p) <= 1024
+                                                    for p in outputs)):
+                raise HTTPError(400, "outputs: true or a list of at most 100 patterns of at "
+                                     "most 1024 characters")
             kwargs["outputs"] = outputs
         if body.get("stdin") is not None:
             kwargs["stdin"] = _unb64(body["stdin"], "stdin")

@@ -243,9 +243,17 @@ def test_bodies_over_the_limit(server):
     # Under the limit, a body that is not what is asked for is a 400.
     for body in (b"[1]", b"{\"code\": 3}", b"not json", b"{\"code\": \"1\", \"timeout\": -1}",
                  b"{\"code\": \"1\", \"files\": {\"../x\": \"\"}}",
-                 b"[" * 100000 + b"]" * 100000):
+                 b"[" * 100000 + b"]" * 100000,
+                 b"{\"code\": \"1\", \"outputs\": [\"" + b"*" * 1025 + b"\"]}"):
         r = httpx.post(server.url + "/v1/runs", content=body, headers=auth)
         assert r.status_code == 400, body
+    # A lone surrogate (a \\ud800 escape with no pair) has no UTF-8: its run's response was
+    # cut short. A pair is a character like any other.
+    r = httpx.post(server.url + "/v1/runs", content=b'{"code": "print(\\"\\ud800\\")"}', headers=auth)
+    assert r.status_code == 400 and "lone surrogate" in r.text, r.text
+    r = httpx.post(server.url + "/v1/runs", content=b'{"code": "print(len(\\"\\ud83d\\ude00\\"))"}',
+                   headers=auth)
+    assert r.status_code == 200 and '"1\\n"' in r.text, r.text
 
 
 def test_client_gone_mid_stream_ends_the_run_and_interrupts_the_cell(server):
