@@ -1132,11 +1132,33 @@ def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:
     """Whether a file's relative name matches one of the glob patterns (its
     whole name or its base name), or any name when ``patterns`` is None. The
     server picks the files to send back with it, and the driver checks them."""
-    import fnmatch
     if patterns is None:
         return True
     base = rel.rsplit("/", 1)[-1]
-    return any(fnmatch.fnmatchcase(rel, p) or fnmatch.fnmatchcase(base, p) for p in patterns)
+    return any(r.match(rel) or r.match(base) for r in _glob_regexes(tuple(patterns)))
+
+
+def _glob_regexes(patterns: "Tuple[str, ...]") -> "List[Any]":
+    """The patterns as compiled regular expressions (fnmatch's, case-sensitive), the last
+    few sets kept. Attack: fnmatch keeps every pattern it compiles (32768), so a tenant of
+    pyjail-server sending new large patterns with each run grew the server without bound;
+    here at most _GLOB_SETS sets stay, and re's own cache is bounded too."""
+    import fnmatch
+    import re
+    cached = _glob_cache.get(patterns)
+    if cached is None:
+        cached = [re.compile(fnmatch.translate(p)) for p in patterns]
+        try:    # threads may trim at once: one of them is enough
+            while len(_glob_cache) >= _GLOB_SETS:
+                _glob_cache.pop(next(iter(_glob_cache)), None)
+        except (RuntimeError, StopIteration):
+            pass
+        _glob_cache[patterns] = cached
+    return cached
+
+
+_GLOB_SETS = 8
+_glob_cache: "Dict[Tuple[str, ...], List[Any]]" = {}
 
 
 def list_files(root: str, patterns: "Optional[List[str]]",

@@ -442,3 +442,14 @@ def test_an_interpreter_whose_json_accelerator_differs_gets_json_s_own(monkeypat
     monkeypatch.setitem(sys.modules, "_json", None)
     encode, decode = _wire._json_codec()
     assert encode([1]) == "[1]" and decode is json.loads
+
+
+def test_output_patterns_are_compiled_into_a_bounded_cache():
+    # Attack: fnmatch keeps every pattern it compiles (32768); a tenant of pyjail-server
+    # sending new large patterns with each run grew the server's memory without bound.
+    from pyjail import _wire
+    for i in range(50):
+        assert _wire.matches_patterns("out/a%d.txt" % i, ["*.txt", "x%d-" % i + "y" * 500])
+    assert len(_wire._glob_cache) <= _wire._GLOB_SETS
+    assert not _wire.matches_patterns("a.csv", ["*.txt"])
+    assert _wire.matches_patterns("deep/a.csv", ["a.csv"]) and _wire.matches_patterns("a", None)
