@@ -43,6 +43,10 @@ T = TypeVar("T")
 AsyncOutputCallback = Callable[[str], Union[None, Awaitable[None]]]
 
 
+class WorkersBusy(RuntimeError):
+    """No thread can take a call now (see _Workers.MAX_THREADS): try again later."""
+
+
 class _Workers:
     """Daemon threads for _in_thread's calls, each call on a thread of its own at the time:
     an idle thread from an earlier call takes it, else a new thread starts. Reused because
@@ -52,23 +56,44 @@ class _Workers:
     not hold the interpreter's exit. A thread idle for `IDLE_SECONDS` ends."""
 
     IDLE_SECONDS = 30.0
+    # At most this many calls in threads at once; more raise WorkersBusy. Attack: a client of
+    # pyjail-server parking a thread per request (each waits on a busy session) until the
+    # process could start none, which froze the service for every tenant.
+    MAX_THREADS = 512
 
     def __init__(self) -> None:
         self._jobs: "queue.SimpleQueue[Callable[[], None]]" = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0      # threads waiting for a job that no submit has counted on yet
+        self._threads = 0   # started and not ended
 
     def submit(self, job: Callable[[], None]) -> None:
+        """Runs `job` in a thread; WorkersBusy if none can take it (at MAX_THREADS, or
+        the process cannot start one), and then the job never runs."""
         with self._lock:
-            start = self._idle == 0
-            if not start:
-                self._idle -= 1     # this job's thread: it will take a job off the queue
-        self._jobs.put(job)
-        if start:
-            threading.Thread(target=self._serve, name="pyjail-async", daemon=True).start()
+            if self._idle > 0:
+                self._idle -= 1     # an idle thread takes it off the queue
+                self._jobs.put(job)
+                return
+            if self._threads >= self.MAX_THREADS:
+                raise WorkersBusy("%d calls are in flight already" % self._threads)
+            self._threads += 1
+        try:
+            # The job goes with its new thread: one that cannot start leaves none queued.
+            threading.Thread(target=self._serve, args=(job,), name="pyjail-async",
+                             daemon=True).start()
+        except RuntimeError as e:
+            with self._lock:
+                self._threads -= 1
+            raise WorkersBusy("cannot start a thread: %s" % e) from None
 
-    def _serve(self) -> None:
+    def _serve(self, job: "Optional[Callable[[], None]]") -> None:
         while True:
+            if job is not None:
+                job()
+                job = None
+                with self._lock:
+                    self._idle += 1
             try:
                 job = self._jobs.get(timeout=self.IDLE_SECONDS)
             except queue.Empty:
@@ -76,12 +101,8 @@ class _Workers:
                     # Leave only if no submit counted on this thread meanwhile.
                     if self._idle > 0:
                         self._idle -= 1
+                        self._threads -= 1
                         return
-                continue
-            job()
-            del job
-            with self._lock:
-                self._idle += 1
 
 
 _workers = _Workers()

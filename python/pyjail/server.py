@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, List, Optional, Sequence, Tuple
 
 from . import _tokens, _wire
-from ._async import AsyncSession, _in_thread
+from ._async import AsyncSession, WorkersBusy, _in_thread
 from ._common import PyjailError, check_name
 from ._pool import Pool
 from ._session import Session, SessionClosedError, SessionDiedError, SessionError
@@ -365,6 +365,8 @@ def create_app(service: Service) -> Any:
                 return error(e.status, e.message)
             except SessionClosedError as e:
                 return error(409, str(e))
+            except WorkersBusy as e:
+                return error(503, "the server is busy (%s): try again later" % e)
             except OSError as e:
                 # A file of the session's (missing, a directory): the client raises it again.
                 what = "%s: %s" % (e.strerror, e.filename) if e.strerror else str(e)
@@ -785,8 +787,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # h11 bounds the request line and headers; bodies are bounded by the app.
     # Keep-alive outlasts the client's (30 s), so that the server never closes a
     # connection the client is about to reuse.
+    # Attack: clients opening connections until the process has no descriptor left (its runs
+    # then fail to make their pipes): past a quarter of the open-file limit, new connections
+    # are answered 503. (A client that sends its headers slowly still holds its connection:
+    # on an untrusted network, a proxy in front bounds that; see man pyjail-server.)
+    import resource
+    nofile = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    connections = max(32, min(4096, (nofile if nofile != resource.RLIM_INFINITY else 16384) // 4))
     uvicorn.run(create_app(service), host=host, port=port, log_level="warning",
-                timeout_graceful_shutdown=10, timeout_keep_alive=75)
+                timeout_graceful_shutdown=10, timeout_keep_alive=75,
+                limit_concurrency=connections)
     return 0
 
 

@@ -51,3 +51,37 @@ def test_an_idle_thread_ends(monkeypatch):
     while time.monotonic() < deadline and workers._idle:
         time.sleep(0.01)
     assert workers._idle == 0
+    assert workers._threads == 0
+
+
+def test_past_the_cap_or_without_a_thread_a_call_is_refused_and_nothing_is_left(monkeypatch):
+    # Attack: a client of pyjail-server parking a thread per request until the process could
+    # start none; the calls that then started no thread stayed queued, and later calls waited
+    # behind them for ever (the service stuck, SIGTERM too).
+    workers = _async._Workers()
+    monkeypatch.setattr(workers, "MAX_THREADS", 2)
+    release = threading.Event()
+    workers.submit(release.wait)
+    workers.submit(release.wait)
+    with pytest.raises(_async.WorkersBusy):
+        workers.submit(lambda: None)
+    release.set()
+    ran = threading.Event()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:      # the two threads go idle, then take the next
+        try:
+            workers.submit(ran.set)
+            break
+        except _async.WorkersBusy:
+            time.sleep(0.01)
+    assert ran.wait(30)
+    # A thread that cannot start: refused, and no job is left queued for a later thread.
+    other = _async._Workers()
+
+    class NoThread(threading.Thread):
+        def start(self):
+            raise RuntimeError("can't start new thread")
+    monkeypatch.setattr(_async.threading, "Thread", NoThread)
+    with pytest.raises(_async.WorkersBusy):
+        other.submit(lambda: None)
+    assert other._threads == 0 and other._jobs.empty()

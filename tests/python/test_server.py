@@ -9,6 +9,7 @@ import json
 import os
 import shutil
 import signal
+import resource
 import socket
 import subprocess
 import sys
@@ -59,7 +60,7 @@ def _descendants(pid):
 
 
 class Server:
-    def __init__(self, tmp_path, pyjail_bin, *args):
+    def __init__(self, tmp_path, pyjail_bin, *args, nofile=None):
         import_or_skip("starlette")
         import_or_skip("uvicorn")
         import_or_skip("prometheus_client")
@@ -74,7 +75,9 @@ class Server:
             [sys.executable, "-m", "pyjail.server", "--listen", "127.0.0.1:%d" % self.port,
              "--tokens", str(self.tokens), "--memory", "512M", "--timeout", "30"] + list(args),
             env=_env(pyjail_bin), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE, start_new_session=True)
+            stderr=subprocess.PIPE, start_new_session=True,
+            preexec_fn=None if nofile is None else
+            lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile)))
         self.pyjail_bin = pyjail_bin
         deadline = time.monotonic() + 120
         while True:
@@ -406,3 +409,28 @@ def test_dead_template_and_dead_server_end_sessions_at_once(tight):
                 pass
         for d in pool_dirs:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def test_connections_past_a_quarter_of_the_descriptors_are_refused(tmp_path, pyjail_bin):
+    # Attack: clients that connect and send nothing until the server has no descriptor left,
+    # when every tenant's run fails to make its pipes. With 2048 descriptors, past 512
+    # connections new ones are answered 503, and a run still works once they go.
+    import httpx
+    s = Server(tmp_path, pyjail_bin, nofile=2048)
+    held = []
+    try:
+        for _ in range(530):
+            held.append(socket.create_connection(("127.0.0.1", s.port), timeout=10))
+        time.sleep(0.5)
+        r = httpx.get(s.url + "/healthz", timeout=30)
+        assert r.status_code == 503, r.status_code
+        for c in held:
+            c.close()
+        held = []
+        time.sleep(0.5)
+        with s.client() as client:
+            assert client.run("print(6 * 7)").stdout == "42\n"
+    finally:
+        for c in held:
+            c.close()
+        s.stop()
