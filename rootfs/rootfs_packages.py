@@ -350,19 +350,24 @@ def pip_run(cmd):
         return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, universal_newlines=True, env=env,
                               errors="replace",
-                              preexec_fn=functools.partial(die_with_parent, os.getpid()))
+                              preexec_fn=functools.partial(die_with_parent, _prctl(), os.getpid()))
     except OSError as e:
         raise BuildError("pip", "cannot run %s: %s" % (cmd[0], e.strerror),
                          "run the build as pyjail rootfs build")
 
 
-def die_with_parent(parent):
+def _prctl():
+    """libc's prctl, looked up here: the child calls it, and nothing but it, before its exec."""
+    import ctypes
+    return ctypes.CDLL(None).prctl
+
+
+def die_with_parent(prctl, parent):
     """In the child, before its exec: SIGKILL when the builder dies. A builder killed with
     SIGKILL left the pip jail running for up to its wall time (an hour), its pyjail
     reparented; pyjail keeps this signal through its changes of ids, and its jail dies with
     it."""
-    import ctypes
-    if ctypes.CDLL(None).prctl(1, signal.SIGKILL, 0, 0, 0) != 0:   # PR_SET_PDEATHSIG
+    if prctl(1, signal.SIGKILL, 0, 0, 0) != 0:   # PR_SET_PDEATHSIG
         os._exit(125)
     if os.getppid() != parent:   # the builder is gone already
         os._exit(125)
