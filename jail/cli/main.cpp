@@ -372,5 +372,9 @@ int run_or_fail(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     ensure_standard_fds();
+    // `pyjail --version` alone is answered before the command line's hundred options are
+    // built (CLI11: most of what that start costs); with anything else it is parsed as ever.
+    if (const std::string_view only = argc == 2 ? argv[1] : ""; only == "--version" || only == "-V")
+        return std::fputs("pyjail " PYJAIL_VERSION "\n", stdout) < 0 || std::fflush(stdout) != 0 ? kExitJailError : 0;
     return run_or_fail(argc, argv);
 }
