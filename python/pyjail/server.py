@@ -150,6 +150,23 @@ class Service:
         self.tenants: Dict[str, Tenant] = {}
         self._reaper: Optional["asyncio.Task[None]"] = None
 
+    def limits_warnings(self) -> List[str]:
+        """What a tenant could get past on this host, from one run's report: without
+        cgroup v2 (the limits are rlimits), --memory bounds each process, not a jail, and
+        CPU seconds miss processes the kernel reaped itself (a parent ignoring SIGCHLD)."""
+        try:
+            rep = self.pool.run("pass", timeout=60).report
+        except PyjailError:
+            return []
+        limits = rep.limits if rep is not None else {}
+        memory = limits.get("memory") if isinstance(limits.get("memory"), dict) else {}
+        if not memory or memory.get("mechanism") == "cgroup-v2":
+            return []
+        return ["no cgroup v2 for the jails here (pyjail doctor says why): --memory is %s, "
+                "a bound per process, not per jail, and the CPU charged misses processes the "
+                "kernel reaps itself (their parent ignores SIGCHLD); man pyjail-server, LIMITS"
+                % str(memory.get("detail") or memory.get("mechanism"))[:80]]
+
     def _make_pool(self) -> Pool:
         c = self.cfg
         options: Dict[str, Any] = {"wall_time": c.session_lifetime}
@@ -514,6 +531,11 @@ def create_app(service: Service) -> Any:
     async def post_session(request: Request, tenant: str) -> Response:
         body = await read_json(request)
         live = await service.open_session(tenant, body)
+        if await request.is_disconnected():
+            # Attack: clients that give up on their creations left sessions nobody holds,
+            # counted against the tenant's quota until their idle expiry (30 minutes).
+            await service.close_session(live)
+            return Response(status_code=499)
         return JSONResponse({"id": live.id, "egress": list(live.session.egress),
                              "server_info": {k: v for k, v in live.session.server_info.items()
                                              if isinstance(v, (str, int, float, bool))}},
@@ -784,6 +806,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except PyjailError as e:
         print(str(e).strip(), file=sys.stderr)
         return 125
+    for line in service.limits_warnings():
+        print("pyjail-server: warning: " + line, file=sys.stderr)
     # h11 bounds the request line and headers; bodies are bounded by the app.
     # Keep-alive outlasts the client's (30 s), so that the server never closes a
     # connection the client is about to reuse.

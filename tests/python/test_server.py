@@ -434,3 +434,46 @@ def test_connections_past_a_quarter_of_the_descriptors_are_refused(tmp_path, pyj
         for c in held:
             c.close()
         s.stop()
+
+
+def test_a_session_whose_creator_left_is_not_kept(server):
+    # Attack: a client that gives up on POST /v1/sessions (its timeout) left a session that
+    # counted against the tenant's quota for 30 minutes: three such, and the tenant (2
+    # sessions at most here) could open none. Now each is closed once it is made.
+    import httpx
+    auth = {"Authorization": "Bearer " + CAROL}
+    for _ in range(3):      # the whole request sent, and the connection closed at once
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as c:
+            c.sendall(b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: 2\r\n\r\n{}" % CAROL.encode())
+    time.sleep(3)       # each creation finishes, finds its client gone, and closes
+    made = []
+    try:
+        for _ in range(2):
+            r = httpx.post(server.url + "/v1/sessions", json={}, headers=auth, timeout=60)
+            assert r.status_code == 201, r.text
+            made.append(r.json()["id"])
+    finally:
+        for sid in made:
+            httpx.delete(server.url + "/v1/sessions/" + sid, headers=auth, timeout=60)
+
+
+def test_the_server_says_when_its_limits_are_per_process(tmp_path, pyjail_bin):
+    # Without cgroup v2, --memory bounds each process, not the jail, and the CPU charged
+    # misses processes the kernel reaps itself: said when the server starts, as a warning,
+    # exactly when a run's report says its memory limit is not the cgroup's.
+    import fcntl
+    import pyjail
+    mechanism = pyjail.run("pass", binary=pyjail_bin, memory="512M").report.limits["memory"]["mechanism"]
+    s = Server(tmp_path, pyjail_bin)
+    try:
+        fd = s.proc.stderr.fileno()
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_NONBLOCK)
+        try:
+            said = os.read(fd, 65536).decode()
+        except BlockingIOError:
+            said = ""
+        warned = "pyjail-server: warning: no cgroup v2 for the jails here" in said
+        assert warned == (mechanism != "cgroup-v2"), (mechanism, said)
+    finally:
+        s.stop()
