@@ -204,7 +204,7 @@ def lease_root_host_id():
     dfd = os.open(ROOT_ID_LOCKS, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
         st = os.fstat(dfd)
-        if st.st_uid != 0 or st.st_mode & 0o022:
+        if rootfs_packages.others_can_change(st, 0):
             raise BuildError("host ids", "%s belongs to uid %d or is open to others (mode %o)"
                              % (ROOT_ID_LOCKS, st.st_uid, stat.S_IMODE(st.st_mode)),
                              "remove it: pyjail makes it again")
@@ -232,7 +232,7 @@ def check_out_parent(parent):
     if os.geteuid() != 0:
         return
     st = os.stat(parent)
-    if st.st_uid != 0 or (st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX):
+    if rootfs_packages.others_can_change(st, 0) and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
         raise BuildError("--out in %s" % parent,
                          "another user can change that directory (owner uid %d, mode %o)"
                          % (st.st_uid, stat.S_IMODE(st.st_mode)),
