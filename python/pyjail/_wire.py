@@ -40,6 +40,7 @@ jail, the jail never makes the driver unpickle anything.
 from __future__ import annotations
 
 import binascii
+import functools
 import os
 import select
 import struct
@@ -1138,27 +1139,15 @@ def matches_patterns(rel: str, patterns: "Optional[List[str]]") -> bool:
     return any(r.match(rel) or r.match(base) for r in _glob_regexes(tuple(patterns)))
 
 
+@functools.lru_cache(maxsize=8)
 def _glob_regexes(patterns: "Tuple[str, ...]") -> "List[Any]":
     """The patterns as compiled regular expressions (fnmatch's, case-sensitive), the last
-    few sets kept. Attack: fnmatch keeps every pattern it compiles (32768), so a tenant of
+    8 sets kept. Attack: fnmatch keeps every pattern it compiles (32768), so a tenant of
     pyjail-server sending new large patterns with each run grew the server without bound;
-    here at most _GLOB_SETS sets stay, and re's own cache is bounded too."""
+    here at most 8 sets stay, and re's own cache is bounded too."""
     import fnmatch
     import re
-    cached = _glob_cache.get(patterns)
-    if cached is None:
-        cached = [re.compile(fnmatch.translate(p)) for p in patterns]
-        try:    # threads may trim at once: one of them is enough
-            while len(_glob_cache) >= _GLOB_SETS:
-                _glob_cache.pop(next(iter(_glob_cache)), None)
-        except (RuntimeError, StopIteration):
-            pass
-        _glob_cache[patterns] = cached
-    return cached
-
-
-_GLOB_SETS = 8
-_glob_cache: "Dict[Tuple[str, ...], List[Any]]" = {}
+    return [re.compile(fnmatch.translate(p)) for p in patterns]
 
 
 def list_files(root: str, patterns: "Optional[List[str]]",
