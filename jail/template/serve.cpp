@@ -703,25 +703,25 @@ private:
     }
     void end_overdue_runs() {
         const double now = monotonic_ms();
-        for (auto& c : clients_)
-            if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms && c->state == Client::State::Forwarded) {
+        for (auto& c : clients_) {
+            if (c->deadline_ms <= 0 || c->run_ended || now < c->deadline_ms) continue;
+            c->deadline_ms = 0;
+            if (c->state == Client::State::Forwarded) {
                 // Attack (or a stalled template): a request the template never answers holds
                 // its client's descriptors (its stdout, its report socket) in the template's
                 // socket for as long as the template lives. Unanswered for longer than the run
                 // could have lasted, the template is ended; on_template_gone refuses what it
                 // still held and starts another.
-                c->deadline_ms = 0;
                 std::fprintf(stderr, "pyjail serve: the template did not answer a request within the run's wall time "
                              "(%g s) and %g s: ending it\n", c->wall_time, kWallTimeBackstopS);
                 if (template_pidfd_) sys_pidfd_send_signal(template_pidfd_.get(), SIGKILL);
                 return;
-            } else if (c->deadline_ms > 0 && !c->run_ended && now >= c->deadline_ms) {
-                c->deadline_ms = 0;
-                kill_run(*c);
-                if (!prepared_.plan.policy.quiet)
-                    std::fprintf(stderr, "pyjail serve: a run outlived its wall time (%g s) by %g s; its client did not "
-                                 "end it: killed\n", c->wall_time, kWallTimeBackstopS);
             }
+            kill_run(*c);
+            if (!prepared_.plan.policy.quiet)
+                std::fprintf(stderr, "pyjail serve: a run outlived its wall time (%g s) by %g s; its client did not "
+                             "end it: killed\n", c->wall_time, kWallTimeBackstopS);
+        }
     }
 
     // A run whose client is gone must not outlive it: the client enforced its limits.
