@@ -165,7 +165,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def _summary(tr, flavour: str, session: VMSession) -> None:
     tr.write_sep("-", "pyjail VM" + ("" if flavour == "plain" else f" ({flavour})"))
     if session.problem:
-        tr.write_line(f"not run: {session.problem.splitlines()[0]}")
+        # With the console's last lines (a boot's failure carries them): what CI keeps of
+        # the run is its end, where this summary is.
+        tr.write_line(f"not run: {session.problem}")
         return
     r = session.vm
     tr.write_line(r.timing() + (f" [{r.accel_note}]" if r.accel_note else ""))
