@@ -159,7 +159,7 @@ struct Client;
 
 // What an epoll event is about: one of the server's own descriptors, or a client's.
 struct Watch {
-    enum class Kind { Signal, Listen, Control, Template, Conn, RunEnd };
+    enum class Kind { Signal, Owner, Listen, Control, Template, Conn, RunEnd };
     Kind kind;
     Client* client = nullptr;
 };
@@ -234,6 +234,7 @@ public:
         spare_.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
         listen_ = listen_at(socket_);
         watch(sigfd_.get(), &signal_watch_);
+        watch_owner();
         watch(listen_.get(), &listen_watch_);
         start_template();
         epoll_event events[64];
@@ -249,6 +250,9 @@ public:
                 switch (w.kind) {
                     case Watch::Kind::Signal:
                         std::fprintf(stderr, "pyjail serve: stopping\n");
+                        return 0;
+                    case Watch::Kind::Owner:
+                        std::fprintf(stderr, "pyjail serve: stopping: the reader of its output is gone\n");
                         return 0;
                     case Watch::Kind::Listen: accept_now = true; break;
                     case Watch::Kind::Control:
@@ -547,6 +551,20 @@ private:
         return l.rlim_cur;
     }
 
+    // A server started by a program (pyjail.Pool, pyjail-server) reads its "ready" line from
+    // a pipe or socket. Prevents: a program killed with SIGKILL, which cannot stop us, leaving
+    // this server and its template running for ever. The other end's last close shows here as
+    // EPOLLERR (a pipe) or EPOLLHUP (a socket), which epoll reports whatever is asked for; a
+    // terminal or a file has no such end, and is not watched.
+    void watch_owner() {
+        struct stat st{};
+        if (::fstat(STDOUT_FILENO, &st) != 0 || !(S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode))) return;
+        epoll_event ev{};
+        ev.data.ptr = &owner_watch_;
+        if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, STDOUT_FILENO, &ev) != 0)
+            throw JailError("serve", "cannot watch its standard output", errno);
+    }
+
     // The server's own descriptors must be watched; a client's that cannot be (the kernel
     // out of memory, or of the user's epoll watches) is refused or ended, not fatal.
     bool try_watch(int fd, Watch* w) {
@@ -744,7 +762,7 @@ private:
     std::vector<sock_filter> last_filter_;
     UniqueFd epoll_, spare_;
     std::size_t max_clients_ = kMaxClients;
-    Watch signal_watch_{Watch::Kind::Signal}, listen_watch_{Watch::Kind::Listen},
+    Watch signal_watch_{Watch::Kind::Signal}, owner_watch_{Watch::Kind::Owner}, listen_watch_{Watch::Kind::Listen},
         control_watch_{Watch::Kind::Control}, template_watch_{Watch::Kind::Template};
     CgroupSite site_;
     std::string rootfs_;

@@ -3,8 +3,12 @@
 import asyncio
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
+import time
 
 import pytest
 
@@ -87,6 +91,69 @@ def test_close_stops_the_templates_and_removes_the_sockets(pyjail_bin):
     assert not any(os.path.exists(s) for s in sockets)
     with pytest.raises(pyjail.JailError, match="closed"):
         p.run("pass")
+
+
+# What the killed owner below runs: a Pool, a run through it, then it waits to be killed.
+_OWNER = """
+import sys, pyjail
+p = pyjail.Pool(size=2)
+assert p.run("print(6 * 7)").stdout == "42\\n"
+print(" ".join(p.sockets), flush=True)
+sys.stdin.read()
+"""
+
+
+def _tree(pid):
+    """pid's descendants (pid, start time), depth first."""
+    out = []
+    for task in os.listdir("/proc/%d/task" % pid):
+        with open("/proc/%d/task/%s/children" % (pid, task)) as f:
+            for child in map(int, f.read().split()):
+                out.append((child, _started(child)))
+                out += _tree(child)
+    return out
+
+
+def _started(pid):
+    """pid's start time, or None once it has ended (a zombie counts as ended)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+def test_a_pool_whose_owner_is_killed_leaves_no_server_template_or_launcher(pyjail_bin):
+    # Attack on the host's resources: SIGKILL cannot be caught, so the owner cannot stop its
+    # Pool. Each `pyjail serve` stops when its stdout's reader (the owner) is gone, and
+    # with it its template; the launcher, when its socket's other end is.
+    env = dict(os.environ, PYJAIL_BIN=pyjail_bin,
+               PYTHONPATH=os.path.dirname(os.path.dirname(pyjail.__file__)))
+    owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, env=env, cwd="/")
+    try:
+        sockets = owner.stdout.readline().decode().split()
+        assert len(sockets) == 2 and all(os.path.exists(s) for s in sockets), sockets
+        tree = _tree(owner.pid)
+    finally:
+        owner.kill()
+        owner.wait()
+        owner.stdin.close()
+        owner.stdout.close()
+    # two servers, each with its template's supervisor and jail; the launcher
+    assert len(tree) >= 5, tree
+    deadline = time.monotonic() + 20
+    left = tree
+    while left and time.monotonic() < deadline:
+        time.sleep(0.05)
+        left = [(pid, t) for pid, t in left if _started(pid) == t]
+    still = [open("/proc/%d/cmdline" % pid, "rb").read().replace(b"\0", b" ") for pid, _ in left]
+    for pid, _ in left:  # not to leave them to the tests after this one
+        os.kill(pid, signal.SIGKILL)
+    assert not left, "still running after their owner's SIGKILL: %s" % still
+    assert not any(os.path.exists(s) for s in sockets), "a server left its socket"
+    os.rmdir(os.path.dirname(sockets[0]))  # the Pool's own directory: it was the owner's
 
 
 def test_pandas_from_a_template(data_rootfs):
