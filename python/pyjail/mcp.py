@@ -23,7 +23,9 @@ pass as ``session``. With ``--tokens``, every session is the tenant's own:
 another tenant's name or Mcp-Session-Id reaches a session of the caller's.
 Sessions not used for ``idle_timeout`` seconds are closed; at most
 ``max_sessions`` live at once, each tenant at most its share of them (the
-tenant's least recently used is closed for its new one).
+tenant's least recently used is closed for its new one). Over HTTP with
+tokens, a tenant also opens at most its share of MCP sessions (handshakes);
+past it, its next handshake gets 503 until one of its own closes.
 
 Every run is a fork of a Pool's template: no code runs outside a jail.
 
@@ -136,6 +138,11 @@ def _num(x: float) -> str:
     return ("%d" % x) if float(x).is_integer() else str(x)
 
 
+def tenant_share(cfg: Config, tenants: int) -> int:
+    """How many of --max-sessions one of ``tenants`` tenants may hold at once."""
+    return max(1, cfg.max_sessions // max(1, tenants))
+
+
 class JailSessions:
     """The live sessions of an MCP server, by key: forks of one Pool's template,
     closed when idle or when there are too many (least recently used first)."""
@@ -146,7 +153,7 @@ class JailSessions:
         # Attack: one tenant's new sessions evicting another's (its variables and files
         # gone): each tenant holds at most its share of --max-sessions, and a tenant at its
         # share gives up its own least recently used session.
-        self.share = max(1, cfg.max_sessions // max(1, tenants))
+        self.share = tenant_share(cfg, tenants)
         self._lock = threading.Lock()
         self._sessions: Dict[str, Tuple[Session, float]] = {}
         self._stop = threading.Event()
@@ -483,14 +490,102 @@ class BearerAuth:
         await self.app(scope, receive, send)
 
 
+class TenantShares:
+    """ASGI middleware behind BearerAuth: each tenant has at most ``share`` MCP sessions
+    (Mcp-Session-Id) open at once. Attack: the SDK's own cap (--max-sessions) counts every
+    tenant's sessions together, so one tenant's handshakes filled it and every other tenant
+    got 503 until they went idle. The SDK is watched from outside: a session is the tenant's
+    from the answer that names it until a DELETE, a 404 (the SDK has forgotten it), or as long
+    idle as the SDK lets a session be with no request in flight."""
+
+    # Seconds past the idle timeout before a session is taken for closed by the SDK.
+    MARGIN = 5.0
+
+    def __init__(self, app: Any, share: int, idle_timeout: float) -> None:
+        self.app, self.share, self.idle = app, max(1, share), idle_timeout
+        # tenant -> {session id: [requests in flight, when the last one ended]}; one event
+        # loop runs every call, so nothing here needs a lock.
+        self._open: Dict[str, Dict[str, List[float]]] = {}
+        self._opening: Dict[str, int] = {}  # opening requests not yet answered, per tenant
+
+    async def __call__(self, scope: Dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        # The first of a header given twice, as the SDK (Starlette) reads it.
+        headers: Dict[bytes, bytes] = {}
+        for k, v in scope.get("headers", ()):
+            headers.setdefault(k, v)
+        tenant = headers.get(TENANT_HEADER, b"").decode("utf-8", "replace")
+        sid = headers.get(b"mcp-session-id")
+        own = self._open.setdefault(tenant, {})
+        if sid is None:
+            await self._opening_request(tenant, own, scope, receive, send)
+            return
+        key = sid.decode("latin-1")
+        entry = own.get(key)
+        status = [0]
+
+        async def seen(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+        if entry is not None:
+            entry[0] += 1
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            if entry is not None:
+                entry[0] -= 1
+                entry[1] = time.monotonic()
+            if status[0] == 404 or (scope.get("method") == "DELETE" and 0 < status[0] < 400):
+                own.pop(key, None)
+
+    async def _opening_request(self, tenant: str, own: Dict[str, List[float]], scope: Any,
+                               receive: Any, send: Any) -> None:
+        now = time.monotonic()
+        for key in [k for k, (n, t) in own.items() if n <= 0 and now - t > self.idle + self.MARGIN]:
+            del own[key]
+        if len(own) + self._opening.get(tenant, 0) >= self.share:
+            body = json.dumps({"jsonrpc": "2.0", "id": None, "error": {
+                "code": -32603, "message": "this tenant has its %d MCP sessions open: close one "
+                "(DELETE), or wait until one has been idle %s s" % (self.share, _num(self.idle))}
+            }).encode()
+            await send({"type": "http.response.start", "status": 503,
+                        "headers": [(b"content-type", b"application/json"),
+                                    (b"content-length", str(len(body)).encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        self._opening[tenant] = self._opening.get(tenant, 0) + 1
+        opened: List[str] = []
+
+        async def seen(message: Dict[str, Any]) -> None:
+            if message["type"] == "http.response.start" and message["status"] < 400:
+                for k, v in message.get("headers", ()):
+                    if k.lower() == b"mcp-session-id":
+                        opened.append(v.decode("latin-1"))
+                        own[opened[0]] = [1, time.monotonic()]
+                        break
+            await send(message)
+        try:
+            await self.app(scope, receive, seen)
+        finally:
+            self._opening[tenant] -= 1
+            if opened and opened[0] in own:
+                own[opened[0]][0] -= 1
+                own[opened[0]][1] = time.monotonic()
+
+
 def serve_http(server: Any, cfg: Config, tokens: Optional[Dict[bytes, str]]) -> None:
-    """The streamable HTTP transport on uvicorn, behind BearerAuth with ``tokens``."""
+    """The streamable HTTP transport on uvicorn, behind BearerAuth with ``tokens`` (and with
+    them, TenantShares: each tenant its share of --max-sessions)."""
     import uvicorn
     host, port = parse_listen(cfg.listen)
     app = server.streamable_http_app(session_idle_timeout=cfg.idle_timeout,
                                      max_sessions=max(1, cfg.max_sessions), host=host)
     if tokens is not None:
-        app = BearerAuth(app, tokens)
+        app = BearerAuth(TenantShares(app, tenant_share(cfg, len(set(tokens.values()))),
+                                      cfg.idle_timeout), tokens)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 

@@ -242,6 +242,18 @@ def test_http_with_tokens_needs_a_valid_bearer_token(mcp_sdk, pyjail_bin, data_r
                 assert "value: False" in _texts(r), _texts(r)
 
         asyncio.run(scenario())
+        # Attack: bob's handshakes alone, past his share of the MCP sessions (max-sessions
+        # 4, two tenants: 2 each), filled the server's: alice's was refused.
+        init = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "flood", "version": "1"}}}
+        accept = {"Accept": "application/json, text/event-stream"}
+        codes = [httpx2.post(url, json=init, timeout=30, headers=dict(
+            accept, Authorization="Bearer " + BOB_TOKEN)).status_code for _ in range(5)]
+        assert codes == [200, 200, 503, 503, 503], codes
+        r = httpx2.post(url, json=init, timeout=30,
+                        headers=dict(accept, Authorization="Bearer " + TOKEN))
+        assert r.status_code == 200 and r.headers.get("mcp-session-id"), (r.status_code, r.text)
 
 
 class _FakeSession:
@@ -272,3 +284,84 @@ def test_one_tenants_sessions_never_evict_anothers():
         assert store.get("named:alice\0a0", create=False) is alice[0]
     finally:
         store.close()
+
+
+class _FakeTransport:
+    """The SDK's session manager as TenantShares sees it: a request without an
+    Mcp-Session-Id opens one (named in the answer), a known one is served (a `hold` one
+    waits for its release), an unknown one is 404, DELETE ends one."""
+
+    def __init__(self):
+        self.sessions = set()
+        self.n = 0
+        self.release = None
+
+    async def __call__(self, scope, receive, send):
+        sid = dict(scope["headers"]).get(b"mcp-session-id")
+        headers = []
+        if sid is None:
+            self.n += 1
+            sid = b"s%d" % self.n
+            self.sessions.add(sid)
+            status, headers = 200, [(b"mcp-session-id", sid)]
+        elif sid not in self.sessions:
+            status = 404
+        elif scope["method"] == "DELETE":
+            self.sessions.discard(sid)
+            status = 200
+        else:
+            status = 200
+            if scope["path"] == "/hold":
+                await self.release.wait()
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.mark.no_binary
+def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
+    # Attack: bob opening MCP sessions (handshakes only) until the SDK's --max-sessions cap
+    # refused every other tenant's with 503. Each tenant opens at most its share.
+    from pyjail.mcp import TENANT_HEADER, TenantShares
+
+    async def scenario():
+        inner = _FakeTransport()
+        inner.release = asyncio.Event()
+        app = TenantShares(inner, share=2, idle_timeout=0.2)
+        app.MARGIN = 0
+
+        async def call(tenant, sid=None, method="POST", path="/mcp"):
+            headers = [(TENANT_HEADER, tenant.encode())]
+            if sid is not None:
+                headers.append((b"mcp-session-id", sid))
+            sent = []
+
+            async def send(message):
+                sent.append(message)
+            await app({"type": "http", "method": method, "path": path, "headers": headers},
+                      None, send)
+            start = sent[0]
+            return start["status"], dict(start["headers"]).get(b"mcp-session-id"), \
+                sent[1]["body"]
+
+        b1, b2 = (await call("bob"))[1], (await call("bob"))[1]
+        status, _, body = await call("bob")
+        assert status == 503 and b"this tenant has its 2 MCP sessions open" in body
+        a1 = (await call("alice"))[1]
+        assert a1, "another tenant's session was refused"
+        assert (await call("bob", b1))[0] == 200       # bob's own still serve him
+        assert (await call("bob", b1, "DELETE"))[0] == 200
+        b3 = (await call("bob"))[1]
+        assert b3 and (await call("bob"))[0] == 503
+        inner.sessions.discard(b2)                     # the SDK forgot it: 404, slot freed
+        assert (await call("bob", b2))[0] == 404
+        assert (await call("bob"))[0] == 200 and (await call("bob"))[0] == 503
+        # A request in flight keeps its session, however long; idle ones are let go.
+        assert (await call("alice"))[0] == 200 and (await call("alice"))[0] == 503
+        held = asyncio.ensure_future(call("alice", a1, path="/hold"))
+        await asyncio.sleep(0.5)                       # past idle_timeout
+        assert (await call("alice"))[0] == 200, "alice's idle session was not let go"
+        assert (await call("alice"))[0] == 503, "alice's busy session was let go"
+        inner.release.set()
+        await held
+
+    asyncio.run(scenario())
