@@ -25,7 +25,9 @@ Sessions not used for ``idle_timeout`` seconds are closed; at most
 ``max_sessions`` live at once, each tenant at most its share of them (the
 tenant's least recently used is closed for its new one). Over HTTP with
 tokens, a tenant also opens at most its share of MCP sessions (handshakes);
-past it, its next handshake gets 503 until one of its own closes.
+past it, its next handshake gets 503 until one of its own closes. Each
+tenant's calls wait on worker threads of their own (40 shared among the
+tenants): one tenant's calls queued behind a long cell hold none of another's.
 
 Every run is a fork of a Pool's template: no code runs outside a jail.
 
@@ -315,6 +317,19 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
         return ("named:%s\0%s" % (tenant, name),
                 "session: %s (pass session=%r to keep its state)" % (name, name))
 
+    # Attack: one tenant's calls, each waiting on its session (a long cell, or the calls
+    # queued behind one), held every worker thread of anyio's (40 in all), and every other
+    # tenant's calls waited for them. Each tenant's calls now wait on threads of its own.
+    threads = max(2, 40 // max(1, tenants if tokens_in_use else 1))
+    limiters: Dict[str, Any] = {}
+
+    async def in_thread(key: str, fn: Any, *args: Any) -> Any:
+        """fn(*args) in a worker thread of the tenant whose session ``key`` is."""
+        tenant = _tenant_of_key(key)
+        if tenant not in limiters:
+            limiters[tenant] = anyio.CapacityLimiter(threads)
+        return await anyio.to_thread.run_sync(fn, *args, limiter=limiters[tenant])
+
     def text(s: str, error: bool = False) -> CallToolResult:
         return CallToolResult(content=[TextContent(type="text", text=_utf8(s))], is_error=error)
 
@@ -330,8 +345,8 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
     async def run_python(code: str, ctx: Context, session: Optional[str] = None,
                          timeout: Optional[float] = None) -> CallToolResult:
         key, note = key_of(ctx, session)
-        s = await anyio.to_thread.run_sync(sessions.get, key)
-        res = await anyio.to_thread.run_sync(lambda: s.run(code, timeout=timeout_of(timeout)))
+        s = await in_thread(key, sessions.get, key)
+        res = await in_thread(key, lambda: s.run(code, timeout=timeout_of(timeout)))
         blocks, err = cell_content(res, note)
         return CallToolResult(content=blocks, is_error=err)
 
@@ -361,9 +376,9 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
         if len(data) > MAX_UPLOAD:
             return text("the file is larger than %d bytes" % MAX_UPLOAD, True)
         key, note = key_of(ctx, session)
-        s = await anyio.to_thread.run_sync(sessions.get, key)
+        s = await in_thread(key, sessions.get, key)
         try:
-            n = await anyio.to_thread.run_sync(s.upload, path, data)
+            n = await in_thread(key, s.upload, path, data)
         except (ValueError, OSError) as e:
             return text("cannot write %s: %s" % (path, e), True)
         return text("wrote %d bytes to /work/%s%s" % (n, path.lstrip("/"),
@@ -375,10 +390,9 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
                             session: Optional[str] = None) -> CallToolResult:
         from mcp.types import ImageContent
         key, _ = key_of(ctx, session)
-        s = await anyio.to_thread.run_sync(sessions.get, key)
+        s = await in_thread(key, sessions.get, key)
         try:
-            data = await anyio.to_thread.run_sync(
-                lambda: s.download(path, max_bytes=MAX_DOWNLOAD))
+            data = await in_thread(key, lambda: s.download(path, max_bytes=MAX_DOWNLOAD))
         except Exception as e:   # the session's own errors: no such file, too large
             return text("cannot read %s: %s" % (path, e), True)
         mime = _image_mime(data)
@@ -393,8 +407,8 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
     @server.tool(description="List the files in the session's /work.")
     async def list_files(ctx: Context, session: Optional[str] = None) -> CallToolResult:
         key, _ = key_of(ctx, session)
-        s = await anyio.to_thread.run_sync(sessions.get, key)
-        names = await anyio.to_thread.run_sync(s.list_files)
+        s = await in_thread(key, sessions.get, key)
+        names = await in_thread(key, s.list_files)
         return text("\n".join("%s\t%d bytes" % (n, size) for n, size in sorted(names.items()))
                     or "(no files)")
 
@@ -402,7 +416,7 @@ def build_server(cfg: Config, pool: Optional[Pool] = None,
                  "starts a new one.")
     async def reset_session(ctx: Context, session: Optional[str] = None) -> CallToolResult:
         key, _ = key_of(ctx, session)
-        existed = await anyio.to_thread.run_sync(sessions.drop, key)
+        existed = await in_thread(key, sessions.drop, key)
         return text("session reset" if existed else "no such session")
 
     return server, sessions
@@ -501,8 +515,13 @@ class TenantShares:
     # Seconds past the idle timeout before a session is taken for closed by the SDK.
     MARGIN = 5.0
 
-    def __init__(self, app: Any, share: int, idle_timeout: float) -> None:
+    def __init__(self, app: Any, share: int, idle_timeout: float,
+                 handshake_versions: Sequence[str]) -> None:
         self.app, self.share, self.idle = app, max(1, share), idle_timeout
+        # What may open a session, as the SDK routes requests: one without an Mcp-Session-Id
+        # whose protocol (MCP-Protocol-Version), if it names one, has the initialize
+        # handshake. The stateless protocol's requests open none, and are not counted.
+        self.handshake_versions = frozenset(v.encode() for v in handshake_versions)
         # tenant -> {session id: [requests in flight, when the last one ended]}; one event
         # loop runs every call, so nothing here needs a lock.
         self._open: Dict[str, Dict[str, List[float]]] = {}
@@ -520,7 +539,11 @@ class TenantShares:
         sid = headers.get(b"mcp-session-id")
         own = self._open.setdefault(tenant, {})
         if sid is None:
-            await self._opening_request(tenant, own, scope, receive, send)
+            version = headers.get(b"mcp-protocol-version")
+            if version is None or version in self.handshake_versions:
+                await self._opening_request(tenant, own, scope, receive, send)
+            else:
+                await self.app(scope, receive, send)
             return
         key = sid.decode("latin-1")
         entry = own.get(key)
@@ -584,8 +607,9 @@ def serve_http(server: Any, cfg: Config, tokens: Optional[Dict[bytes, str]]) -> 
     app = server.streamable_http_app(session_idle_timeout=cfg.idle_timeout,
                                      max_sessions=max(1, cfg.max_sessions), host=host)
     if tokens is not None:
+        from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
         app = BearerAuth(TenantShares(app, tenant_share(cfg, len(set(tokens.values()))),
-                                      cfg.idle_timeout), tokens)
+                                      cfg.idle_timeout, HANDSHAKE_PROTOCOL_VERSIONS), tokens)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 

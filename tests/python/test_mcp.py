@@ -288,8 +288,8 @@ def test_one_tenants_sessions_never_evict_anothers():
 
 class _FakeTransport:
     """The SDK's session manager as TenantShares sees it: a request without an
-    Mcp-Session-Id opens one (named in the answer), a known one is served (a `hold` one
-    waits for its release), an unknown one is 404, DELETE ends one."""
+    Mcp-Session-Id opens one (named in the answer), a known one is served, an unknown one is
+    404, DELETE ends one; a request to /hold waits for `release` first."""
 
     def __init__(self):
         self.sessions = set()
@@ -299,6 +299,8 @@ class _FakeTransport:
     async def __call__(self, scope, receive, send):
         sid = dict(scope["headers"]).get(b"mcp-session-id")
         headers = []
+        if scope["path"] == "/hold":
+            await self.release.wait()
         if sid is None:
             self.n += 1
             sid = b"s%d" % self.n
@@ -311,8 +313,6 @@ class _FakeTransport:
             status = 200
         else:
             status = 200
-            if scope["path"] == "/hold":
-                await self.release.wait()
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": b""})
 
@@ -326,11 +326,13 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
     async def scenario():
         inner = _FakeTransport()
         inner.release = asyncio.Event()
-        app = TenantShares(inner, share=2, idle_timeout=0.2)
+        app = TenantShares(inner, share=2, idle_timeout=0.2, handshake_versions=["2025-06-18"])
         app.MARGIN = 0
 
-        async def call(tenant, sid=None, method="POST", path="/mcp"):
+        async def call(tenant, sid=None, method="POST", path="/mcp", version=None):
             headers = [(TENANT_HEADER, tenant.encode())]
+            if version is not None:
+                headers.append((b"mcp-protocol-version", version))
             if sid is not None:
                 headers.append((b"mcp-session-id", sid))
             sent = []
@@ -355,6 +357,12 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
         inner.sessions.discard(b2)                     # the SDK forgot it: 404, slot freed
         assert (await call("bob", b2))[0] == 404
         assert (await call("bob"))[0] == 200 and (await call("bob"))[0] == 503
+        # The stateless protocol's requests open no session: never counted, never refused.
+        stateless = [asyncio.ensure_future(call("bob", version=b"2026-07-28", path="/hold"))
+                     for _ in range(4)]
+        await asyncio.sleep(0.05)
+        assert (await call("bob", version=b"2026-07-28"))[0] == 200
+        assert (await call("bob", version=b"2025-06-18"))[0] == 503
         # A request in flight keeps its session, however long; idle ones are let go.
         assert (await call("alice"))[0] == 200 and (await call("alice"))[0] == 503
         held = asyncio.ensure_future(call("alice", a1, path="/hold"))
@@ -363,5 +371,50 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
         assert (await call("alice"))[0] == 503, "alice's busy session was let go"
         inner.release.set()
         await held
+        await asyncio.gather(*stateless)
 
     asyncio.run(scenario())
+
+
+def test_one_tenants_waiting_calls_leave_threads_for_another(mcp_sdk, pyjail_bin, data_rootfs,
+                                                            tmp_path, tokens_file):
+    # Attack: bob's 45 calls at once into one session: one runs a long cell, the others wait
+    # for it. They held all 40 of the server's worker threads, and alice's call waited for
+    # bob's cell to end. Each tenant's calls now wait on threads of their own.
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    for url in _serve_http(data_rootfs, tmp_path, "--tokens", str(tokens_file)):
+        async def scenario():
+            bob_http = httpx2.AsyncClient(headers={"Authorization": "Bearer " + BOB_TOKEN},
+                                          timeout=120)
+            alice_http = httpx2.AsyncClient(headers={"Authorization": "Bearer " + TOKEN},
+                                            timeout=120)
+            async with bob_http, alice_http, \
+                    Client(streamable_http_client(url, http_client=bob_http)) as bob, \
+                    Client(streamable_http_client(url, http_client=alice_http)) as alice:
+                r = await alice.call_tool("run_python", {"code": "1", "session": "a"})
+                assert "value: 1" in _texts(r), _texts(r)
+                r = await bob.call_tool("run_python", {"code": "import time", "session": "slow"})
+                assert not r.is_error, _texts(r)
+                flood = [asyncio.ensure_future(bob.call_tool("run_python", {
+                    "code": "time.sleep(40)", "session": "slow"})) for _ in range(45)]
+                try:
+                    await asyncio.sleep(3)      # bob's calls reach the server, and wait
+                    t0 = time.monotonic()
+                    r = await asyncio.wait_for(
+                        alice.call_tool("run_python", {"code": "6 * 7", "session": "a"}), 30)
+                    took = time.monotonic() - t0
+                    assert "value: 42" in _texts(r), _texts(r)
+                    # Before, alice's call waited for bob's 40 s cell to end.
+                    assert took < 20, "alice waited %.1f s behind bob's calls" % took
+                    done = [f for f in flood if f.done()]
+                    assert not done, "bob's cell did not hold: %s" % [
+                        _texts(f.result()) if not f.exception() else repr(f.exception()) for f in done[:3]]
+                finally:
+                    for f in flood:
+                        f.cancel()
+                    await asyncio.gather(*flood, return_exceptions=True)
+
+        asyncio.run(scenario())
