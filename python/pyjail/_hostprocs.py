@@ -5,9 +5,10 @@ by _wire.proc_stat, which the in-jail server uses too."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from . import _wire
 
@@ -150,3 +151,53 @@ def tree_cpu_seconds(root: int) -> Optional[float]:
         except ValueError:
             continue
     return ticks / os.sysconf("SC_CLK_TCK")
+
+
+# The name pyjail gives each jail's cgroup leaf (jail/host/cgroup.cpp, kRunPrefix).
+_JAIL_LEAF_PREFIX = "pyjail-run-"
+
+
+@functools.lru_cache(maxsize=1)
+def _cgroup2_mount() -> Optional[Tuple[str, str]]:
+    """(the cgroup2 root this process's mount shows, where it is mounted), or None: the
+    first cgroup2 mount in /proc/self/mountinfo."""
+    try:
+        with open("/proc/self/mountinfo") as f:
+            for line in f:
+                head, sep, tail = line.partition(" - ")
+                fields = head.split()
+                if sep and tail.split()[:1] == ["cgroup2"] and len(fields) >= 5:
+                    return fields[3], fields[4]
+    except OSError:
+        pass
+    return None
+
+
+def leaf_cpu_seconds(pid: int) -> Optional[float]:
+    """The CPU seconds of everything in the cgroup v2 leaf of host process ``pid`` (a
+    jail's pid 1), when that leaf is a jail's own (``pyjail-run-*``); else None. The
+    kernel's count (cpu.stat's usage_usec, kept for every cgroup v2 directory), which
+    misses nothing: a process the kernel reaps itself (its parent ignores SIGCHLD) is in
+    no process's times in /proc, and so not in tree_cpu_seconds."""
+    mount = _cgroup2_mount()
+    if mount is None:
+        return None
+    try:
+        with open("/proc/%d/cgroup" % pid) as f:
+            path = next((line[3:].rstrip("\n") for line in f if line.startswith("0::")), "")
+    except OSError:
+        return None
+    root, where = mount
+    if not os.path.basename(path).startswith(_JAIL_LEAF_PREFIX) or \
+            not (root == "/" or path.startswith(root.rstrip("/") + "/")):
+        return None
+    rel = path[len(root.rstrip("/")):] if root != "/" else path
+    try:
+        with open(where + rel + "/cpu.stat") as f:
+            for line in f:
+                key, _, value = line.partition(" ")
+                if key == "usage_usec":
+                    return int(value) / 1e6
+    except (OSError, ValueError):
+        pass
+    return None

@@ -752,16 +752,19 @@ class Session(HostFileCopies):
 
     def _jail_cpu_seconds(self) -> Optional[float]:
         """The CPU seconds the current interpreter's jail has used so far (its pid 1
-        and everything under it), read from the host's /proc, which nothing in the jail
-        can change: what pyjail-server charges a tenant for a cell. None without a live
-        jail."""
+        and everything under it), read from the host, where nothing in the jail can
+        change it: its cgroup v2 leaf's count where it has one, else its processes' in
+        /proc (which miss those the kernel reaped itself). What pyjail-server charges a
+        tenant for a cell. None without a live jail."""
         proc = self._proc
         if proc is None or not _holds_pid(proc):
             return None
         init = _hostprocs.jail_init_of(proc.pid)
         if init is None:
             return None
-        used = _hostprocs.tree_cpu_seconds(init)
+        used = _hostprocs.leaf_cpu_seconds(init)
+        if used is None:
+            used = _hostprocs.tree_cpu_seconds(init)
         # Read while the pid was still its pid 1's (see _kill_interpreter_descendants).
         return used if _holds_pid(proc) and _hostprocs.jail_init_of(proc.pid) == init else None
 

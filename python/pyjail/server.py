@@ -30,8 +30,8 @@ package's plain-data codec). A tenant sees only its own sessions: another
 tenant's session id answers 404, as an unknown one does. Quotas per tenant:
 live sessions, calls running at once, CPU seconds per hour (a run is charged
 its jail's CPU time; a cell the CPU time its session's jail used since the
-session was last charged, read from the host's /proc, or its wall time where the
-interpreter was replaced; a session's last stretch when it is restarted or
+session was last charged, its cgroup's count (cgroup v2) or else the host's /proc's,
+or its wall time where the interpreter was replaced; a session's last stretch when it is restarted or
 closed). Sessions idle for ``--idle-timeout`` are closed.
 """
 
@@ -216,8 +216,8 @@ class Service:
 
     def charge_session(self, live: LiveSession, fallback: float) -> float:
         """The CPU seconds a session's jail used since it was last charged (its cells',
-        and what they left running between calls), read from the host's /proc, where
-        nothing in the jail can change it; ``fallback`` (a cell's wall time: an upper
+        and what they left running between calls), read from the host (Session.
+        _jail_cpu_seconds), where nothing in the jail can change it; ``fallback`` (a cell's wall time: an upper
         bound at the repl profile's one CPU) where the jail was replaced meanwhile or
         cannot be read."""
         before, jail = live.cpu_seen, live.cpu_jail

@@ -61,6 +61,9 @@ from pathlib import Path
 # Bump when the layout of the initramfs changes in a way the hashed inputs do not show.
 FORMAT_VERSION = "3"
 
+# pyjail's Python package, in this checkout.
+PACKAGE = Path(__file__).resolve().parents[2] / "python" / "pyjail"
+
 UNPRIVILEGED_ID = 65534
 USER_CGROUP = f"/sys/fs/cgroup/user-{UNPRIVILEGED_ID}"
 SESSION_CGROUP = f"{USER_CGROUP}/session"
@@ -199,6 +202,17 @@ run_scenarios() {
         new_sessions
     done
 }
+"""
+
+# /vm/py ARGS...: Python with pyjail's package importable, outside any jail, as a program on
+# the host runs it: the default rootfs's interpreter, through the rootfs's own dynamic loader
+# and libraries. PYJAIL_BIN is the staged pyjail.
+GUEST_PY = r"""#!/bin/sh
+r=@PREFIX@/lib/pyjail/rootfs
+export PYTHONHOME=$r/usr PYTHONPATH=/vm/python PYJAIL_BIN=@PREFIX@/bin/pyjail
+exec "$r/lib64/ld-linux-x86-64.so.2" \
+    --library-path "$r/lib/x86_64-linux-gnu:$r/usr/lib/x86_64-linux-gnu" \
+    "$r/usr/bin/python3" "$@"
 """
 
 # Sourced by the script, and by every scenario.
@@ -670,6 +684,10 @@ def base_tree(prefix: Path, guest_prefix: str, flavour: str = "plain") -> Tree:
     t.file("/etc/group", f"root:x:0:\ntty:x:5:\nnogroup:x:{UNPRIVILEGED_ID}:\n")
     t.file("/etc/hosts", "127.0.0.1\tlocalhost pyjail-vm\n::1\tlocalhost ip6-localhost\n")
     t.file("/etc/nsswitch.conf", "passwd: files\ngroup: files\nhosts: files\n")
+    # pyjail's Python package, and the rootfs's interpreter to drive it with from outside a
+    # jail (there is no Python of the guest's own): /vm/py.
+    t.copy_tree("/vm/python/pyjail", PACKAGE, skip=("__pycache__",))
+    t.file("/vm/py", _fill(GUEST_PY, guest_prefix), 0o755)
     t.file("/init", _fill(GUEST_INIT, guest_prefix), 0o755)
     t.file("/vm/lib.sh", _fill(GUEST_LIB, guest_prefix))
     t.file("/vm/harness.sh", _fill(GUEST_HARNESS, guest_prefix))
