@@ -328,6 +328,12 @@ def explain_pip_failure(log, python_desc):
         return ("requirements", one_line(conflict),
                 "loosen the conflicting version pins")
     why = errors[-1] if errors else (lines[-1] if lines else "pip failed")
+    if why.strip() == "Exception:":
+        # pip's own crash: "ERROR: Exception:", its traceback, and what was raised last.
+        at = max(i for i, l in enumerate(lines) if l.strip() == "ERROR: Exception:")
+        raised = [l for l in lines[at + 1:]
+                  if l.strip() and not l[0].isspace() and not l.startswith("Traceback")]
+        why = "pip failed: %s" % (raised[-1] if raised else "an exception")
     if "no such option: --report" in log or "no such option: --root-user-action" in log:
         return ("pip", "the pip of %s is older than 22.2" % python_desc,
                 "upgrade it for that interpreter (python3 -m pip install --upgrade pip)")

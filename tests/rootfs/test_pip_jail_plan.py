@@ -348,3 +348,15 @@ def test_a_packages_text_reaches_the_terminal_without_control_characters():
     assert rp.one_line(hostile) == "boom?]0;TITLE??[2K?31m done"
     line = rp.BuildError("requirement x", hostile, "fix\x1b[1A").line("pyjail rootfs")
     assert not any(ord(c) < 32 or 127 <= ord(c) < 160 for c in line), repr(line)
+
+
+def test_pip_s_own_crash_is_explained_by_what_it_raised():
+    # A wheel whose tree pip cannot extract (a thousand directories deep) made pip crash,
+    # and the builder said only "Exception:".
+    log = ("Processing /links/deep-1.0-py3-none-any.whl\n"
+           "ERROR: Exception:\nTraceback (most recent call last):\n"
+           '  File "<frozen os>", line 215, in makedirs\n'
+           "  [Previous line repeated 979 more times]\n"
+           "RecursionError: maximum recursion depth exceeded\n")
+    what, why, fix = rp.explain_pip_failure(log, "CPython 3.11")
+    assert why == "pip failed: RecursionError: maximum recursion depth exceeded", why
