@@ -15,15 +15,22 @@ asyncio (``await pool.arun(...)``). A template that ends (killed, out of
 memory) is started again by its server; the run that finds it gone says so
 on stderr. With ``files=`` or ``outputs=``, the run's in-jail file server
 forks the program from itself: the preloads are there too.
+
+A Pool's process killed with SIGKILL leaves nothing running: each template's
+server stops once its reader is gone, the launcher once its socket closes.
+Its two directories (the sockets', the runs' scripts') are removed by the
+next Pool the same user starts there.
 """
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import select
 import shutil
 import signal
+import stat
 import socket
 import subprocess
 import tempfile
@@ -240,6 +247,64 @@ def _pid_of(pidfd: int) -> Optional[int]:
     return None
 
 
+# A Pool's directories (its sockets', its launcher's scripts'): this prefix and a random
+# suffix, each locked (flock) by the process that made it for as long as it holds it. One
+# whose lock can be taken was left by a process killed with SIGKILL, which no cleanup
+# outlives; the next Pool of the same user in the same place removes it.
+_DIR_PREFIX = "pyjail-pool."
+# A directory only this new, or changed this lately, is never taken for stale: one just made
+# may not be locked yet.
+_STALE_AFTER = 60.0
+
+
+def _own_dir(parent: Optional[str] = None) -> "tuple[str, int]":
+    """A new directory of this process's (0700) in ``parent`` (the temporary directory by
+    default), and the descriptor that holds its lock; stale ones removed first."""
+    parent = parent or tempfile.gettempdir()
+    _sweep_stale(parent)
+    path = tempfile.mkdtemp(prefix=_DIR_PREFIX, dir=parent)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return path, fd
+
+
+def _sweep_stale(parent: str) -> None:
+    """Removes this user's Pool directories in ``parent`` that no live process holds."""
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return
+    now = time.time()
+    for e in entries:
+        if not e.name.startswith(_DIR_PREFIX):
+            continue
+        try:
+            st = e.stat(follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or \
+                    now - max(st.st_mtime, st.st_ctime) < _STALE_AFTER:
+                continue
+            fd = os.open(e.path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Held: no one else can take it for live meanwhile. (rmtree refuses a link.)
+            shutil.rmtree(e.path, ignore_errors=True)
+        except OSError:
+            pass          # held by a live Pool
+        finally:
+            os.close(fd)
+
+
+def _release_dir(path: str, fd: int) -> int:
+    """Removes a directory of _own_dir's, then lets its lock go; returns -1, the descriptor's
+    value from then on (a second call does nothing)."""
+    if fd >= 0:
+        shutil.rmtree(path, ignore_errors=True)
+        os.close(fd)
+    return -1
+
+
 class _Launcher:
     """The Pool's ``pyjail launcher``: one long-lived pyjail that forks the
     ``pyjail --via`` of each run (launcher.hpp in pyjail's sources), instead
@@ -266,7 +331,7 @@ class _Launcher:
         shm = "/dev/shm"
         in_memory = os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) and not any(
             os.environ.get(k) for k in ("TMPDIR", "TEMP", "TMP"))
-        self.script_dir = tempfile.mkdtemp(prefix="pyjail-pool-", dir=shm if in_memory else None)
+        self.script_dir, self._dir_lock = _own_dir(shm if in_memory else None)
 
     def _forked(self) -> None:
         """In a fork of this process (a multiprocessing worker): the launcher, its
@@ -442,7 +507,7 @@ class _Launcher:
                 proc.kill()
                 proc.wait()
         if os.getpid() == self._owner:    # a fork's runs' scripts are there too
-            shutil.rmtree(self.script_dir, ignore_errors=True)
+            self._dir_lock = _release_dir(self.script_dir, self._dir_lock)
 
 
 # Every live launcher, for _forked in a fork of this process.
@@ -527,7 +592,7 @@ class Pool:
         self._defaults += option_args({k: v for k, v in options.items()
                                        if k.replace("_", "-") not in _SERVER_ONLY})
         # Made once every argument above was taken: a bad option leaves nothing behind.
-        self._dir = tempfile.mkdtemp(prefix="pyjail-pool-")   # 0700: the sockets' home
+        self._dir, self._dir_lock = _own_dir()   # 0700: the sockets' home
         self._servers: List[_Server] = []
         self._launcher = _Launcher(self._binary)
         self._owner = os.getpid()
@@ -600,7 +665,7 @@ class Pool:
             return    # in a fork of the process that made it: the templates are the parent's
         for s in servers:
             s.close()
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self._dir_lock = _release_dir(self._dir, self._dir_lock)
 
     def __enter__(self) -> "Pool":
         return self

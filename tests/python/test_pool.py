@@ -98,7 +98,7 @@ _OWNER = """
 import sys, pyjail
 p = pyjail.Pool(size=2)
 assert p.run("print(6 * 7)").stdout == "42\\n"
-print(" ".join(p.sockets), flush=True)
+print(" ".join(p.sockets), p._launcher.script_dir, flush=True)
 sys.stdin.read()
 """
 
@@ -124,7 +124,8 @@ def _started(pid):
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def test_a_pool_whose_owner_is_killed_leaves_no_server_template_or_launcher(pyjail_bin):
+def test_a_pool_whose_owner_is_killed_leaves_no_server_template_or_launcher(pyjail_bin,
+                                                                            monkeypatch):
     # Attack on the host's resources: SIGKILL cannot be caught, so the owner cannot stop its
     # Pool. Each `pyjail serve` stops when its stdout's reader (the owner) is gone, and
     # with it its template; the launcher, when its socket's other end is.
@@ -133,7 +134,7 @@ def test_a_pool_whose_owner_is_killed_leaves_no_server_template_or_launcher(pyja
     owner = subprocess.Popen([sys.executable, "-c", _OWNER], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, env=env, cwd="/")
     try:
-        sockets = owner.stdout.readline().decode().split()
+        *sockets, scripts = owner.stdout.readline().decode().split()
         assert len(sockets) == 2 and all(os.path.exists(s) for s in sockets), sockets
         tree = _tree(owner.pid)
     finally:
@@ -153,7 +154,21 @@ def test_a_pool_whose_owner_is_killed_leaves_no_server_template_or_launcher(pyja
         os.kill(pid, signal.SIGKILL)
     assert not left, "still running after their owner's SIGKILL: %s" % still
     assert not any(os.path.exists(s) for s in sockets), "a server left its socket"
-    os.rmdir(os.path.dirname(sockets[0]))  # the Pool's own directory: it was the owner's
+    # The owner's directories (its sockets', its launcher's scripts') stay, unlocked: the
+    # next Pool of the same user removes them (once they are a minute old).
+    dirs = [os.path.dirname(sockets[0]), scripts]
+    assert all(os.path.isdir(d) for d in dirs), dirs
+    monkeypatch.setattr(pyjail._pool, "_STALE_AFTER", 0)
+    with pyjail.Pool() as p:
+        assert p.run("print(1)").stdout == "1\n"
+        gone = [d for d in dirs if not os.path.exists(d)]
+        assert gone == dirs, "stale directories left: %s" % sorted(set(dirs) - set(gone))
+        # A live Pool's are never taken for stale.
+        pyjail._pool._sweep_stale(os.path.dirname(p.sockets[0]))
+        pyjail._pool._sweep_stale(os.path.dirname(p._launcher.script_dir))
+        assert all(os.path.exists(s) for s in p.sockets)
+        assert os.path.isdir(p._launcher.script_dir)
+        assert p.run("print(2)").stdout == "2\n"
 
 
 def test_pandas_from_a_template(data_rootfs):
