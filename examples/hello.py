@@ -12,7 +12,8 @@ print("visible in the working directory:", " ".join(sorted(os.listdir("."))))
 print("processes:", " ".join(sorted(p for p in os.listdir("/proc") if p.isdigit())))
 
 pathlib.Path("result.txt").write_text("written in the jail; gone when it ends\n")
-print("wrote result.txt next to the script; home is", pathlib.Path.home())
+print("wrote result.txt in the private working directory (gone when the jail ends); home is",
+      pathlib.Path.home())
 
 try:
     socket.create_connection(("127.0.0.1", 22), timeout=2)

@@ -27,4 +27,13 @@ if [[ $(id -u) -eq 0 ]] &&
 fi
 
 echo "==> $pyjail --profile strict -- python examples/hello.py"
-exec "$pyjail" --profile strict -- python examples/hello.py
+status=0
+"$pyjail" --profile strict -- python examples/hello.py || status=$?
+# What a newcomer types next (README, "Next steps"): pyjail on PATH, and the Python package.
+cat <<EOF
+==> next: install pyjail (sudo cmake --install build) or use $pyjail as it is, then
+      pyjail -- python your_script.py          # pyjail --help, man pyjail
+    the Python package: pip install ./python   # finds pyjail on PATH, or set
+      PYJAIL_BIN=$(realpath "$pyjail")
+EOF
+exit "$status"
