@@ -337,6 +337,8 @@ Supervised supervise_jail(const RunPlan& p, const JailHandle& jail, Channels& ch
     sa.ends_when_reaped = jail.parent() == JailHandle::Parent::Template;
     sa.wall_time = p.policy.wall_time;
     sa.kill_grace = p.policy.kill_grace;
+    sa.interactive = ::isatty(STDIN_FILENO) == 1;
+    sa.quiet = p.policy.quiet;
     sa.seccomp = p.seccomp ? &*p.seccomp : nullptr;
     if (leaf) {
         sa.cpu_time = p.policy.limits.cpu_time;

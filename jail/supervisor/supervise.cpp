@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "egress_relay.hpp"
+#include "interrupts.hpp"
 #include "relay.hpp"
 #include "init.hpp"
 #include "sys.hpp"
@@ -217,10 +218,28 @@ private:
     // A signal pyjail got: to the program (through pid 1). The first that asks to end starts
     // --kill-grace: a jail that ignores it must not keep pyjail until its wall time.
     void relay_signal(int sig, double now) {
+        if (sig == SIGINT && a_.interactive) sig = escalate_interrupt(now);
         sys_pidfd_send_signal(a_.pidfd, sig);
         if (!is_terminating_signal(sig) || result_.end.relayed_signal != 0) return;
         result_.end.relayed_signal = sig;
         grace_ends_ms_ = now + a_.kill_grace * 1e3;
+    }
+
+    // Ctrl-C at a terminal: SIGINT, or SIGTERM for the third within two seconds.
+    int escalate_interrupt(double now) {
+        switch (interrupts_.on_interrupt(now)) {
+            case InterruptEscalation::Step::Relay: return SIGINT;
+            case InterruptEscalation::Step::Warn:
+                if (!a_.quiet && result_.end.relayed_signal == 0)
+                    std::fprintf(stderr, "pyjail: Ctrl-C once more within 2 s ends the jail\n");
+                return SIGINT;
+            case InterruptEscalation::Step::Escalate:
+                if (!a_.quiet && result_.end.relayed_signal == 0)
+                    std::fprintf(stderr, "pyjail: three interrupts: the jail is sent SIGTERM, and killed "
+                                         "if it still runs %gs from now (--kill-grace)\n", a_.kill_grace);
+                return SIGTERM;
+        }
+        return SIGINT;
     }
 
     // Ends the whole jail (once).
@@ -330,6 +349,7 @@ private:
     UniqueFd listener_;            // the filter's, from the "ready" message
     bool paused_ = false;
     double grace_ends_ms_ = 0;     // 0: no terminating signal relayed
+    InterruptEscalation interrupts_;
     double sigkill_pid1_ms_ = 0;   // 0: none pending
     seccomp_notif* req_ = nullptr;
     seccomp_notif_resp* resp_ = nullptr;

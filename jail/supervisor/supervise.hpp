@@ -53,6 +53,10 @@ struct SuperviseArgs {
     // After relaying SIGTERM, SIGHUP or SIGQUIT: seconds until the jail is killed if
     // it is still there (0: at once).
     double kill_grace = 5;
+    // pyjail's stdin is a terminal: Ctrl-C three times within two seconds asks the jail to
+    // end (interrupts.hpp); `quiet` keeps pyjail's line about it off stderr.
+    bool interactive = false;
+    bool quiet = false;
     const SeccompSet* seccomp = nullptr;  // decides the error for refused syscalls
     // --cpu-time over the whole jail (cgroup v2): the jail's CPU seconds so far.
     double cpu_time = 0;

@@ -6,9 +6,11 @@ import json
 import os
 import pty
 import select
+import signal
 import subprocess
 import sys
 import termios
+import time
 
 import pytest
 
@@ -111,3 +113,80 @@ def test_only_the_jails_own_pseudo_terminals_are_visible(run_py, as_user):
     assert got["before"] == ["ptmx"], got["before"]
     assert got["mine"] == "/dev/pts/0"
     assert got["host"] == "ENOENT", (host_name, got["host"])
+
+
+# A program that ignores the interrupt and the request to end: untrusted code does both in a
+# line each.
+IGNORES = ("import signal, time\n"
+           "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+           "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+           "print('ready', flush=True)\n"
+           "time.sleep(60)\n")
+
+
+def _on_a_terminal(pyjail_command, user):
+    """pyjail --kill-grace 1 running IGNORES on a fresh pty (its stdin and controlling
+    terminal, as from an interactive shell): (process, the pty's master)."""
+    master, slave = pty.openpty()
+
+    def take_the_terminal():
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    try:
+        p = subprocess.Popen([*pyjail_command(user), "--kill-grace", "1", "--", "python", "-c",
+                              IGNORES], stdin=slave, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, cwd="/", preexec_fn=take_the_terminal)
+    finally:
+        os.close(slave)
+    return p, master
+
+
+def _ctrl_c(master, times, gap=0.2):
+    for _ in range(times):
+        os.write(master, b"\x03")   # the terminal's interrupt character: SIGINT to pyjail
+        time.sleep(gap)
+
+
+def test_ctrl_c_three_times_ends_a_program_that_ignores_it(pyjail_command, as_user, helpers):
+    p, master = _on_a_terminal(pyjail_command, as_user)
+    try:
+        assert helpers.read_line(p.stdout, 15) == b"ready\n"
+        _ctrl_c(master, 2)
+        assert p.poll() is None, "two interrupts ended the jail"
+        _ctrl_c(master, 1)
+        p.wait(15)
+        err = p.stderr.read().decode()
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    assert "pyjail: Ctrl-C once more within 2 s ends the jail" in err, err
+    assert "pyjail: three interrupts: the jail is sent SIGTERM" in err, err
+    # It ignores SIGTERM too: killed --kill-grace later.
+    assert p.returncode == 137 and "still running 1s after SIGTERM" in err, (p.returncode, err)
+
+
+def test_slower_ctrl_c_and_signals_off_a_terminal_only_interrupt(pyjail_command, popen_jail,
+                                                                 as_user, helpers):
+    # An interactive interpreter lives on through interrupts; a Session interrupts its cells
+    # with SIGINT, from a pipe, as often as it needs to.
+    p, master = _on_a_terminal(pyjail_command, as_user)
+    try:
+        assert helpers.read_line(p.stdout, 15) == b"ready\n"
+        _ctrl_c(master, 2)
+        time.sleep(2.2)
+        _ctrl_c(master, 1)
+        time.sleep(1.5)
+        assert p.poll() is None, "three interrupts over more than 2 s ended the jail"
+    finally:
+        p.kill()
+        p.wait()
+        os.close(master)
+    q = popen_jail(["--kill-grace", "1", "--", "python", "-c", IGNORES], user=as_user)
+    assert helpers.read_line(q.stdout, 15) == b"ready\n"
+    for _ in range(5):
+        q.send_signal(signal.SIGINT)
+        time.sleep(0.1)
+    time.sleep(1.5)
+    assert q.poll() is None, "SIGINTs to a pyjail off a terminal ended the jail"

@@ -121,3 +121,17 @@ TEST_CASE("supervise: a fresh jail's run ends when its pid 1 is gone, whatever p
     Supervised s = supervise_with(pid1.get(), false, kInitReapedAll);
     CHECK(gone(pid1.get()));
 }
+
+#include "interrupts.hpp"
+
+TEST_CASE("Ctrl-C three times within two seconds escalates; slower ones do not") {
+    using supervisor::InterruptEscalation;
+    using Step = InterruptEscalation::Step;
+    InterruptEscalation e;
+    CHECK(e.on_interrupt(0) == Step::Relay);
+    CHECK(e.on_interrupt(1500) == Step::Warn);
+    CHECK(e.on_interrupt(2100) == Step::Warn);       // 0 is out of the window: 1500, 2100
+    CHECK(e.on_interrupt(3400) == Step::Escalate);   // 1500, 2100, 3400
+    InterruptEscalation slow;
+    for (int i = 0; i < 10; ++i) CHECK(slow.on_interrupt(i * 2100.0) == Step::Relay);
+}
