@@ -80,10 +80,13 @@ std::vector<std::string> rootfs_builder_argv(const DataDirs& dirs,
 
 int run_rootfs_command(const std::vector<std::string>& args) {
     std::string sub = args.size() > 1 ? args[1] : "";
-    if (sub.empty() || sub == "-h" || sub == "--help") {
+    if (sub == "-h" || sub == "--help") {
         std::fputs(kUsage, stdout);
         return 0;
     }
+    // No command: a mistake (a script's missing word), not a request for help.
+    if (sub.empty())
+        throw UsageError("rootfs: no command given", "pyjail rootfs build|rebuild|info|list (pyjail rootfs --help)");
     DataDirs dirs = find_data_dirs();
     std::vector<std::string> rest(args.begin() + 2, args.end());
     if (sub == "build") {

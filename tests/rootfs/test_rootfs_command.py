@@ -493,6 +493,16 @@ def test_build_refuses_a_directory_that_is_not_a_rootfs(binary, users):
         shutil.rmtree(top, ignore_errors=True)
 
 
+def test_rootfs_without_a_command_is_a_usage_error_and_help_is_not(binary, as_user):
+    r = pyjail(binary, as_user, "rootfs")
+    assert r.returncode == 125 and r.stdout == ""
+    assert stderr_of(r).splitlines() == [
+        "pyjail: rootfs: no command given (pyjail rootfs build|rebuild|info|list "
+        "(pyjail rootfs --help))"], r.stderr
+    r = pyjail(binary, as_user, "rootfs", "--help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage: pyjail rootfs build"), r.stdout
+
+
 def test_unknown_rootfs_name(binary, as_user):
     r = pyjail(binary, as_user, "--rootfs", "no-such-rootfs", "--", "python3", "-c", "pass")
     assert r.returncode == 125
