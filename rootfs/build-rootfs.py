@@ -148,6 +148,14 @@ json.loads(text)
 sys.stdout.write(json.dumps({"name": os.path.basename(path), "text": text}))
 """
 
+# How deep a tree of packages may nest (what pip's jail installed, a virtualenv's
+# site-packages): real packages nest about 20 directories. A tree chosen by a jail could nest
+# thousands, and the built tree is then walked by path and recursively: finalize()'s and
+# rootfs_show's os.walk (which recurses before Python 3.12: RecursionError), paths past
+# PATH_MAX (ENAMETOOLONG). Bounded where it is copied (copy_untrusted_tree), nothing deeper
+# ever reaches the tree, and those walks stay safe.
+MAX_TREE_DEPTH = 128
+
 # A rootfs name: what `--rootfs NAME` and `--name NAME` accept (jail/plan/rootfs_name.cpp).
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
@@ -240,27 +248,11 @@ def check_out_parent(parent):
 
 
 def remove_jail_tree(path, warn):
-    """Removes a directory the jail wrote into, whose modes the jail chose: a directory it
-    left without permissions (mode 000: nothing in it can be listed or removed by its owner)
-    is opened up first. Says so if something is left."""
-    def open_up(func, failed, exc_info):
-        for d in (os.path.dirname(failed), failed):
-            # Only a directory itself, never through a link the jail planted (O_NOFOLLOW).
-            try:
-                fd = os.open(d, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC)
-            except OSError:
-                continue
-            try:
-                os.chmod("/proc/self/fd/%d" % fd, 0o700)
-            except OSError:
-                pass
-            finally:
-                os.close(fd)
-    for _ in range(8):   # each pass opens up what the last could not enter
-        shutil.rmtree(path, onerror=open_up)
-        if not os.path.lexists(path):
-            return
-    warn("cannot remove all of %s: remove it by hand" % path)
+    """Removes a directory a jail wrote into, whose depth, width and modes the jail chose
+    (rootfs_rebuild.remove_tree: by descriptor, no recursion, no symlink followed, directories
+    left without permissions opened up). Says so if something is left."""
+    if not rootfs_rebuild.remove_path(path):
+        warn("cannot remove all of %s: remove it by hand" % path)
 
 
 def lexists_at(dir_fd, name):
@@ -857,7 +849,7 @@ class Builder:
         finally:
             if relay:
                 relay.close()
-                shutil.rmtree(self.relay_dir, ignore_errors=True)
+                remove_jail_tree(self.relay_dir, self.warn)
                 self.relay_dir = None
 
     def fill_wheel_cache(self, cache, pip_dir, requirements, specs, find_links, extra,
@@ -881,7 +873,7 @@ class Builder:
         except BuildError as offline:
             stopped = offline
             if not self.args.no_index:
-                shutil.rmtree(download, ignore_errors=True)
+                remove_jail_tree(download, self.warn)
                 try:
                     self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
                                       extra, host_user, download=True)
@@ -968,55 +960,66 @@ class Builder:
             top = os.open(name, flags, dir_fd=stage_fd)
         except FileNotFoundError:
             return set()
-        tops, dropped = self.copy_untrusted_tree(top, path, skip)
+        tops, dropped = self.copy_untrusted_tree(top, path, skip, "what pip installed")
         if dropped:
             self.warn("left out of the tree what pip's jail made that a wheel cannot hold "
                       "(symlinks, hard links, special files): %s"
                       % one_line(", ".join(sorted(dropped)), 200))
         return tops
 
-    def copy_untrusted_tree(self, top, path, skip, entry_check=None, link_check=None,
+    def copy_untrusted_tree(self, top, path, skip, what, entry_check=None, link_check=None,
                             hard_links=False):
         """Copy the directory open at descriptor `top` (closed here) to in-jail `path`,
         without following a symlink anywhere: (top-level names copied, [what was left out]).
+        The tree's owner chose its depth and width: it is walked by descriptor, one directory
+        open at a time (rootfs_rebuild.DirCursor), and refused deeper than MAX_TREE_DEPTH.
         entry_check(rel, stat) may refuse an entry (raises); link_check(rel, target) says
         whether a symlink is kept as it is (else it is left out); hard_links: whether a file
         with more than one link is copied (a virtualenv's tools link files from their
-        caches; a jail's output has no reason to)."""
-        flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY
+        caches; a jail's output has no reason to). Fails with a BuildError naming `what`."""
         tops, dropped = set(), []
-        self.makedirs(path)
-        pending = [(top, "")]    # a stack, not recursion: the tree's owner chose its depth
+        cursor, r = None, ""
         self.copying_packages = True
         try:
-            while pending:
-                dfd, rel = pending.pop()
-                try:
-                    for entry in sorted(os.listdir(dfd)):
-                        r = rel + "/" + entry if rel else entry
-                        st = os.stat(entry, dir_fd=dfd, follow_symlinks=False)
-                        is_dir = stat.S_ISDIR(st.st_mode)
-                        if skip(r, is_dir):
-                            continue
-                        if entry_check:
-                            entry_check(r, st)
-                        if is_dir:
-                            sub = os.open(entry, flags, dir_fd=dfd)
-                            self.makedirs(path + "/" + r)
-                            pending.append((sub, r))
-                        elif stat.S_ISLNK(st.st_mode) and link_check and \
-                                link_check(r, os.readlink(entry, dir_fd=dfd)):
-                            self.symlink(path + "/" + r, os.readlink(entry, dir_fd=dfd))
-                        elif not stat.S_ISREG(st.st_mode) or not self.copy_jail_file(
-                                dfd, entry, path + "/" + r, hard_links):
-                            dropped.append(r)
-                            continue
-                        tops.add(r.split("/")[0])
-                finally:
-                    os.close(dfd)
+            cursor = rootfs_rebuild.DirCursor(top)
+            self.makedirs(path)
+            while True:
+                entry = cursor.next()
+                if entry is None:
+                    if cursor.depth == 0:
+                        break
+                    cursor.up()
+                    continue
+                r = cursor.rel(entry)
+                st = os.stat(entry, dir_fd=cursor.fd, follow_symlinks=False)
+                is_dir = stat.S_ISDIR(st.st_mode)
+                if skip(r, is_dir):
+                    continue
+                if entry_check:
+                    entry_check(r, st)
+                if is_dir:
+                    if cursor.depth >= MAX_TREE_DEPTH:
+                        raise BuildError(what, "%s: directories nested more than %d deep, "
+                                         "which no package needs (the builder copies no "
+                                         "deeper)" % (one_line(r, 100), MAX_TREE_DEPTH),
+                                         "leave out the package that made them")
+                    self.makedirs(path + "/" + r)
+                    cursor.down(entry)
+                elif stat.S_ISLNK(st.st_mode) and link_check and \
+                        link_check(r, os.readlink(entry, dir_fd=cursor.fd)):
+                    self.symlink(path + "/" + r, os.readlink(entry, dir_fd=cursor.fd))
+                elif not stat.S_ISREG(st.st_mode) or not self.copy_jail_file(
+                        cursor.fd, entry, path + "/" + r, hard_links):
+                    dropped.append(r)
+                    continue
+                tops.add(r.split("/")[0])
+        except OSError as e:
+            raise BuildError(what, "cannot copy %s (%s)" % (one_line(r or ".", 100),
+                                                            e.strerror or e),
+                             "check free space, or leave out the package that has it")
         finally:
-            for dfd, _ in pending:
-                os.close(dfd)
+            if cursor:
+                cursor.close()
             self.copying_packages = False
         if self.site_dir() not in self.package_compile:
             self.package_compile.append(self.site_dir())
@@ -1062,7 +1065,7 @@ class Builder:
             check = rootfs_packages.VenvCheck(venv, os.geteuid(), site_fd)
             tops, dropped = self.copy_untrusted_tree(
                 os.dup(site_fd), self.site_dir(), rootfs_packages.venv_skip,
-                check.entry, check.link, hard_links=True)
+                "--from-venv %s" % venv, check.entry, check.link, hard_links=True)
         finally:
             os.close(site_fd)
         if dropped:
@@ -1579,15 +1582,10 @@ class Builder:
               flush=True)
 
     def cleanup(self):
-        if self.relay_dir and os.path.isdir(self.relay_dir):
-            shutil.rmtree(self.relay_dir, ignore_errors=True)
-        self.relay_dir = None
-        if self.root and os.path.isdir(self.root):
-            shutil.rmtree(self.root, ignore_errors=True)
-        self.root = None
-        if self.stage and os.path.isdir(self.stage):
-            remove_jail_tree(self.stage, self.warn)
-        self.stage = None
+        for path in (self.relay_dir, self.root, self.stage):
+            if path:
+                remove_jail_tree(path, self.warn)
+        self.relay_dir = self.root = self.stage = None
         if self.id_lease is not None:
             os.close(self.id_lease)     # after its files, gone with the stage
             self.id_lease = None

@@ -6,6 +6,10 @@ jail still has it mounted: deleting it would pull the files out from under that 
 has not imported yet would be gone). Such a tree is kept as DIR.old-XXXXXXXX, and every later
 build or rebuild of DIR deletes the kept trees that no jail uses any more.
 
+A build also has staging directories beside DIR (DIR.pip-XXXXXXXX: what pip's jail writes, the
+relay's socket), and removes them and its DIR.tmp- when it ends. Everything is removed by
+descriptor, iteratively (remove_tree): a jail chose the depth, width and modes of what it wrote.
+
 Whether a jail uses a tree is read from /proc/PID/mountinfo, which every user may read: a jail's
 mount namespace holds a bind mount of its rootfs (or of its top-level directories), whose root
 field is the tree's path on its file system -- after a rename, the new path.
@@ -19,11 +23,14 @@ Only the standard library of any python3 >= 3.9 is used.
 import errno
 import os
 import re
-import shutil
+import stat
 
 # What a build leaves beside DIR while it runs (tmp, pip) or keeps for running jails (old):
 # never a rootfs of its own (pyjail rootfs list skips them).
 SIBLING_RE = re.compile(r"\.(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
+
+# A directory of a tree, opened without following a symlink.
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 # Build options that say where the tree goes or how loudly, or which pyjail binary builds it:
 # not inputs of the tree.
@@ -123,12 +130,166 @@ def user(path):
     return ""
 
 
+class DirCursor:
+    """A walk of the directory open at `fd` (taken over, closed by close()) that holds one
+    directory open at a time: down() enters a subdirectory by name, up() goes back through
+    "..", which must be the directory recorded on the way down ((st_dev, st_ino)), or the walk
+    stops (a directory moved meanwhile would lead it out of the tree). Each level's names are
+    listed once, when it is entered, and handed out by next(). No recursion and no descriptor
+    per level: a tree's owner chooses its depth (a chain 3000 deep exhausts Python's recursion
+    limit, and the 1024 descriptors a process may have). Never follows a symlink.
+    `open_up`: a directory its owner closed (mode 000, or without write) is given mode 0700
+    first, as the builder needs to empty it."""
+
+    def __init__(self, fd, open_up=False):
+        self.fd, self.open_up = fd, open_up
+        try:
+            # [(name, (st_dev, st_ino), [names still to hand out, the next one last])]
+            self.levels = [self._level(fd, None)]
+        except BaseException:
+            os.close(fd)
+            raise
+
+    @property
+    def depth(self):
+        return len(self.levels) - 1
+
+    def rel(self, name):
+        """`name` of the current directory, relative to the top."""
+        return "/".join([lv[0] for lv in self.levels[1:]] + [name])
+
+    def next(self):
+        """The next name of the current directory, or None once all were handed out."""
+        names = self.levels[-1][2]
+        return names.pop() if names else None
+
+    def down(self, name):
+        fd = open_dir(self.fd, name, self.open_up)
+        try:
+            level = self._level(fd, name)
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(self.fd)
+        self.fd = fd
+        self.levels.append(level)
+
+    def up(self):
+        """Back to the parent directory; returns the name of the one left."""
+        fd = os.open("..", DIR_FLAGS, dir_fd=self.fd)
+        st = os.fstat(fd)
+        if len(self.levels) < 2 or (st.st_dev, st.st_ino) != self.levels[-2][1]:
+            os.close(fd)
+            raise OSError(errno.ESTALE, "a directory was moved during the walk",
+                          self.rel(""))
+        os.close(self.fd)
+        self.fd = fd
+        return self.levels.pop()[0]
+
+    def close(self):
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+    @staticmethod
+    def _level(fd, name):
+        st = os.fstat(fd)
+        return name, (st.st_dev, st.st_ino), sorted(os.listdir(fd), reverse=True)
+
+
+def open_dir(dir_fd, name, open_up=False):
+    """Directory `name` of `dir_fd`, never through a symlink. `open_up`: one its owner left
+    without permissions (mode 000: nothing in it can be listed or removed, even by its owner)
+    is given mode 0700 first."""
+    try:
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    except PermissionError:
+        if not open_up:
+            raise
+        # Opened without permissions (O_PATH), never through a link the jail planted, and
+        # changed through /proc: fchmod does not take an O_PATH descriptor.
+        handle = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         dir_fd=dir_fd)
+        try:
+            os.chmod("/proc/self/fd/%d" % handle, 0o700)
+        finally:
+            os.close(handle)
+        fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    if open_up and stat.S_IMODE(os.fstat(fd).st_mode) & 0o700 != 0o700:
+        try:
+            os.fchmod(fd, 0o700)    # to list, enter and empty it
+        except BaseException:
+            os.close(fd)
+            raise
+    return fd
+
+
+def remove_tree(dir_fd, name):
+    """Removes directory `name` of `dir_fd` and everything in it, as a jail may have left it
+    (any depth, any width, directories without permissions, symlinks anywhere, which are
+    removed, never followed): True when it is gone. What cannot be removed is passed over."""
+    try:
+        cursor = DirCursor(open_dir(dir_fd, name, open_up=True), open_up=True)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    whole = True
+    try:
+        while True:
+            entry = cursor.next()
+            if entry is None:
+                if cursor.depth == 0:
+                    break
+                left = cursor.up()
+                try:
+                    os.rmdir(left, dir_fd=cursor.fd)
+                except OSError:
+                    whole = False
+                continue
+            try:
+                st = os.stat(entry, dir_fd=cursor.fd, follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    cursor.down(entry)
+                else:
+                    os.unlink(entry, dir_fd=cursor.fd)
+            except FileNotFoundError:
+                pass
+            except OSError:
+                whole = False
+    except OSError:
+        return False    # up() found the tree changed: go no further
+    finally:
+        cursor.close()
+    try:
+        os.rmdir(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return False
+    return whole
+
+
+def remove_path(path):
+    """remove_tree() for a path, whose parent directory is the builder's."""
+    try:
+        parent = os.open(os.path.dirname(path) or ".", DIR_FLAGS)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    try:
+        return remove_tree(parent, os.path.basename(path))
+    finally:
+        os.close(parent)
+
+
 def retire(old, out, say):
     """`old`, the tree `out` had before the swap: deleted, or kept for the jails that run in
     it."""
     why = user(old)
     if not why:
-        shutil.rmtree(old, ignore_errors=True)
+        remove_path(old)
         return
     m = re.search(r"\.tmp-([A-Za-z0-9_]{8})", os.path.basename(old))
     kept = out + ".old-" + (m.group(1) if m else "00000000")
@@ -149,7 +310,7 @@ def sweep(out):
             continue
         path = os.path.join(parent, name)
         if os.path.isdir(path) and not os.path.islink(path) and not user(path):
-            shutil.rmtree(path, ignore_errors=True)
+            remove_path(path)
 
 
 def targets(paths, all_, default, dirs):
