@@ -255,6 +255,15 @@ def remove_jail_tree(path, warn):
         warn("cannot remove all of %s: remove it by hand" % path)
 
 
+def ours(uid):
+    """Whether an entry of this owner beside the output may be one of the builder's own: the
+    builder's, or for root also one of the host ids its pip jails run as (a staging
+    directory is that id's: lease_root_host_id)."""
+    euid = os.geteuid()
+    first, count = ROOT_ID_RANGE
+    return uid == euid or euid == 0 and first <= uid < first + count
+
+
 def lexists_at(dir_fd, name):
     try:
         os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -306,6 +315,9 @@ class Builder:
         self.root = None            # the DIR.tmp-XXXX being filled
         self.stage = None           # the DIR.pip-XXXX pip installs into
         self.relay_dir = None       # another DIR.pip-XXXX, with the relay's socket
+        # Descriptors of those directories, each holding its flock (rootfs_rebuild.lock_sibling)
+        # for as long as the build runs, and of the previous tree while it is swapped out.
+        self.locks = []
         self.id_lease = None        # root: the lock of the pip jails' host id (lease_root_host_id)
         self.jail_uid = None        # root: that id
         self.made_parent = None     # the directory made to hold --out, removed on failure
@@ -773,8 +785,7 @@ class Builder:
                              "binary was given to make one", "run it as pyjail rootfs build")
         pip_dir = self.find_pip()
         self.say("installing packages with pip, in a jail, for %s" % self.python_desc)
-        self.stage = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
-                                      dir=os.path.dirname(self.out))
+        self.stage = self.sibling("pip")
         os.mkdir(os.path.join(self.stage, "tmp"))
         # Copies of the requirements files, which the jail's host user can read wherever
         # the builder found them (root's own in /root).
@@ -938,8 +949,7 @@ class Builder:
         except ValueError as e:
             raise BuildError("index %s" % e, "not an https:// URL with a host name",
                              "give the index as https://HOST[:PORT]/PATH")
-        self.relay_dir = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".pip-",
-                                          dir=os.path.dirname(self.out))
+        self.relay_dir = self.sibling("pip")
         os.chmod(self.relay_dir, 0o755)
         path = os.path.join(self.relay_dir, "relay.sock")
         # A private address is reached only for a host the user named as an index.
@@ -1452,11 +1462,16 @@ class Builder:
         earlier tree keep it (rootfs_rebuild.retire)."""
         out, tmp = self.out, self.root
         self.check_out()
-        rootfs_rebuild.sweep(out)
+        rootfs_rebuild.sweep(out, self.say, ours)
         if not os.path.lexists(out):
             os.rename(tmp, out)
             self.root = None
             return
+        # The previous tree, which the swap puts at DIR.tmp-XXXXXXXX, stays locked until
+        # retire() is done with it: another build's sweep would take it for a killed build's.
+        old_fd = os.open(out, rootfs_rebuild.DIR_FLAGS)
+        self.locks.append(old_fd)
+        fcntl.flock(old_fd, fcntl.LOCK_EX)
         if not exchange(tmp, out):
             # No renameat2 (old kernel or libc): two renames, with a short
             # moment where DIR does not exist.
@@ -1542,8 +1557,8 @@ class Builder:
                 os.makedirs(parent, mode=0o755)
                 self.made_parent = missing
             check_out_parent(parent)
-            self.root = tempfile.mkdtemp(prefix=os.path.basename(self.out) + ".tmp-",
-                                         dir=parent)
+            rootfs_rebuild.sweep(self.out, self.say, ours)
+            self.root = self.sibling("tmp")
         except OSError as e:
             raise BuildError("create build directory in %s" % parent, e.strerror,
                              "choose an --out in a writable directory")
@@ -1581,11 +1596,21 @@ class Builder:
               % (self.args.out, self.nfiles, self.nbytes / 1048576.0, elapsed),
               flush=True)
 
+    def sibling(self, kind):
+        """A new directory beside the output (DIR.tmp-XXXXXXXX, DIR.pip-XXXXXXXX), locked
+        until cleanup(): if the builder is killed, the next build of DIR removes it."""
+        path, fd = rootfs_rebuild.lock_sibling(self.out, kind)
+        self.locks.append(fd)
+        return path
+
     def cleanup(self):
+        # The directories first, then their locks: a sweep never finds one half removed.
         for path in (self.relay_dir, self.root, self.stage):
             if path:
                 remove_jail_tree(path, self.warn)
         self.relay_dir = self.root = self.stage = None
+        while self.locks:
+            os.close(self.locks.pop())
         if self.id_lease is not None:
             os.close(self.id_lease)     # after its files, gone with the stage
             self.id_lease = None

@@ -7,8 +7,11 @@ has not imported yet would be gone). Such a tree is kept as DIR.old-XXXXXXXX, an
 build or rebuild of DIR deletes the kept trees that no jail uses any more.
 
 A build also has staging directories beside DIR (DIR.pip-XXXXXXXX: what pip's jail writes, the
-relay's socket), and removes them and its DIR.tmp- when it ends. Everything is removed by
-descriptor, iteratively (remove_tree): a jail chose the depth, width and modes of what it wrote.
+relay's socket), and removes them and its DIR.tmp- when it ends. A builder that is killed
+(SIGKILL, the OOM killer) cannot: each build holds a flock on each of its own directories for
+its whole life (lock_sibling), and a later build or rebuild of DIR removes those whose lock it
+can take (sweep). Everything is removed by descriptor, iteratively (remove_tree): a jail chose
+the depth, width and modes of what it wrote.
 
 Whether a jail uses a tree is read from /proc/PID/mountinfo, which every user may read: a jail's
 mount namespace holds a bind mount of its rootfs (or of its top-level directories), whose root
@@ -21,9 +24,11 @@ Only the standard library of any python3 >= 3.9 is used.
 """
 
 import errno
+import fcntl
 import os
 import re
 import stat
+import tempfile
 
 # What a build leaves beside DIR while it runs (tmp, pip) or keeps for running jails (old):
 # never a rootfs of its own (pyjail rootfs list skips them).
@@ -224,12 +229,14 @@ def open_dir(dir_fd, name, open_up=False):
     return fd
 
 
-def remove_tree(dir_fd, name):
+def remove_tree(dir_fd, name, top=None):
     """Removes directory `name` of `dir_fd` and everything in it, as a jail may have left it
     (any depth, any width, directories without permissions, symlinks anywhere, which are
-    removed, never followed): True when it is gone. What cannot be removed is passed over."""
+    removed, never followed): True when it is gone. What cannot be removed is passed over.
+    `top`: a descriptor of that directory, opened (and checked) already."""
     try:
-        cursor = DirCursor(open_dir(dir_fd, name, open_up=True), open_up=True)
+        cursor = DirCursor(os.dup(top) if top is not None else
+                           open_dir(dir_fd, name, open_up=True), open_up=True)
     except FileNotFoundError:
         return True
     except OSError:
@@ -298,19 +305,88 @@ def retire(old, out, say):
         "build or rebuild of %s deletes it once they have ended" % (kept, why, out))
 
 
-def sweep(out):
-    """Delete the trees kept for jails (out.old-*) that no jail uses any more."""
+def lock_sibling(out, kind):
+    """A new directory OUT.KIND-XXXXXXXX beside `out` ("tmp": the tree being built, "pip": a
+    staging directory), with an exclusive flock held while the returned descriptor is open:
+    (path, fd). A build holds the lock of each of its own for its whole life, so a later
+    build's sweep() takes only those of a build that was killed."""
+    parent, base = os.path.split(out)
+    for _ in range(8):
+        path = tempfile.mkdtemp(prefix="%s.%s-" % (base, kind), dir=parent)
+        fd = os.open(path, DIR_FLAGS)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        # A sweep that took the lock between mkdtemp and flock has removed the directory.
+        try:
+            st, now = os.fstat(fd), os.lstat(path)
+            if (st.st_dev, st.st_ino) == (now.st_dev, now.st_ino):
+                return path, fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+    raise OSError(errno.EAGAIN, "another build of it removed each one made", path)
+
+
+def sweep(out, say, ours):
+    """Removes what earlier builds of `out` left beside it: the build and staging directories
+    (.tmp-, .pip-) of a build that was killed (SIGKILL, the OOM killer: no process holds their
+    lock any more, lock_sibling), which may hold hundreds of MB, and the trees kept for jails
+    (.old-) that no jail uses any more. Only real directories whose owner passes `ours(uid)`
+    (the builder, and for root the host ids its pip jails run as), and that no jail has
+    mounted: another user's entry of such a name in a shared directory (/tmp) is left alone."""
     parent, base = os.path.split(out)
     try:
-        names = os.listdir(parent)
+        pfd = os.open(parent or ".", DIR_FLAGS)
     except OSError:
         return
-    for name in sorted(names):
-        if not name.startswith(base + ".old-") or not SIBLING_RE.search(name[len(base):]):
-            continue
-        path = os.path.join(parent, name)
-        if os.path.isdir(path) and not os.path.islink(path) and not user(path):
-            remove_path(path)
+    try:
+        for name in sorted(os.listdir(pfd)):
+            m = SIBLING_RE.match(name[len(base):]) if name.startswith(base) else None
+            if not m:
+                continue
+            path = os.path.join(parent, name)
+            if sweep_one(pfd, name, path, ours):
+                say("removed %s, %s" % (path, "kept for jails that have ended" if
+                                         m.group(1) == "old" else
+                                         "left by a build of %s that was killed" % base))
+    except OSError:
+        pass
+    finally:
+        os.close(pfd)
+
+
+def sweep_one(pfd, name, path, ours):
+    """sweep() for entry `name` of `pfd`: True if it was one to remove, and is gone."""
+    try:
+        # Looked at without permissions or following a link (O_PATH, O_NOFOLLOW): nothing of
+        # another user's is opened, let alone opened up.
+        look = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                       dir_fd=pfd)
+    except OSError:
+        return False    # a symlink, not a directory, or gone
+    try:
+        st = os.fstat(look)
+        if not ours(st.st_uid):
+            return False
+        fd = open_dir(pfd, name, open_up=True)
+    except OSError:
+        return False
+    finally:
+        os.close(look)
+    try:
+        now = os.fstat(fd)
+        if (now.st_dev, now.st_ino) != (st.st_dev, st.st_ino):
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False    # a build that runs holds it
+        # A tree a jail still has mounted: the old tree of a build killed between its swap
+        # and its retire(), or a staging directory whose pip jail has not yet died with it.
+        if user(path):
+            return False
+        return remove_tree(pfd, name, fd)    # what was checked, not what has its name now
+    finally:
+        os.close(fd)
 
 
 def targets(paths, all_, default, dirs):

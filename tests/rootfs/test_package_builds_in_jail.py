@@ -15,6 +15,7 @@ Environment: as test_rootfs_command.py (PYJAIL_BIN, PYJAIL_MUST_WORK).
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import http.server
 import json
@@ -348,19 +349,47 @@ def pids_with(text: str) -> set:
     return found
 
 
-def test_a_killed_builder_leaves_no_pip_jail_running(binary, as_user, marker_dir):
+def locked(path):
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+# Build code that leaves among what pip installs a directory of 3000 subdirectories.
+WIDE = '''
+if os.path.isdir("/pyjail/pip") and not os.path.exists("/work/site/wide"):
+    for i in range(3000):
+        os.makedirs("/work/site/wide/%d" % i)
+'''
+
+
+def test_a_killed_builder_leaves_no_pip_jail_running_and_the_next_build_removes_its_dirs(
+        binary, as_user, marker_dir):
     # A builder killed with SIGKILL (the OOM killer, a CI timeout) left its pip jail running
     # for up to its wall time (an hour), reparented. The jail's pyjail now dies with the
     # builder (its parent-death signal, which it keeps through its changes of ids), and the
-    # jail with it.
+    # jail with it. Its build and staging directories (hundreds of MB, for a big rootfs) stayed
+    # for good: the next build of the same output now removes them, as it can take their
+    # locks; not another user's entry of such a name, nor a symlink, nor those of a build
+    # that runs (simulated here: a directory whose lock the test holds). That next build
+    # also copies a directory of 3000 subdirectories, which took a descriptor each.
     links = world_dir()
     top = world_dir()
     try:
         make_sdist(links, "sleeper", "1.0", marker=marker_dir / "built",
                    plant='if os.path.isdir("/pyjail/pip"):\n    import time\n    time.sleep(120)\n')
+        make_sdist(links, "widener", "1.0", marker=marker_dir / "built", plant=WIDE)
         readable(links)
+        uid = 0 if as_user.name == "root" else UNPRIVILEGED
         if as_user.name != "root":
             os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
+        else:
+            os.chmod(top, 0o1777)     # as /tmp: other users have entries there
         builder = subprocess.Popen([*as_user.prefix, str(binary), "rootfs", "build", "--out", str(top / "r"),
                                     "--no-index", "--find-links", str(links), "--pip", "sleeper",
                                     "--allow-build", "--quiet"], cwd="/", stdout=subprocess.DEVNULL,
@@ -371,6 +400,8 @@ def test_a_killed_builder_leaves_no_pip_jail_running(binary, as_user, marker_dir
             time.sleep(0.1)
         jail = pids_with(mark)
         assert jail, "the pip jail did not start"
+        own = sorted(top.iterdir())
+        assert len(own) == 2 and all(locked(p) for p in own), own    # held for its life
         time.sleep(1)                       # into the sleeping build code
         os.kill(builder.pid, signal.SIGKILL)
         builder.wait()
@@ -381,6 +412,38 @@ def test_a_killed_builder_leaves_no_pip_jail_running(binary, as_user, marker_dir
         for p in left:
             os.kill(p, signal.SIGKILL)
         assert not left, "the pip jail outlived its builder"
+
+        killed = sorted(p.name for p in top.iterdir())
+        assert [re.sub(r"-\w{8}$", "", n) for n in killed] == ["r.pip", "r.tmp"], killed
+        assert not any(locked(top / n) for n in killed)
+        # Another user's entry, a symlink, and a running build's directory, by those names.
+        other = top / "r.pip-foreign1"
+        other.mkdir()
+        (other / "data").write_text("theirs\n")
+        os.chown(other, 0 if uid else UNPRIVILEGED, 0 if uid else UNPRIVILEGED)
+        (top / "r.tmp-alink123").symlink_to(links)
+        running = top / "r.tmp-running1"
+        running.mkdir()
+        (running / "data").write_text("in use\n")
+        os.chown(running, uid, uid)
+        fd = os.open(running, os.O_RDONLY | os.O_DIRECTORY)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            r = run(binary, as_user, "rootfs", "build", "--out", top / "r", "--no-index",
+                    "--find-links", links, "--pip", "widener", "--allow-build")
+        finally:
+            os.close(fd)
+        assert r.returncode == 0, describe(r)
+        for n in killed:
+            assert "removed %s, left by a build of r that was killed" % (top / n) in r.stdout, \
+                r.stdout
+        assert sorted(p.name for p in top.iterdir()) == [
+            "r", "r.pip-foreign1", "r.tmp-alink123", "r.tmp-running1"]
+        assert (other / "data").exists() and (running / "data").exists()
+        assert sorted(p.name for p in links.iterdir()) == [
+            "sleeper-1.0.tar.gz", "widener-1.0.tar.gz"]
+        wide = next((top / "r").rglob("wide"))
+        assert len(list(wide.iterdir())) == 3000
     finally:
         shutil.rmtree(top, ignore_errors=True)
         shutil.rmtree(links, ignore_errors=True)
