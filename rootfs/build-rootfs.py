@@ -1469,9 +1469,16 @@ class Builder:
             return
         # The previous tree, which the swap puts at DIR.tmp-XXXXXXXX, stays locked until
         # retire() is done with it: another build's sweep would take it for a killed build's.
+        # Never waited for: anyone who can read the tree can hold a lock on it (a jail's
+        # program, whose / it is), and would hold the build up for as long as it liked. If
+        # the lock is taken, a concurrent sweep may remove the old tree first, which is what
+        # retire() would have done (sweep too keeps a tree a jail has mounted).
         old_fd = os.open(out, rootfs_rebuild.DIR_FLAGS)
         self.locks.append(old_fd)
-        fcntl.flock(old_fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(old_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            pass
         if not exchange(tmp, out):
             # No renameat2 (old kernel or libc): two renames, with a short
             # moment where DIR does not exist.
@@ -1752,6 +1759,14 @@ def parse_build_args(argv, prog):
                              "puts a user's in ~/.local/share/pyjail/rootfs, and HOME is not "
                              "set)", "set HOME, run it as pyjail rootfs build, or use --out DIR")
         args.out = os.path.abspath(os.path.join(args.named_dir, args.name))
+    if args.out and rootfs_rebuild.SIBLING_RE.search(os.path.basename(args.out.rstrip("/"))):
+        # Such a name is what a build of another rootfs leaves beside it while it runs, or
+        # keeps for jails: a build of that other rootfs would take this one for its own.
+        raise BuildError("%s %s" % ("--name" if args.name is not None else "--out",
+                                    args.name if args.name is not None else args.out),
+                         "names ending in .tmp-, .pip- or .old- and 8 letters, digits or '_' "
+                         "are the builder's own (what a build of another rootfs leaves beside "
+                         "it)", "choose another name")
     return args
 
 

@@ -330,7 +330,8 @@ def explain_pip_failure(log, python_desc):
     why = errors[-1] if errors else (lines[-1] if lines else "pip failed")
     if why.strip() == "Exception:":
         # pip's own crash: "ERROR: Exception:", its traceback, and what was raised last.
-        at = max(i for i, l in enumerate(lines) if l.strip() == "ERROR: Exception:")
+        at = max((i for i, l in enumerate(lines) if l.strip() == "ERROR: Exception:"),
+                 default=len(lines))
         raised = [l for l in lines[at + 1:]
                   if l.strip() and not l[0].isspace() and not l.startswith("Traceback")]
         why = "pip failed: %s" % (raised[-1] if raised else "an exception")

@@ -360,3 +360,7 @@ def test_pip_s_own_crash_is_explained_by_what_it_raised():
            "RecursionError: maximum recursion depth exceeded\n")
     what, why, fix = rp.explain_pip_failure(log, "CPython 3.11")
     assert why == "pip failed: RecursionError: maximum recursion depth exceeded", why
+    # Package code that prints pip's words and kills pip (--allow-build): still one line.
+    for log in ("ERROR:  Exception:\n", "Collecting evil\nException:\n"):
+        what, why, fix = rp.explain_pip_failure(log, "CPython 3.11")
+        assert why == "pip failed: an exception", (log, why)
