@@ -516,8 +516,9 @@ class TenantShares:
     MARGIN = 5.0
 
     def __init__(self, app: Any, share: int, idle_timeout: float,
-                 handshake_versions: Sequence[str]) -> None:
+                 handshake_versions: Sequence[str], path: str = "/mcp") -> None:
         self.app, self.share, self.idle = app, max(1, share), idle_timeout
+        self.path = path  # the MCP endpoint: the only requests the SDK's sessions see
         # What may open a session, as the SDK routes requests: one without an Mcp-Session-Id
         # whose protocol (MCP-Protocol-Version), if it names one, has the initialize
         # handshake. The stateless protocol's requests open none, and are not counted.
@@ -535,15 +536,19 @@ class TenantShares:
         headers: Dict[bytes, bytes] = {}
         for k, v in scope.get("headers", ()):
             headers.setdefault(k, v)
+        version = headers.get(b"mcp-protocol-version")
+        if scope.get("path") != self.path or not (
+                version is None or version in self.handshake_versions):
+            # Another route (its 404 says nothing of a session: attack, a tenant sending its
+            # live session's id there to have it forgotten, and so open more), or the
+            # stateless protocol, which opens none.
+            await self.app(scope, receive, send)
+            return
         tenant = headers.get(TENANT_HEADER, b"").decode("utf-8", "replace")
         sid = headers.get(b"mcp-session-id")
         own = self._open.setdefault(tenant, {})
         if sid is None:
-            version = headers.get(b"mcp-protocol-version")
-            if version is None or version in self.handshake_versions:
-                await self._opening_request(tenant, own, scope, receive, send)
-            else:
-                await self.app(scope, receive, send)
+            await self._opening_request(tenant, own, scope, receive, send)
             return
         key = sid.decode("latin-1")
         entry = own.get(key)
@@ -608,8 +613,15 @@ def serve_http(server: Any, cfg: Config, tokens: Optional[Dict[bytes, str]]) -> 
                                      max_sessions=max(1, cfg.max_sessions), host=host)
     if tokens is not None:
         from mcp_types.version import HANDSHAKE_PROTOCOL_VERSIONS
-        app = BearerAuth(TenantShares(app, tenant_share(cfg, len(set(tokens.values()))),
-                                      cfg.idle_timeout, HANDSHAKE_PROTOCOL_VERSIONS), tokens)
+        tenants = len(set(tokens.values()))
+        if tenants > cfg.max_sessions:
+            print("pyjail-mcp: warning: %d tenants and --max-sessions %d: each may open one "
+                  "session, and once %d are open the others' are refused; raise "
+                  "--max-sessions to at least %d" % (tenants, cfg.max_sessions,
+                                                      cfg.max_sessions, tenants),
+                  file=sys.stderr)
+        app = BearerAuth(TenantShares(app, tenant_share(cfg, tenants), cfg.idle_timeout,
+                                      HANDSHAKE_PROTOCOL_VERSIONS), tokens)
     uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).run()
 
 

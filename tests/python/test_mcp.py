@@ -289,7 +289,8 @@ def test_one_tenants_sessions_never_evict_anothers():
 class _FakeTransport:
     """The SDK's session manager as TenantShares sees it: a request without an
     Mcp-Session-Id opens one (named in the answer), a known one is served, an unknown one is
-    404, DELETE ends one; a request to /hold waits for `release` first."""
+    404, DELETE ends one; another path is 404; a request with the query "hold" waits for
+    `release` first."""
 
     def __init__(self):
         self.sessions = set()
@@ -299,9 +300,11 @@ class _FakeTransport:
     async def __call__(self, scope, receive, send):
         sid = dict(scope["headers"]).get(b"mcp-session-id")
         headers = []
-        if scope["path"] == "/hold":
+        if scope.get("query_string") == b"hold":
             await self.release.wait()
-        if sid is None:
+        if scope["path"] != "/mcp":
+            status = 404                                # no such route
+        elif sid is None:
             self.n += 1
             sid = b"s%d" % self.n
             self.sessions.add(sid)
@@ -329,7 +332,7 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
         app = TenantShares(inner, share=2, idle_timeout=0.2, handshake_versions=["2025-06-18"])
         app.MARGIN = 0
 
-        async def call(tenant, sid=None, method="POST", path="/mcp", version=None):
+        async def call(tenant, sid=None, method="POST", path="/mcp", version=None, hold=False):
             headers = [(TENANT_HEADER, tenant.encode())]
             if version is not None:
                 headers.append((b"mcp-protocol-version", version))
@@ -339,8 +342,8 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
 
             async def send(message):
                 sent.append(message)
-            await app({"type": "http", "method": method, "path": path, "headers": headers},
-                      None, send)
+            await app({"type": "http", "method": method, "path": path, "headers": headers,
+                       "query_string": b"hold" if hold else b""}, None, send)
             start = sent[0]
             return start["status"], dict(start["headers"]).get(b"mcp-session-id"), \
                 sent[1]["body"]
@@ -354,18 +357,23 @@ def test_one_tenant_cannot_hold_every_mcp_session_of_the_server():
         assert (await call("bob", b1, "DELETE"))[0] == 200
         b3 = (await call("bob"))[1]
         assert b3 and (await call("bob"))[0] == 503
+        # Attack: bob's live session's id sent to another route, whose 404 the middleware
+        # took for the SDK's, forgetting the session: he opened past his share.
+        assert (await call("bob", b2, path="/other"))[0] == 404
+        assert (await call("bob", b2, "DELETE", path="/other"))[0] == 404
+        assert (await call("bob"))[0] == 503, "another route's 404 freed a slot"
         inner.sessions.discard(b2)                     # the SDK forgot it: 404, slot freed
         assert (await call("bob", b2))[0] == 404
         assert (await call("bob"))[0] == 200 and (await call("bob"))[0] == 503
         # The stateless protocol's requests open no session: never counted, never refused.
-        stateless = [asyncio.ensure_future(call("bob", version=b"2026-07-28", path="/hold"))
+        stateless = [asyncio.ensure_future(call("bob", version=b"2026-07-28", hold=True))
                      for _ in range(4)]
         await asyncio.sleep(0.05)
         assert (await call("bob", version=b"2026-07-28"))[0] == 200
         assert (await call("bob", version=b"2025-06-18"))[0] == 503
         # A request in flight keeps its session, however long; idle ones are let go.
         assert (await call("alice"))[0] == 200 and (await call("alice"))[0] == 503
-        held = asyncio.ensure_future(call("alice", a1, path="/hold"))
+        held = asyncio.ensure_future(call("alice", a1, hold=True))
         await asyncio.sleep(0.5)                       # past idle_timeout
         assert (await call("alice"))[0] == 200, "alice's idle session was not let go"
         assert (await call("alice"))[0] == 503, "alice's busy session was let go"

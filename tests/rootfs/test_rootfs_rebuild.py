@@ -128,10 +128,13 @@ def test_an_upgrade_is_reported_and_rebuild_refreshes_while_a_jail_runs(binary, 
             "package fakepython was 1.0, now 1.1"), r.stdout
         assert "fix: pyjail rootfs rebuild %s " % root in r.stdout
 
-        # A jail started before the rebuild: it imports and reads the rootfs after it.
+        # A jail started before the rebuild: it imports and reads the rootfs after it. Attack:
+        # it holds a lock on its / (the tree), which a build waited for, for as long as the
+        # jail liked.
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(as_user.home),
                "LANG": "C.UTF-8"}
-        code = ("import sys\nprint('started', flush=True)\nsys.stdin.readline()\n"
+        code = ("import fcntl, os, sys\nfcntl.flock(os.open('/', os.O_RDONLY), fcntl.LOCK_EX)\n"
+                "print('started', flush=True)\nsys.stdin.readline()\n"
                 "import json, decimal, sqlite3, email.mime.text, zoneinfo\n"
                 "print(json.load(open('/%s'))['packages']['fakepython']['version'])\n" % SOURCES)
         jail = subprocess.Popen([*as_user.prefix, str(binary), "--profile", "strict",
@@ -141,7 +144,7 @@ def test_an_upgrade_is_reported_and_rebuild_refreshes_while_a_jail_runs(binary, 
                                 universal_newlines=True)
         try:
             assert jail.stdout.readline() == "started\n"
-            r = run(binary, builder, "rootfs", "rebuild", root, env=dpkg.env)
+            r = run(binary, builder, "rootfs", "rebuild", root, env=dpkg.env, timeout=120)
             assert r.returncode == 0, describe(r)
             kept = [p for p in top.iterdir() if p.name.startswith("r.old-")]
             assert len(kept) == 1 and re.fullmatch(r"r\.old-[a-z0-9_]{8}", kept[0].name), \
