@@ -173,23 +173,34 @@ def _cgroup2_mount() -> Optional[Tuple[str, str]]:
     return None
 
 
+def _cgroup_of(pid: int) -> str:
+    """Host process ``pid``'s cgroup v2 path ("" if unknown)."""
+    try:
+        with open("/proc/%d/cgroup" % pid) as f:
+            return next((line[3:].rstrip("\n") for line in f if line.startswith("0::")), "")
+    except OSError:
+        return ""
+
+
 def leaf_cpu_seconds(pid: int) -> Optional[float]:
     """The CPU seconds of everything in the cgroup v2 leaf of host process ``pid`` (a
-    jail's pid 1), when that leaf is a jail's own (``pyjail-run-*``); else None. The
-    kernel's count (cpu.stat's usage_usec, kept for every cgroup v2 directory), which
-    misses nothing: a process the kernel reaps itself (its parent ignores SIGCHLD) is in
-    no process's times in /proc, and so not in tree_cpu_seconds."""
+    jail's pid 1), when that leaf is this jail's alone (``pyjail-run-*``, and its parent's
+    cgroup another); else None. The kernel's count (cpu.stat's usage_usec, kept for every
+    cgroup v2 directory), which misses nothing: a process the kernel reaps itself (its
+    parent ignores SIGCHLD) is in no process's times in /proc, and so not in
+    tree_cpu_seconds."""
     mount = _cgroup2_mount()
     if mount is None:
         return None
-    try:
-        with open("/proc/%d/cgroup" % pid) as f:
-            path = next((line[3:].rstrip("\n") for line in f if line.startswith("0::")), "")
-    except OSError:
-        return None
+    path = _cgroup_of(pid)
     root, where = mount
-    if not os.path.basename(path).startswith(_JAIL_LEAF_PREFIX) or \
+    if not path or not os.path.basename(path).startswith(_JAIL_LEAF_PREFIX) or \
             not (root == "/" or path.startswith(root.rstrip("/") + "/")):
+        return None
+    # A run from a template without limits of its own has no leaf of its own: its pid 1 is
+    # in the template's, with every other such run, whose CPU is not this jail's to charge.
+    parent = parent_of(pid)
+    if parent is None or _cgroup_of(parent) == path:
         return None
     rel = path[len(root.rstrip("/")):] if root != "/" else path
     try:

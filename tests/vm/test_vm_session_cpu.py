@@ -33,6 +33,16 @@ print("reaped %.2f" % charged(
     "os.read(r, 1); os.read(r, 1); time.sleep(0.5)\n"))
 print("idle %.2f" % charged("time.sleep(1)"))
 s.close()
+# Sessions forked from a template, without limits of their own: no leaf of their own, the
+# template's shared. One is not charged what the other burns.
+with pyjail.Pool(options={"memory": "", "pids": "", "cpus": ""}) as pool:
+    a, b = pool.session(), pool.session()
+    b.run("import time")
+    before = b._jail_cpu_seconds()
+    a.run("import time\n" + BURN)
+    b.run("time.sleep(0.2)")
+    print("neighbour %.2f" % (b._jail_cpu_seconds() - before))
+    a.close(); b.close()
 EOF
 '''
 
@@ -41,11 +51,13 @@ EOF
 @pytest.mark.vm(SCRIPT, timeout=180)
 def test_a_cell_is_charged_what_the_kernel_reaped_too(vm_run, user):
     assert vm_run.exit_code == 0, vm_run.describe()
+    names = {"own", "reaped", "idle", "neighbour"}
     got = dict(line.split() for line in vm_run.output.splitlines()
-               if line.split()[:1] in (["own"], ["reaped"], ["idle"]))
-    assert set(got) == {"own", "reaped", "idle"}, vm_run.describe()
+               if line.split()[:1] and line.split()[0] in names)
+    assert set(got) == names, vm_run.describe()
     # A second of the cell's own CPU; two of its children's, the kernel's to reap; and
     # a cell that only sleeps, charged next to nothing.
     assert 0.9 <= float(got["own"]) < 1.6, vm_run.describe()
     assert 1.9 <= float(got["reaped"]) < 3.0, vm_run.describe()
     assert float(got["idle"]) < 0.3, vm_run.describe()
+    assert float(got["neighbour"]) < 0.3, vm_run.describe()
