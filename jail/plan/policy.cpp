@@ -174,6 +174,17 @@ std::uint64_t parse_size(const std::string& text, const std::string& origin) {
     return n * mult;
 }
 
+std::uint64_t parse_size_at_least(const std::string& text, const std::string& origin, std::uint64_t floor,
+                                  const char* too_small) {
+    std::uint64_t n = parse_size(text, origin);
+    if (n >= floor) return n;
+    // Written without a unit, a small number was most likely meant in megabytes.
+    const bool bare = text.find_first_not_of("0123456789") == std::string::npos;
+    throw UsageError(fmt::format("{}: {} {}", origin, bare ? fmt::format("{} bytes", n) : text, too_small),
+                     fmt::format("at least {}{}", format_size(floor),
+                                 bare ? fmt::format("; did you mean {}M?", text) : ""));
+}
+
 double parse_seconds(const std::string& text, const std::string& origin, const char* zero_means) {
     errno = 0;
     char* end = nullptr;
@@ -345,7 +356,8 @@ void make_file_policy(Policy& p, const Settings& settings, const std::string& cw
                                  "use one of them");
     }
     const auto& s = item("tmpfs-size");
-    p.tmpfs_size = parse_size(s.value, where(s, "tmpfs-size"));
+    p.tmpfs_size = parse_size_at_least(s.value, where(s, "tmpfs-size"), kMinTmpfsSize,
+                                       "is less than one page, the least a tmpfs holds");
 }
 
 // The program's environment: --env KEY=VALUE and the host's variables --env-pass names.
@@ -396,7 +408,9 @@ Limits make_limits(const Settings& settings) {
         return *n;
     };
     Limits limits;
-    limits.memory = optional_size("memory");
+    if (const auto& m = item("memory"); !m.value.empty())
+        limits.memory =
+            parse_size_at_least(m.value, where(m, "memory"), kMinMemory, "is too small to start Python");
     limits.fsize = optional_size("fsize");
     limits.output = optional_size("output-limit");
     limits.pids = count("pids", true);

@@ -14,6 +14,7 @@
 #include "hostid.hpp"
 #include "limits.hpp"
 #include "options.hpp"
+#include "size_text.hpp"
 
 namespace pyjail {
 
@@ -115,8 +116,21 @@ void check_sensitive_binds(const Policy& policy, const std::vector<BindSpec>& bi
                            const std::vector<BindExposure>& sources,
                            const std::vector<std::string>& homes);
 
+// The least --memory a jail's Python starts with. Measured with `python3 -c pass` in the
+// default rootfs under RLIMIT_DATA (the fallback, which counts the private data of each
+// process): from 3.7M it ran; from 1.8M to 3.5M Python stopped with its own "Fatal Python
+// error"; at 1.5M and below it died of SIGSEGV without a word. The floor is below what
+// works, with room for an interpreter that needs less, and above what never starts.
+inline constexpr std::uint64_t kMinMemory = 2ULL << 20;
+// A tmpfs holds whole pages: a smaller --tmpfs-size is never what was meant.
+inline constexpr std::uint64_t kMinTmpfsSize = 4ULL << 10;
+
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);
+// parse_size, refusing less than `floor`: "ORIGIN: 10 bytes TOO_SMALL (at least 2M; did you
+// mean 10M?)", the question only for a number written without a unit.
+std::uint64_t parse_size_at_least(const std::string& text, const std::string& origin, std::uint64_t floor,
+                                  const char* too_small);
 double parse_seconds(const std::string& text, const std::string& origin,
                      const char* zero_means = "no limit");
 // "/a//b/./c/" -> "/a/b/c"; keeps "..", which callers reject or accept.

@@ -215,6 +215,12 @@ def test_cgroup_require_refuses_where_there_is_none(run_jail, world_tmp, as_user
 
 @pytest.mark.parametrize("option, value, message", [
     ("--memory", "lots", "--memory: 'lots' is not a size"),
+    # Too small to start Python: refused, instead of a program that dies of SIGSEGV.
+    ("--memory", "10", "--memory: 10 bytes is too small to start Python (at least 2M; did you mean 10M?)\n"),
+    ("--memory", "1K", "--memory: 1K is too small to start Python (at least 2M)\n"),
+    ("--memory", "1M", "--memory: 1M is too small to start Python (at least 2M)\n"),
+    ("--tmpfs-size", "10", "--tmpfs-size: 10 bytes is less than one page, the least a tmpfs holds (at least 4K; "
+                           "did you mean 10M?)\n"),
     ("--pids", "0", "--pids: '0' is not a whole number above 0"),
     ("--cpus", "0", "--cpus: '0' CPUs is out of range"),
     ("--cgroup", "maybe", "--cgroup: 'maybe' is not a cgroup mode (use auto, require or off)"),
@@ -224,6 +230,20 @@ def test_bad_limit_values(run_jail, as_user, option, value, message):
     r = run_jail([option, value, "--", "python3", "-c", "print(1)"], user=as_user)
     assert r.returncode == 125 and r.stdout == ""
     assert r.stderr.startswith("pyjail: " + message), r.stderr
+
+
+def test_a_profile_memory_key_too_small_is_refused_by_its_line(run_jail, world_tmp, as_user):
+    profile = world_tmp.file("small.toml", 'memory = "64"\n')
+    r = run_jail(["--profile", profile, "--", "python3", "-c", "print(1)"], user=as_user)
+    assert (r.returncode, r.stdout) == (125, "")
+    assert r.stderr == (f"pyjail: {profile}:1: key 'memory': 64 bytes is too small to start Python (at least 2M; "
+                        "did you mean 64M?)\n")
+
+
+def test_the_smallest_memory_allowed_starts_python(run_jail, as_user):
+    # The floor is below what Python needs under RLIMIT_DATA with room to spare: 4M runs.
+    r = run_jail(["--cgroup", "off", "--memory", "4M", "--", "python3", "-c", "print('ran')"], user=as_user)
+    assert (r.returncode, r.stdout) == (0, "ran\n"), r.stderr
 
 
 def test_output_limit_relay_gives_the_program_epipe_when_our_reader_leaves(popen_jail, as_user):

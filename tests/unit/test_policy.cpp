@@ -34,6 +34,12 @@ TEST_CASE("sizes and seconds") {
     CHECK_THROWS_AS(parse_size("0", "x"), UsageError);
     CHECK_THROWS_AS(parse_size("-1M", "x"), UsageError);
     CHECK_THROWS_AS(parse_size("99999999999999G", "x"), UsageError);
+    CHECK(format_size(8ULL << 30) == "8G");
+    CHECK(format_size(512ULL << 20) == "512M");
+    CHECK(format_size(1536ULL << 20) == "1536M");
+    CHECK(format_size(4096) == "4K");
+    CHECK(format_size(1000) == "1000");
+    CHECK(format_size(0) == "0");
     CHECK(parse_seconds("2.5", "x") == doctest::Approx(2.5));
     CHECK(parse_seconds("0", "x") == 0);
     CHECK_THROWS_AS(parse_seconds("-1", "x"), UsageError);
@@ -78,6 +84,37 @@ TEST_CASE("binds: SRC[:DST], validated before anything runs") {
     CHECK(err("/x:/dev").find("reserved") != std::string::npos);
     CHECK(err("/x:/device") == "no error");
     CHECK(err(":/x").find("no source path") != std::string::npos);
+}
+
+TEST_CASE("sizes too small to be meant are refused, with the unit they likely lacked") {
+    auto cli_error = [](std::vector<std::string> args) {
+        Settings s = default_settings();
+        apply_cli(s, parse_cli(args));
+        try {
+            make_policy(s, {"python3"}, "/");
+        } catch (const JailError& e) {
+            CHECK(e.exit_code() == 125);
+            return e.one_line();
+        }
+        return std::string("no error");
+    };
+    CHECK(cli_error({"--memory", "10", "python3"}) ==
+          "--memory: 10 bytes is too small to start Python (at least 2M; did you mean 10M?)");
+    CHECK(cli_error({"--memory", "1K", "python3"}) == "--memory: 1K is too small to start Python (at least 2M)");
+    CHECK(cli_error({"--memory", "1M", "python3"}) == "--memory: 1M is too small to start Python (at least 2M)");
+    CHECK(cli_error({"--memory", "2000000B", "python3"}) ==
+          "--memory: 2000000B is too small to start Python (at least 2M)");
+    CHECK(cli_error({"--memory", "2M", "python3"}) == "no error");
+    CHECK(cli_error({"--memory", "67108864", "python3"}) == "no error");  // bytes, as the package writes them
+    CHECK(cli_error({"--tmpfs-size", "10", "python3"}) ==
+          "--tmpfs-size: 10 bytes is less than one page, the least a tmpfs holds (at least 4K; did you "
+          "mean 10M?)");
+    CHECK(cli_error({"--tmpfs-size", "4K", "python3"}) == "no error");
+    // A profile's key goes through the same check, named by its file and line.
+    CHECK(policy_error_of("memory = \"512\"\n") ==
+          "p.toml:1: key 'memory': 512 bytes is too small to start Python (at least 2M; did you mean 512M?)");
+    CHECK(policy_error_of("tmpfs-size = \"1K\"\n") ==
+          "p.toml:1: key 'tmpfs-size': 1K is less than one page, the least a tmpfs holds (at least 4K)");
 }
 
 TEST_CASE("policy: values are typed and errors name their origin") {
