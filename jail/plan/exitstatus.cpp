@@ -6,6 +6,8 @@
 #include <csignal>
 #include <cstring>
 
+#include "size_text.hpp"
+
 namespace pyjail {
 
 Outcome outcome_from_wait_status(int status) {
@@ -80,6 +82,12 @@ int exit_code_for(RunStatus s, const Outcome& o) {
     }
 }
 
+namespace {
+bool segv_under_memory_rlimit(RunStatus s, const Outcome& o, const EndLimits& l) {
+    return s == RunStatus::Signal && o.signal == SIGSEGV && l.memory_rlimit.has_value();
+}
+}  // namespace
+
 std::string status_message(RunStatus s, const Outcome& o, const EndLimits& l) {
     switch (s) {
         case RunStatus::CpuTimeout:
@@ -92,12 +100,18 @@ std::string status_message(RunStatus s, const Outcome& o, const EndLimits& l) {
         case RunStatus::SeccompDenied:
             return "the program was killed by the syscall filter (SIGSYS): it made a system call "
                    "through another architecture's entry point (int 0x80 or x32)";
+        case RunStatus::Signal:
+            if (segv_under_memory_rlimit(s, o, l))
+                return fmt::format("{}; --memory {} is a per-process RLIMIT_DATA here (no cgroup v2), "
+                                   "which the program may have run out of",
+                                   describe(o, l.wall_time, l.kill_grace), format_size(*l.memory_rlimit));
+            return describe(o, l.wall_time, l.kill_grace);
         default: return describe(o, l.wall_time, l.kill_grace);
     }
 }
 
-bool status_message_wanted(RunStatus s, const Outcome& o, bool verbose) {
-    return verbose || s != RunStatus::Signal || o.signal == SIGKILL;
+bool status_message_wanted(RunStatus s, const Outcome& o, bool verbose, const EndLimits& l) {
+    return verbose || s != RunStatus::Signal || o.signal == SIGKILL || segv_under_memory_rlimit(s, o, l);
 }
 
 bool is_terminating_signal(int signal) {

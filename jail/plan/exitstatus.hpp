@@ -57,6 +57,9 @@ struct EndLimits {
     double kill_grace = 0;
     double cpu_time = 0;
     std::optional<std::uint64_t> output;
+    // --memory, when it is a per-process RLIMIT_DATA (no cgroup v2): a program that outgrows
+    // it often dies of SIGSEGV (its allocator's failure unchecked), which then names it.
+    std::optional<std::uint64_t> memory_rlimit;
 };
 
 // The one line pyjail prints about how the run ended, or "" for a plain exit.
@@ -64,8 +67,9 @@ std::string status_message(RunStatus status, const Outcome& outcome, const EndLi
 
 // Whether that line is printed (not under --quiet): a program that died of a signal it may
 // have meant (SIGTERM, SIGINT, ...) says so itself, or its shell does; SIGKILL and every
-// limit are ours to explain.
-bool status_message_wanted(RunStatus status, const Outcome& outcome, bool verbose);
+// limit are ours to explain, as is a SIGSEGV that --memory's RLIMIT_DATA may have caused.
+bool status_message_wanted(RunStatus status, const Outcome& outcome, bool verbose,
+                           const EndLimits& limits = {});
 
 // From the raw wait status of the program (as reported by the jail's init).
 Outcome outcome_from_wait_status(int status);

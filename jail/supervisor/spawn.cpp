@@ -403,6 +403,15 @@ Usage collect_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) 
     return u;
 }
 
+// The limits the lines about the run's end name; --memory only where it is RLIMIT_DATA.
+EndLimits end_limits(const RunPlan& p) {
+    const Limits& l = p.policy.limits;
+    EndLimits e{p.policy.wall_time, p.policy.kill_grace, l.cpu_time, l.output, std::nullopt};
+    for (const auto& entry : p.limits.entries)
+        if (entry.name == "memory" && entry.mechanism == Mechanism::Rlimit) e.memory_rlimit = l.memory;
+    return e;
+}
+
 // How the run ended, said once: the child's set-up error, or the status, its line on stderr
 // and pyjail's exit status.
 int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
@@ -428,10 +437,9 @@ int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     if (verbose && !s.end.denied.empty())
         std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.end.denied).c_str());
     RunStatus status = classify_run(facts);
-    const Limits& l = p.policy.limits;
-    std::string what = status_message(status, s.end.outcome,
-                                      {p.policy.wall_time, p.policy.kill_grace, l.cpu_time, l.output});
-    if (!what.empty() && !p.policy.quiet && status_message_wanted(status, s.end.outcome, verbose))
+    const EndLimits limits = end_limits(p);
+    std::string what = status_message(status, s.end.outcome, limits);
+    if (!what.empty() && !p.policy.quiet && status_message_wanted(status, s.end.outcome, verbose, limits))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());
     facts.exit_code = exit_code_for(status, s.end.outcome);
     return facts.exit_code;

@@ -60,6 +60,21 @@ def test_exit_and_signal(run_jail, world_tmp, as_user):
     assert (r.report["status"], r.report["signal"], r.report["signal_name"]) == ("signal", 11, "SIGSEGV")
 
 
+def test_a_segfault_under_the_rlimit_fallback_names_memory(run_jail, world_tmp, as_user):
+    # Without cgroup v2, --memory is a per-process RLIMIT_DATA, which a program often outgrows
+    # by dying of SIGSEGV: pyjail's line says so (a SIGSEGV is otherwise said only under
+    # --verbose). --cgroup off makes the fallback on any host.
+    segv = ["python3", "-c", "import os; os.kill(os.getpid(), 11)"]
+    r = run_with_report(run_jail, world_tmp, ["--cgroup", "off", "--cgroup-notice", "off", "--memory", "64M", "--",
+                                              *segv], as_user)
+    assert r.returncode == 139
+    assert r.stderr == ("pyjail: the program was killed by signal 11 (SIGSEGV); --memory 64M is a per-process "
+                        "RLIMIT_DATA here (no cgroup v2), which the program may have run out of\n"), r.stderr
+    assert r.report["status"] == "signal"
+    r = run_jail(["--cgroup", "off", "--cgroup-notice", "off", "--memory=", "--", *segv], user=as_user)
+    assert (r.returncode, r.stderr) == (139, "")
+
+
 def test_wall_timeout(run_jail, world_tmp, as_user):
     r = run_with_report(run_jail, world_tmp,
                         ["--wall-time", "0.5", "--", "python3", "-c", "while True: pass"], as_user)

@@ -58,7 +58,7 @@ TEST_CASE("a run's status decides its report name, exit code and message") {
     Outcome grace;
     grace.kind = Outcome::Kind::GraceTimeout;
     grace.signal = SIGTERM;
-    EndLimits limits{2, 1.5, 3, 4096};
+    EndLimits limits{2, 1.5, 3, 4096, std::nullopt};
     struct Row {
         RunStatus status;
         Outcome outcome;
@@ -106,4 +106,21 @@ TEST_CASE("a run's status decides its report name, exit code and message") {
         CHECK(status_message_wanted(r.status, r.outcome, false) == r.shown_quietly);
         CHECK(status_message_wanted(r.status, r.outcome, true));
     }
+}
+
+TEST_CASE("a SIGSEGV under --memory's RLIMIT_DATA names the limit, also without --verbose") {
+    Outcome segv = outcome_from_wait_status(SIGSEGV);
+    EndLimits rlimit{0, 5, 0, std::nullopt, 1ULL << 20};
+    CHECK(status_message(RunStatus::Signal, segv, rlimit) ==
+          "the program was killed by signal 11 (SIGSEGV); --memory 1M is a per-process RLIMIT_DATA here "
+          "(no cgroup v2), which the program may have run out of");
+    CHECK(status_message_wanted(RunStatus::Signal, segv, false, rlimit));
+    // With memory.max (or no --memory), a SIGSEGV is the program's own: said under --verbose only.
+    EndLimits cgroup{0, 5, 0, std::nullopt, std::nullopt};
+    CHECK(status_message(RunStatus::Signal, segv, cgroup) == "the program was killed by signal 11 (SIGSEGV)");
+    CHECK_FALSE(status_message_wanted(RunStatus::Signal, segv, false, cgroup));
+    // Another signal under RLIMIT_DATA: not the limit's.
+    Outcome term = outcome_from_wait_status(SIGTERM);
+    CHECK(status_message(RunStatus::Signal, term, rlimit) == "the program was killed by signal 15 (SIGTERM)");
+    CHECK_FALSE(status_message_wanted(RunStatus::Signal, term, false, rlimit));
 }
