@@ -114,6 +114,15 @@ bool status_message_wanted(RunStatus s, const Outcome& o, bool verbose, const En
     return verbose || s != RunStatus::Signal || o.signal == SIGKILL || segv_under_memory_rlimit(s, o, l);
 }
 
+std::string stream_cut_message(const StreamCut& cut, const std::string& chosen_by) {
+    if (cut.limit != "fsize") return "";
+    // A file is capped as the program's own writes to it would be (RLIMIT_FSIZE); its next
+    // write fails (EPIPE), which a program may not report, or not as a limit.
+    return fmt::format("{} reached --fsize {}{}; the rest was not written (--fsize SIZE raises it, "
+                       "--fsize= lifts it)",
+                       cut.stream, format_size(cut.bytes), chosen_by.empty() ? "" : " (" + chosen_by + ")");
+}
+
 bool is_terminating_signal(int signal) {
     return signal == SIGTERM || signal == SIGHUP || signal == SIGQUIT;
 }

@@ -6,6 +6,8 @@
 #include <string>
 #include <string_view>
 
+#include "stdio.hpp"
+
 namespace pyjail {
 
 inline constexpr int kExitWallTimeout = 124;  // as timeout(1)
@@ -70,6 +72,12 @@ std::string status_message(RunStatus status, const Outcome& outcome, const EndLi
 // limit are ours to explain, as is a SIGSEGV that --memory's RLIMIT_DATA may have caused.
 bool status_message_wanted(RunStatus status, const Outcome& outcome, bool verbose,
                            const EndLimits& limits = {});
+
+// The line pyjail prints when its relay stopped writing a stream at --fsize, e.g. "stdout
+// reached --fsize 64M (the strict profile's); the rest was not written"; `chosen_by` is
+// chosen_by (policy.hpp) of the fsize setting. "" for --output-limit, which status_message
+// names.
+std::string stream_cut_message(const StreamCut& cut, const std::string& chosen_by);
 
 // From the raw wait status of the program (as reported by the jail's init).
 Outcome outcome_from_wait_status(int status);

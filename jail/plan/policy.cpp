@@ -89,6 +89,16 @@ void make_egress_policy(Policy& p, const Settings& settings, const SettingItem& 
 
 }  // namespace
 
+std::string chosen_by(const SettingItem& item) {
+    if (item.source == Source::CommandLine) return "";
+    if (item.source == Source::Default) return "the default";
+    // "DIR/strict.toml:13" -> "the strict profile's"
+    std::string file = item.origin.substr(0, item.origin.rfind(':'));
+    file = file.substr(file.rfind('/') + 1);
+    if (file.size() > 5 && file.compare(file.size() - 5, 5, ".toml") == 0) file.resize(file.size() - 5);
+    return fmt::format("the {} profile's", file);
+}
+
 std::string normalize_path(const std::string& path) {
     std::string out;
     std::size_t start = 0;

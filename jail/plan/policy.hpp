@@ -125,6 +125,10 @@ inline constexpr std::uint64_t kMinMemory = 2ULL << 20;
 // A tmpfs holds whole pages: a smaller --tmpfs-size is never what was meant.
 inline constexpr std::uint64_t kMinTmpfsSize = 4ULL << 10;
 
+// Who chose a setting's value, for a message about it: "the strict profile's" (from the name
+// of the profile file that set it), "the default", or "" when the command line named it.
+std::string chosen_by(const SettingItem& item);
+
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);
 // parse_size, refusing less than `floor`: "ORIGIN: 10 bytes TOO_SMALL (at least 2M; did you

@@ -43,6 +43,31 @@ bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int 
     return !(pid1_exited && pid1_code == 0);
 }
 
+namespace {
+
+// --net allow: every decision once (repeats counted), at most kMaxEgressDecisions; else null.
+nlohmann::ordered_json egress_json(const EgressReport& e) {
+    using Json = nlohmann::ordered_json;
+    if (!e.enabled) return nullptr;
+    Json decisions = Json::array();
+    for (const auto& d : e.decisions)
+        decisions.push_back({{"host", d.host},
+                             {"port", d.port == 0 ? Json("dns") : Json(d.port)},
+                             {"verdict", d.verdict},
+                             {"why", d.why},
+                             {"bytes_out", d.bytes_out},
+                             {"bytes_in", d.bytes_in},
+                             {"count", d.count}});
+    return {{"connections", e.connections},   {"most_at_once", e.most_at_once},
+            {"refused", e.refused},
+            {"dns_queries", e.dns_queries},   {"dns_refused", e.dns_refused},
+            {"bytes_out", e.bytes_out},       {"bytes_in", e.bytes_in},
+            {"bytes_limit_hit", e.bytes_limit_hit}, {"decisions", decisions},
+            {"decisions_dropped", e.decisions_dropped}};
+}
+
+}  // namespace
+
 std::string report_json(const RunFacts& f) {
     using Json = nlohmann::ordered_json;  // fields in the documented order
     const Outcome& o = f.outcome;
@@ -84,30 +109,15 @@ std::string report_json(const RunFacts& f) {
     j["counts_charged_to_uid"] = f.counts_charged_to_uid ? Json(*f.counts_charged_to_uid) : Json(nullptr);
     j["oom_kills"] = f.oom_kills;
     j["pids_limit_hits"] = f.pids_limit_hits;
+    Json cuts = Json::array();
+    for (const auto& c : f.streams_cut)
+        cuts.push_back({{"stream", c.stream}, {"limit", c.limit}, {"limit_bytes", c.bytes}});
+    j["streams_cut"] = cuts;
     Json denied = Json::array();
     for (const auto& [what, n] : f.denied.entries()) denied.push_back({{"syscall", what}, {"count", n}});
     j["denied_syscalls"] = denied;
     j["denied_syscalls_throttled"] = f.denied_throttled;
-    // --net allow: every decision once (repeats counted), at most kMaxEgressDecisions.
-    if (f.egress.enabled) {
-        Json decisions = Json::array();
-        for (const auto& d : f.egress.decisions)
-            decisions.push_back({{"host", d.host},
-                                 {"port", d.port == 0 ? Json("dns") : Json(d.port)},
-                                 {"verdict", d.verdict},
-                                 {"why", d.why},
-                                 {"bytes_out", d.bytes_out},
-                                 {"bytes_in", d.bytes_in},
-                                 {"count", d.count}});
-        j["egress"] = {{"connections", f.egress.connections},   {"most_at_once", f.egress.most_at_once},
-                       {"refused", f.egress.refused},
-                       {"dns_queries", f.egress.dns_queries},   {"dns_refused", f.egress.dns_refused},
-                       {"bytes_out", f.egress.bytes_out},       {"bytes_in", f.egress.bytes_in},
-                       {"bytes_limit_hit", f.egress.bytes_limit_hit}, {"decisions", decisions},
-                       {"decisions_dropped", f.egress.decisions_dropped}};
-    } else {
-        j["egress"] = nullptr;
-    }
+    j["egress"] = egress_json(f.egress);
     j["error"] = nullptr;
     if (f.setup_error || f.record_error) {
         const char* name = f.error_errno != 0 ? strerrorname_np(f.error_errno) : nullptr;

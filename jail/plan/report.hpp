@@ -12,6 +12,7 @@
 #include "exitstatus.hpp"
 #include "limits.hpp"
 #include "seccomp.hpp"
+#include "stdio.hpp"
 #include "sys.hpp"
 #include "writable_place.hpp"
 
@@ -46,6 +47,9 @@ struct Usage {
 // field by field), and what pyjail adds.
 struct RunFacts : JailEnd, Usage {
     int exit_code = 0;                       // pyjail's own exit status
+    // The streams the relay stopped writing at a limit (a regular file's --fsize, or
+    // --output-limit): the program may end well after, of EPIPE, or not at all.
+    std::vector<StreamCut> streams_cut;
     std::vector<LimitEntry> limits;
     std::string cgroup;                      // the jail's cgroup path, or ""
     // The jail's host identity (hostid.hpp): its ids, where they came from, and whose per-uid

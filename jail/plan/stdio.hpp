@@ -4,8 +4,18 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
+#include <string>
 
 namespace pyjail {
+
+// A standard stream the relay stopped writing for the program at a limit: the rest of what
+// the program wrote there was dropped.
+struct StreamCut {
+    std::string stream;     // "stdout", "stderr", or "stdout and stderr" (one file, `> f 2>&1`)
+    std::string limit;      // "fsize" (a regular file's size) or "output" (--output-limit)
+    std::uint64_t bytes = 0;  // the limit's value
+};
 
 // What a host descriptor is, as far as handing it to a jail goes.
 enum class StdioKind {

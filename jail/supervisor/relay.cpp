@@ -107,6 +107,7 @@ struct StdioRelay::Pump {
     bool bounded = false;   // writes to the host's fd cut short by the timer
     bool capped_file = false;  // a regular file under --fsize
     bool appends = false;      // ... opened O_APPEND: writes go to its end
+    const char* cut_by = nullptr;  // "fsize" or "output": a limit dropped some of its bytes
     std::unique_ptr<char[]> buf{new char[kBufferSize]};
     std::size_t start = 0, end = 0;
     bool source_done = false;  // EOF or an error on the side we read
@@ -225,6 +226,7 @@ void StdioRelay::read_some(Pump& p) {
         if (total_ + len > *limit_) {
             len = *limit_ > total_ ? *limit_ - total_ : 0;
             over_ = true;
+            p.cut_by = "output";
         }
         total_ += len;
     }
@@ -243,6 +245,7 @@ void StdioRelay::write_some(Pump& p) {
                              : ::lseek(p.index, 0, SEEK_CUR);
         auto pos = static_cast<std::uint64_t>(at);
         if (at < 0 || pos >= *file_size_limit_) {
+            if (at >= 0 && p.cut_by == nullptr) p.cut_by = "fsize";
             p.close();
             return;
         }
@@ -289,6 +292,17 @@ void StdioRelay::handle(const pollfd* slots) {
             write_some(*p);
         if (!p->closed && p->source_done && p->start == p->end) p->close();  // EOF passed on
     }
+}
+
+std::vector<StreamCut> StdioRelay::cuts() const {
+    std::vector<StreamCut> out;
+    for (const auto& p : pumps_) {
+        if (!p || p->cut_by == nullptr) continue;
+        const bool fsize = std::strcmp(p->cut_by, "fsize") == 0;
+        const char* stream = p->index == 2 ? "stderr" : stderr_joins_stdout_ ? "stdout and stderr" : "stdout";
+        out.push_back({stream, p->cut_by, fsize ? *file_size_limit_ : *limit_});
+    }
+    return out;
 }
 
 std::uint64_t StdioRelay::finish(double budget_ms) {

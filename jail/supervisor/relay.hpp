@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <vector>
 
 #include "stdio.hpp"
 
@@ -61,6 +62,8 @@ public:
     void fill_pollfds(pollfd* slots) const;
     void handle(const pollfd* slots);
     bool over_limit() const { return over_; }
+    // The streams whose output was dropped at --output-limit or --fsize so far.
+    std::vector<StreamCut> cuts() const;
 
     // The jail is gone: writes what can be written within `budget_ms`, drops the rest, and
     // closes every pipe. Returns the bytes dropped.

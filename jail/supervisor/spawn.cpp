@@ -436,6 +436,10 @@ int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     if (verbose) std::fprintf(stderr, "pyjail: jail set up in %.2f ms\n", s.end.setup_ms);
     if (verbose && !s.end.denied.empty())
         std::fprintf(stderr, "pyjail: denied: %s\n", summarize_denied(s.end.denied).c_str());
+    for (const auto& cut : facts.streams_cut)
+        if (std::string line = stream_cut_message(cut, chosen_by(setting(p.policy.settings, "fsize")));
+            !line.empty() && !p.policy.quiet)
+            std::fprintf(stderr, "pyjail: %s\n", line.c_str());
     RunStatus status = classify_run(facts);
     const EndLimits limits = end_limits(p);
     std::string what = status_message(status, s.end.outcome, limits);
@@ -459,6 +463,7 @@ int supervise_to_the_end(const RunPlan& p, JailHandle& jail, Channels& channels,
     finish_egress(channels, s);
     static_cast<JailEnd&>(facts) = s.end;
     static_cast<Usage&>(facts) = usage(leaf, s);
+    if (channels.relay) facts.streams_cut = channels.relay->cuts();
     return report_end(p, s, facts);
 }
 

@@ -144,6 +144,36 @@ def test_fsize_still_caps_a_file_given_as_stdout(pyjail_command, as_user, world_
     assert out.stat().st_size <= 1 << 20
 
 
+CUT_LINE = ("pyjail: stdout reached --fsize 1M; the rest was not written (--fsize SIZE raises it, "
+            "--fsize= lifts it)\n")
+
+
+def test_a_file_cut_at_fsize_is_said_and_reported(pyjail_command, as_user, world_tmp):
+    """A `> out.txt` cut at --fsize is not cut silently: pyjail says so in one line and the
+    report lists the stream (the program itself only sees EPIPE). Through a pipe, which no
+    file-size limit applies to (RLIMIT_FSIZE caps files, as it would without the jail), all of
+    it arrives, and nothing is said."""
+    d = world_tmp.dir(0o777)
+    out = world_tmp.file("out.txt", "", dir=d, mode=0o666)
+    program = "import sys; sys.stdout.write('x' * (2 << 20))"
+    with open(out, "wb") as target:
+        p = start(pyjail_command, as_user, ["--fsize", "1M", "--report", d / "r.json", "--", "python3", "-c", program],
+                  stdout=target)
+        status, _, err = finish(p)
+    assert status == 1, err  # BrokenPipeError
+    assert out.stat().st_size == 1 << 20
+    assert err.endswith(CUT_LINE), err
+    report = json.loads((d / "r.json").read_text())
+    assert report["status"] == "exit"
+    assert report["streams_cut"] == [{"stream": "stdout", "limit": "fsize", "limit_bytes": 1 << 20}]
+
+    p = start(pyjail_command, as_user, ["--fsize", "1M", "--report", d / "r.json", "--", "python3", "-c", program])
+    status, text, err = finish(p)
+    assert (status, len(text)) == (0, 2 << 20), err
+    assert "--fsize" not in err
+    assert json.loads((d / "r.json").read_text())["streams_cut"] == []
+
+
 def test_a_stalled_reader_does_not_hold_the_wall_time(pyjail_command, as_user, token, helpers):
     """pyjail's stdout is a pipe nobody reads, with --output-limit: the relay stops reading the
     jail's pipe (the program blocks in its own write) and --wall-time still ends the run."""

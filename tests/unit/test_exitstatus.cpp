@@ -124,3 +124,15 @@ TEST_CASE("a SIGSEGV under --memory's RLIMIT_DATA names the limit, also without 
     CHECK(status_message(RunStatus::Signal, term, rlimit) == "the program was killed by signal 15 (SIGTERM)");
     CHECK_FALSE(status_message_wanted(RunStatus::Signal, term, false, rlimit));
 }
+
+TEST_CASE("a stream cut at --fsize gets a line naming the limit and who chose it") {
+    StreamCut cut{"stdout", "fsize", 64ULL << 20};
+    CHECK(stream_cut_message(cut, "the strict profile's") ==
+          "stdout reached --fsize 64M (the strict profile's); the rest was not written (--fsize SIZE "
+          "raises it, --fsize= lifts it)");
+    CHECK(stream_cut_message({"stdout and stderr", "fsize", 1000}, "") ==
+          "stdout and stderr reached --fsize 1000; the rest was not written (--fsize SIZE raises it, "
+          "--fsize= lifts it)");
+    // --output-limit's cut is the run's status, whose line says it.
+    CHECK(stream_cut_message({"stdout", "output", 4096}, "").empty());
+}

@@ -126,6 +126,7 @@ TEST_CASE("the report is JSON with stable fields") {
     f.usage_partial = true;
     f.command = {"python3", "-c", "print(\"x\")\n"};
     f.profile = "strict";
+    f.streams_cut = {{"stdout", "fsize", 64ULL << 20}};
     auto j = nlohmann::ordered_json::parse(report_json(f));
     CHECK(j["status"] == "signal");  // killed, refusals or not
     CHECK(j["exit_code"] == 137);
@@ -142,6 +143,8 @@ TEST_CASE("the report is JSON with stable fields") {
     CHECK(j["denied_syscalls_throttled"] == 3);
     CHECK(j["relayed_signal"] == "SIGTERM");
     CHECK(j["usage_partial"] == true);
+    CHECK(j["streams_cut"] ==
+          nlohmann::ordered_json::parse(R"([{"stream": "stdout", "limit": "fsize", "limit_bytes": 67108864}])"));
     CHECK(j["command"] == nlohmann::json{"python3", "-c", "print(\"x\")\n"});
     CHECK(j["error"].is_null());
     // The documented fields, in the documented order.
@@ -154,8 +157,8 @@ TEST_CASE("the report is JSON with stable fields") {
                       "usage_partial", "setup_time_ms", "limits", "cgroup", "host_uid", "host_gid",
                       "host_ids", "budgets_shared_with", "budgets_shared_why",
                       "counts_charged_to_uid", "oom_kills",
-                      "pids_limit_hits", "denied_syscalls", "denied_syscalls_throttled", "egress", "error",
-                      "profile", "command"});
+                      "pids_limit_hits", "streams_cut", "denied_syscalls", "denied_syscalls_throttled",
+                      "egress", "error", "profile", "command"});
 }
 
 TEST_CASE("a grace timeout: killed with SIGKILL after the relayed signal") {

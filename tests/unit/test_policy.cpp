@@ -117,6 +117,13 @@ TEST_CASE("sizes too small to be meant are refused, with the unit they likely la
           "p.toml:1: key 'tmpfs-size': 1K is less than one page, the least a tmpfs holds (at least 4K)");
 }
 
+TEST_CASE("who chose a setting, for messages") {
+    CHECK(chosen_by({"64M", Source::Profile, "/usr/share/pyjail/profiles/strict.toml:13"}) == "the strict profile's");
+    CHECK(chosen_by({"64M", Source::Profile, "my.toml:2"}) == "the my profile's");
+    CHECK(chosen_by({"64M", Source::CommandLine, "--fsize"}).empty());
+    CHECK(chosen_by({"", Source::Default, "default"}) == "the default");
+}
+
 TEST_CASE("policy: values are typed and errors name their origin") {
     Policy p = policy_from_profile("net = \"loopback\"\nwall-time = 1.5\ntmpfs-size = \"8M\"\n"
                            "env = [\"A=1\", \"B=x=y\"]\nworkdir = \"out\"\n");
