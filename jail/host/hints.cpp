@@ -1,7 +1,10 @@
 #include "hints.hpp"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 
+#include "hostid.hpp"
 #include "sys.hpp"
 
 namespace pyjail {
@@ -28,6 +31,14 @@ std::string namespace_hint(int err, bool invoker_is_root) {
         return "this kernel lacks a namespace pyjail needs (user, mount, pid, net, ipc, uts, "
                "cgroup)";
     return {};
+}
+
+std::string uid_with_name(unsigned uid, const std::string& unnamed) {
+    std::string passwd;
+    (void)try_read_file("/etc/passwd", passwd);
+    std::string name = passwd_name(passwd, uid);
+    if (name.empty()) name = unnamed;
+    return name.empty() ? fmt::format("uid {}", uid) : fmt::format("uid {} ({})", uid, name);
 }
 
 std::string child_step_hint(ChildStep step, int err) {

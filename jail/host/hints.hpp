@@ -15,4 +15,8 @@ std::string namespace_hint(int err, bool invoker_is_root);
 // For a failure in the jail's set-up, by step and errno.
 std::string child_step_hint(ChildStep step, int err);
 
+// "uid 65534 (nobody)"; when /etc/passwd has no name for it (a jail's own id), "uid
+// 1879048192 (UNNAMED)", or "uid 1879048192" for an empty `unnamed`.
+std::string uid_with_name(unsigned uid, const std::string& unnamed = "");
+
 }  // namespace pyjail

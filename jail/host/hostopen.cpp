@@ -319,23 +319,24 @@ void Lookups::note(int dir_fd, const std::string& path) {
 // 0, so the open is checked exactly as the host user's would be.
 class AsHostUser {
 public:
-    explicit AsHostUser(const HostUserIds& ids) {
+    // `step`: what the ids are taken for, should that fail ("script", "bind").
+    explicit AsHostUser(const HostUserIds& ids, const char* step = "script") {
         // setfsuid acts on the calling thread only, setgroups (glibc) on every thread: the
         // supervisor has only one while it prepares a run, and we check it does.
         if (std::string n = status_threads(); !n.empty() && n != "1")
-            throw JailError("script", fmt::format("internal: {} threads while preparing the run", n));
+            throw JailError(step, fmt::format("internal: {} threads while preparing the run", n));
         int n = ::getgroups(0, nullptr);
-        if (n < 0) throw JailError("script", "cannot read the supplementary groups", errno);
+        if (n < 0) throw JailError(step, "cannot read the supplementary groups", errno);
         groups_.resize(static_cast<std::size_t>(n));
         if (n > 0 && ::getgroups(n, groups_.data()) != n)
-            throw JailError("script", "cannot read the supplementary groups", errno);
+            throw JailError(step, "cannot read the supplementary groups", errno);
         if (::setgroups(0, nullptr) != 0)
-            throw JailError("script", "cannot drop the supplementary groups", errno);
+            throw JailError(step, "cannot drop the supplementary groups", errno);
         old_gid_ = static_cast<gid_t>(::setfsgid(ids.gid));
         old_uid_ = static_cast<uid_t>(::setfsuid(ids.uid));
         if (current_fsuid() != ids.uid || current_fsgid() != ids.gid) {
             restore();
-            throw JailError("script", fmt::format("cannot take the host user's file ids {}:{}", ids.uid, ids.gid));
+            throw JailError(step, fmt::format("cannot take the host user's file ids {}:{}", ids.uid, ids.gid));
         }
     }
     AsHostUser(const AsHostUser&) = delete;
@@ -418,6 +419,12 @@ static std::string missing_script_hint(int err, const std::string& path, const s
                          : fmt::format("looked for {}: a relative name is taken from the current "
                                        "directory; give the script's full path",
                                        path);
+}
+
+int reach_as_host_user(const std::string& path, const HostUserIds& host_user) {
+    AsHostUser as(host_user, "bind");
+    UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
+    return fd ? 0 : errno;
 }
 
 UniqueFd open_script(const std::string& path, const std::string& shown,

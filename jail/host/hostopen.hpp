@@ -37,6 +37,10 @@ struct HostUserIds {
 
 namespace setup {
 
+// Whether `host_user` (the jail's, when root runs pyjail) can open `path` as the jail's pid 1
+// will, to bind it (O_PATH: every directory above it searchable): 0, or the errno.
+int reach_as_host_user(const std::string& path, const HostUserIds& host_user);
+
 // The script the jail runs, open for reading (O_NONBLOCK: a FIFO cannot hang us), a regular
 // file. `host_user`: pyjail runs as root and the jail as this user. `shown`: the name the user
 // gave. Throws JailError (step "script").

@@ -13,6 +13,7 @@
 #include "environment.hpp"
 #include "error.hpp"
 #include "exposure.hpp"
+#include "hints.hpp"
 #include "hostopen.hpp"
 #include "rootfs.hpp"
 
@@ -67,13 +68,24 @@ FileKind probe_in_jail(int rootfs_fd, const std::vector<BindSpec>& binds, const 
     return probe_in_rootfs(rootfs_fd, path);
 }
 
-// Bind sources are checked now, so a missing one fails before any process exists; the child
-// opens them again in its own mount namespace, as the jail user.
-BindFacts bind_facts(const BindSpec& b, int rootfs_fd) {
+// Who a bind's source is opened as: the jail's host user. Root's jails open it with
+// --host-user's rights (an idmapped clone, or the jail's pid 1 as that user); a user's
+// jails with a bind run as the user (hostid.hpp).
+struct BindOpener {
+    std::optional<HostUserIds> host_user;  // root's --host-user; none: the invoking user
+    JailHostUser described;
+    std::string cwd, profile;  // for a profile's bind of the current directory
+};
+
+// Bind sources are checked now, so a missing or unreachable one fails before any process
+// exists; the child opens them again in its own mount namespace, as the jail user.
+BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as) {
     UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
-    if (!fd)
-        throw JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), errno,
-                        "the source of a bind must exist on the host");
+    if (!fd) throw bind_source_error(b, errno, as.described, as.cwd, as.profile);
+    // Root reaches everything: what counts is whether the jail's host user does.
+    if (as.host_user)
+        if (int e = reach_as_host_user(b.source, *as.host_user); e != 0)
+            throw bind_source_error(b, e, as.described, as.cwd, as.profile);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
     BindFacts f;
@@ -209,10 +221,18 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     UniqueFd rootfs_fd = open_rootfs(p.rootfs);
     p.binds = all_binds(policy);
 
+    uid_t root_uid = 0;
+    gid_t root_gid = 0;
+    if (p.invoker.is_root()) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
+
     MountFacts facts;
     facts.rootfs_top = list_rootfs_top(rootfs_fd.get());
     facts.rootfs_locked_flags = locked_flags_of(rootfs_fd.get());
-    for (const auto& b : p.binds) facts.binds.push_back(bind_facts(b, rootfs_fd.get()));
+    BindOpener opener{std::nullopt,
+                      {uid_with_name(p.invoker.is_root() ? root_uid : p.invoker.uid), !p.invoker.is_root()},
+                      cwd, policy.profile};
+    if (p.invoker.is_root()) opener.host_user = HostUserIds{root_uid, root_gid};
+    for (const auto& b : p.binds) facts.binds.push_back(bind_facts(b, rootfs_fd.get(), opener));
     facts.home_dirs = home_dirs();
     if (policy.net == NetMode::Allow) {
         for (const char* const* f = kEgressEtcFiles; *f != nullptr; ++f) {
@@ -229,10 +249,6 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
             pythons_in_rootfs(rootfs_fd.get()));
     }
     p.argv = policy.command;
-
-    uid_t root_uid = 0;
-    gid_t root_gid = 0;
-    if (p.invoker.is_root()) std::tie(root_uid, root_gid) = resolve_host_user(policy.host_user);
 
     std::optional<std::string> script;
     if (p.command.script_index) {

@@ -248,6 +248,29 @@ BindSpec parse_bind(const std::string& text, bool writable, const std::string& o
     return b;
 }
 
+JailError bind_source_error(const BindSpec& b, int err, const JailHostUser& user, const std::string& cwd,
+                            const std::string& profile) {
+    if (err != EACCES && err != EPERM)
+        return JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), err,
+                         err == ENOENT || err == ENOTDIR ? "the source of a bind must exist on the host" : "");
+    const std::string who = user.is_invoker ? fmt::format("you, {},", user.uid_and_name)
+                                            : fmt::format("{}, the jail's host user,", user.uid_and_name);
+    // A profile's bind of the current directory (standard's `.`, batch's workdir): the user
+    // named neither, so the message says what the profile does and how to do without it.
+    if (!b.named_on_command_line && b.source == normalize_path(cwd))
+        return JailError("bind",
+                         fmt::format("--profile {} binds the current directory {}, which {} cannot reach", profile,
+                                     b.source, who),
+                         err,
+                         user.is_invoker ? "run from a directory you can read, or use --profile strict"
+                                         : "run from a directory it can read, use --profile strict, or "
+                                           "--host-user USER");
+    return JailError("bind", fmt::format("{}: {} cannot reach {}", b.origin, who, b.source), err,
+                     user.is_invoker ? "make it readable by you, or bind another directory"
+                                     : "make it readable by that user and every directory above it "
+                                       "searchable (chmod o+x), or --host-user USER who can");
+}
+
 // Names whose presence marks a directory as a home, or part of one: keys, tokens, agent
 // sockets, password stores, cloud and cluster credentials, browser profiles. Chosen for what
 // they hold, not for being hidden: a project directory rarely has any of them.

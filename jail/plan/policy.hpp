@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "egress_plan.hpp"
+#include "error.hpp"
 #include "hostid.hpp"
 #include "limits.hpp"
 #include "options.hpp"
@@ -32,6 +33,13 @@ struct BindSpec {
     bool writable = false;
     std::string origin;  // where it was asked for, for messages
     bool named_on_command_line = false;  // --bind/--ro-bind/--workdir, not a profile's
+};
+
+// Who the jail is on the host, as far as host files go, for messages: its uid with its name
+// ("uid 65534 (nobody)"), and whether that is the invoking user.
+struct JailHostUser {
+    std::string uid_and_name;
+    bool is_invoker = false;
 };
 
 struct HostUser {
@@ -128,6 +136,12 @@ inline constexpr std::uint64_t kMinTmpfsSize = 4ULL << 10;
 // Who chose a setting's value, for a message about it: "the strict profile's" (from the name
 // of the profile file that set it), "the default", or "" when the command line named it.
 std::string chosen_by(const SettingItem& item);
+
+// A bind whose source cannot be opened (`err`) as the jail's host user will: one line that
+// says who asked for the bind (an option, a profile's line, or `profile`'s bind of the
+// current directory `cwd`), who cannot reach it, and the fix its errno calls for.
+JailError bind_source_error(const BindSpec& b, int err, const JailHostUser& user, const std::string& cwd,
+                            const std::string& profile);
 
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);

@@ -1,6 +1,7 @@
 """Bad input: each mistake gets its exit status and one line on stderr that names it, and
 leaves nothing behind (no /tmp entry, no process)."""
 
+import pwd
 import re
 
 import pytest
@@ -124,6 +125,38 @@ def test_missing_script(run_jail, as_user, world_tmp):
     missing = world_tmp.dir() / "missing.py"
     r = run_jail(["--", "python", missing], user=as_user)
     assert_one_error(r, 125, str(missing))
+
+
+def test_a_bind_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp):
+    # Root's directory, closed to others: root reaches it, the jail's host user (nobody, or
+    # the unprivileged user itself) does not. The error names the option, who cannot reach
+    # what, and a fix that fits the errno (not "must exist": it does).
+    private = world_tmp.dir(0o700)
+    (private / "sub").mkdir()
+    r = run_jail(["--ro-bind", f"{private}/sub:/data", "--", "python", "-c", "1"], user=as_user)
+    who = f"uid {as_user.host_uid} ({pwd.getpwuid(as_user.host_uid).pw_name})"
+    if as_user.is_root:
+        line = assert_one_error(r, 125, f"pyjail: bind: --ro-bind: {who}, the jail's host user, cannot reach "
+                                        f"{private}/sub: Permission denied (make it readable by that user")
+        assert "--host-user USER" in line
+    else:
+        line = assert_one_error(r, 125, f"pyjail: bind: --ro-bind: you, {who}, cannot reach {private}/sub: "
+                                        "Permission denied (make it readable by you")
+    assert "must exist" not in line
+
+
+@pytest.mark.parametrize("profile", ["standard", "batch"])
+def test_a_profile_binding_a_current_directory_out_of_reach(run_jail, as_user, world_tmp, profile):
+    private = world_tmp.dir(0o700)
+    here = private / "project"
+    here.mkdir()
+    r = run_jail(["--profile", profile, "--", "python", "-c", "1"], user=as_user, cwd=here)
+    who = f"uid {as_user.host_uid} ({pwd.getpwuid(as_user.host_uid).pw_name})"
+    who = f"{who}, the jail's host user," if as_user.is_root else f"you, {who},"
+    line = assert_one_error(r, 125, f"pyjail: bind: --profile {profile} binds the current directory {here}, which "
+                                    f"{who} cannot reach: Permission denied (run from a directory ",
+                            "--profile strict")
+    assert ".toml" not in line  # not a line of a profile the user never wrote
 
 
 def test_script_that_is_a_directory(run_jail, as_user, world_tmp):
