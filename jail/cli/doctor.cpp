@@ -383,10 +383,36 @@ std::size_t verify_manifest(const std::string& rootfs, std::string& bad) {
     return files;
 }
 
-// The rootfs at `path` matches its manifest, and its sources on the host are still those it
-// was built from (`label`: "rootfs", or "rootfs NAME"; `value`: how to name it).
-Check check_rootfs(const DataDirs& dirs, const std::string& path, const std::string& label,
-                   const std::string& value) {
+// Whether a jail can use the rootfs at `path`. Doctor may run as root, who reads everything;
+// a jail's pid 1 opens the rootfs with the jail's host user's rights. So a jail is started
+// in it, as a run would be, and its report (--report-fd) says why it could not: the run's
+// own error, when a step of the rootfs failed (anything else, the other checks name).
+std::optional<Check> rootfs_unusable(const std::string& self, const std::string& path,
+                                     const std::string& label) {
+    std::string report;
+    int rc = run_capture(quote(self) + " --rootfs " + quote(path) +
+                             " --quiet --cgroup off --report-fd 3 -- python3 -c pass"
+                             " 3>&1 >/dev/null </dev/null",
+                         report);
+    if (rc == 0) return std::nullopt;
+    auto j = nlohmann::json::parse(report, nullptr, false);
+    if (!j.is_object() || !j["error"].is_object()) return std::nullopt;
+    const auto& e = j["error"];
+    std::string step = e.value("step", "");
+    if (step != "rootfs" && step != "rootfs bind") return std::nullopt;
+    int err = e.value("errno", 0);
+    return Check{label, Check::Verdict::Fail,
+                 fmt::format("a jail cannot use it: {}: {}{}", step, e.value("message", ""),
+                             err != 0 ? fmt::format(": {}", std::strerror(err)) : ""),
+                 e.value("hint", "")};
+}
+
+// The rootfs at `path` is one a jail can use, matches its manifest, and its sources on the
+// host are still those it was built from (`label`: "rootfs", or "rootfs NAME"; `value`: how
+// to name it).
+Check check_rootfs(const std::string& self, const DataDirs& dirs, const std::string& path,
+                   const std::string& label, const std::string& value) {
+    if (auto unusable = rootfs_unusable(self, path, label)) return *unusable;
     std::string info;
     if (!try_read_file(path + "/etc/pyjail-rootfs", info))
         return {label, Check::Verdict::Fail, fmt::format("no rootfs at {}", path),
@@ -491,11 +517,11 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
         checks.push_back({"data", Check::Verdict::Fail, e.message(), e.hint()});
         return checks;
     }
-    checks.push_back(check_rootfs(dirs, dirs.rootfs, "rootfs", "default"));
+    checks.push_back(check_rootfs(self, dirs, dirs.rootfs, "rootfs", "default"));
     for (const auto& value : rootfses) {
         std::string label = "rootfs " + value;
         try {
-            checks.push_back(check_rootfs(dirs, resolve_rootfs(value, dirs), label, value));
+            checks.push_back(check_rootfs(self, dirs, resolve_rootfs(value, dirs), label, value));
         } catch (const JailError& e) {  // no such name, or one others could change
             checks.push_back({label, Check::Verdict::Fail, e.message(), e.hint()});
         }

@@ -41,19 +41,27 @@ std::string uid_with_name(unsigned uid, const std::string& unnamed) {
     return name.empty() ? fmt::format("uid {}", uid) : fmt::format("uid {} ({})", uid, name);
 }
 
-std::string child_step_hint(ChildStep step, int err) {
+std::string child_step_hint(ChildStep step, int err, const std::string& host_user) {
+    const std::string who = host_user.empty() ? "the jail's host user" : host_user + ", the jail's host user,";
     if (step == ChildStep::MountProc && (err == EPERM || err == EACCES))
         return "the host's /proc is partly covered (as in many containers); run pyjail where "
                "/proc is fully visible, e.g. a privileged or --security-opt "
                "systempaths=unconfined container";
     if (step == ChildStep::RootfsBind && err == EACCES)
-        return "the rootfs must be readable and searchable by the jail's host user";
+        return fmt::format("{} cannot reach the rootfs: install it (cmake --install build), or make every "
+                           "directory on its path searchable by that user (chmod o+x)",
+                           who);
     if (step == ChildStep::Seccomp && (err == EINVAL || err == ENOSYS))
         return "this kernel lacks seccomp filters with user notification (Linux 5.0+, "
                "CONFIG_SECCOMP_FILTER); pyjail will not run without its filter unless you pass "
                "--seccomp off";
     if (step == ChildStep::Bind && err == EACCES)
-        return "when pyjail runs as root, the jail acts on host files as --host-user (nobody)";
+        return fmt::format("{} cannot reach it: make it readable by that user, and every directory above "
+                           "it searchable (chmod o+x), or bind another; as root, --host-user USER chooses "
+                           "who the jail is",
+                           who);
+    if (step == ChildStep::CopyScript && err == ENOSPC)
+        return "the script is copied into the jail's scratch space, which is smaller: raise --tmpfs-size";
     if (step == ChildStep::Keyring && (err == EDQUOT || err == ENOMEM))
         return "the jail's host user has used up its key quota (each live fresh jail holds one "
                "keyring; kernel.keys.maxkeys is 200 keys a user by default): end some jails, run "

@@ -12,8 +12,9 @@ namespace pyjail {
 // root (whose user namespaces no sysctl for unprivileged ones restricts).
 std::string namespace_hint(int err, bool invoker_is_root);
 
-// For a failure in the jail's set-up, by step and errno.
-std::string child_step_hint(ChildStep step, int err);
+// For a failure in the jail's set-up, by step and errno. `host_user`: who the jail is on the
+// host (uid_with_name), when known: the rights a rootfs or a bind lacked are that user's.
+std::string child_step_hint(ChildStep step, int err, const std::string& host_user = "");
 
 // "uid 65534 (nobody)"; when /etc/passwd has no name for it (a jail's own id), "uid
 // 1879048192 (UNNAMED)", or "uid 1879048192" for an empty `unnamed`.

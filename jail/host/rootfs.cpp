@@ -34,6 +34,10 @@ UniqueFd open_rootfs(const std::string& path) {
     std::string hint = "build it with `cmake --build build` (the default rootfs) or "
                        "`pyjail rootfs build --out DIR` (or --name NAME), or pass --rootfs DIR";
     UniqueFd fd(::open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!fd && (errno == EACCES || errno == EPERM))  // there, but not for us: building it again won't help
+        throw JailError("rootfs", fmt::format("cannot open rootfs {}", path), errno,
+                        "you cannot reach it: install it (cmake --install build), or make every directory "
+                        "on its path searchable by you (chmod o+x)");
     if (!fd) throw JailError("rootfs", fmt::format("cannot open rootfs {}", path), errno, hint);
     bool is_dir = false;
     if (!exists_in_rootfs(fd.get(), "/usr/bin", is_dir) || !is_dir)

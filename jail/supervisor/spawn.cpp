@@ -403,6 +403,22 @@ Usage collect_usage(const std::optional<CgroupLeaf>& leaf, const Supervised& s) 
     return u;
 }
 
+// A set-up step of the jail failed: its error, with the fix where we know it.
+[[noreturn]] void throw_child_error(const JailMessage& m, const RunFacts& facts) {
+    // Who the jail is on the host: the rights a rootfs or a bind lacked are this id's.
+    std::string who =
+        facts.host_uid ? uid_with_name(*facts.host_uid, "an id of the jail's own, with others' rights") : "";
+    std::string hint = child_step_hint(m.step, m.err, who);
+    // pivot_root's EINVAL has one cause a user can act on: the host's / is the initramfs.
+    if (m.step == ChildStep::PivotRoot && m.err == EINVAL) {
+        std::string mountinfo;
+        if (try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
+            hint = kInitramfsRootHint;
+    }
+    throw JailError(std::string(child_step_name(m.step)), m.text, m.err, hint,
+                    m.exit_code != 0 ? m.exit_code : kExitJailError);
+}
+
 // The limits the lines about the run's end name; --memory only where it is RLIMIT_DATA.
 EndLimits end_limits(const RunPlan& p) {
     const Limits& l = p.policy.limits;
@@ -415,18 +431,7 @@ EndLimits end_limits(const RunPlan& p) {
 // How the run ended, said once: the child's set-up error, or the status, its line on stderr
 // and pyjail's exit status.
 int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
-    if (s.error) {
-        const JailMessage& m = *s.error;
-        std::string hint = child_step_hint(m.step, m.err);
-        // pivot_root's EINVAL has one cause a user can act on: the host's / is the initramfs.
-        if (m.step == ChildStep::PivotRoot && m.err == EINVAL) {
-            std::string mountinfo;
-            if (try_read_file("/proc/self/mountinfo", mountinfo) && root_is_initramfs(mountinfo))
-                hint = kInitramfsRootHint;
-        }
-        throw JailError(std::string(child_step_name(m.step)), m.text, m.err, hint,
-                        m.exit_code != 0 ? m.exit_code : kExitJailError);
-    }
+    if (s.error) throw_child_error(*s.error, facts);
     const bool verbose = p.policy.verbose;
     if (verbose && p.seccomp)
         std::fprintf(stderr, "pyjail: seccomp filter %s\n",

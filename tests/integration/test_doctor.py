@@ -118,6 +118,27 @@ def test_the_manifest_check_needs_no_tool_and_follows_no_link(pyjail_bin, as_use
     assert r.returncode == 1 and "more than a manifest takes" in r.stdout, r.stdout
 
 
+def test_a_rootfs_the_jail_cannot_reach_fails_the_check(pyjail_bin, as_user, world_tmp, jail_rootfs):
+    """doctor may run as root, who reads any rootfs; a jail opens it as its host user. The
+    check says FAIL with the reason a run would give, not ok."""
+    private = world_tmp.dir(0o700)
+    link = private / "rootfs"
+    link.symlink_to(jail_rootfs)
+    r = doctor(pyjail_bin, as_user, "--rootfs", str(link))
+    assert r.returncode == 1, r.stdout
+    lines = r.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith(f"FAIL  rootfs {link} "))
+    if as_user.is_root:
+        assert lines[at].endswith(f"a jail cannot use it: rootfs bind: cannot open {link}: Permission denied")
+        assert lines[at + 1].endswith(", the jail's host user, cannot reach the rootfs: install it (cmake --install "
+                                      "build), or make every directory on its path searchable by that user (chmod o+x)")
+    else:
+        assert lines[at].endswith(f"a jail cannot use it: rootfs: cannot open rootfs {link}: Permission denied")
+        assert "fix: you cannot reach it: install it (cmake --install build)" in lines[at + 1]
+    # The default rootfs, which it can reach, still checks out.
+    assert any(line.startswith("ok    rootfs  ") for line in lines), r.stdout
+
+
 def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
     r = doctor(pyjail_bin, as_user, "--frob")
     assert r.returncode == 125

@@ -159,6 +159,25 @@ def test_a_profile_binding_a_current_directory_out_of_reach(run_jail, as_user, w
     assert ".toml" not in line  # not a line of a profile the user never wrote
 
 
+def test_a_rootfs_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp, jail_rootfs):
+    # The rootfs behind a directory closed to others: root plans the run, but the jail's pid 1
+    # opens the rootfs as the jail's host user.
+    private = world_tmp.dir(0o700)
+    link = private / "rootfs"
+    link.symlink_to(jail_rootfs)
+    r = run_jail(["--rootfs", link, "--", "python", "-c", "1"], user=as_user)
+    if as_user.is_root:
+        line = assert_one_error(r, 125, f"pyjail: rootfs bind: cannot open {link}: Permission denied (uid ",
+                                ", the jail's host user, cannot reach the rootfs: install it (cmake --install "
+                                "build), or make every directory on its path searchable by that user (chmod o+x))")
+        # Its own id (no name), or --host-user's.
+        assert re.search(r"\(uid \d+ \((an id of the jail's own, with others' rights|\w+)\), the jail", line), line
+    else:
+        assert_one_error(r, 125, f"pyjail: rootfs: cannot open rootfs {link}: Permission denied (you cannot reach it: "
+                                 "install it (cmake --install build), or make every directory on its path "
+                                 "searchable by you (chmod o+x))")
+
+
 def test_script_that_is_a_directory(run_jail, as_user, world_tmp):
     d = world_tmp.dir()
     world_tmp.script("import sys; print('app', __name__, sys.path[0])", name="__main__.py", dir=d)
