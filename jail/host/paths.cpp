@@ -10,6 +10,7 @@
 #include <climits>
 #include <cstdlib>
 
+#include "edit_distance.hpp"
 #include "error.hpp"
 #include "hostopen.hpp"
 #include "rootfs_name.hpp"
@@ -186,10 +187,12 @@ FoundFile read_profile(const std::string& name_or_path, const DataDirs& dirs) {
         throw JailError("profile", fmt::format("cannot read profile file {}", name_or_path), errno);
     if (!fd) {
         auto names = list_profiles(dirs);
+        std::string like = closest_word(name_or_path, names);
         throw UsageError(fmt::format("--profile: no profile named '{}'", name_or_path),
                          names.empty()
                              ? fmt::format("no profiles found in {}", dirs.profiles)
-                             : fmt::format("available: {}; or give a path to a profile file",
+                             : fmt::format("{}available: {}; or give a path to a profile file",
+                                           like.empty() ? "" : fmt::format("did you mean '{}'? ", like),
                                            fmt::join(names, ", ")));
     }
     if (!by_path) require_trusted_data_file(fd.get(), f.path);

@@ -182,7 +182,7 @@ UsageError unknown_option(const std::string& arg) {
     std::string name = arg.substr(0, arg.find('='));
     std::string hint = "see pyjail --help";
     if (name.rfind("--", 0) == 0)
-        if (auto s = suggest_option(name.substr(2)); !s.empty())
+        if (auto s = suggest_option(name.substr(2), true); !s.empty())
             hint = fmt::format("did you mean --{}?", s);
     return UsageError(fmt::format("unknown option {}", name), hint);
 }

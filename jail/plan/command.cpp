@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "edit_distance.hpp"
 #include "environment.hpp"
 #include "error.hpp"
 
@@ -25,6 +26,16 @@ namespace {
 // rest of their word or the next word.
 constexpr std::string_view kPythonShortOptions = "bBc:dEhiIm:OPqRsStuvVW:xX:?";
 constexpr std::string_view kPythonLongOptions[] = {"help", "version", "help-env", "help-xoptions", "help-all"};
+
+// pyjail's own subcommands are its first word only: anything else, a typo of one too
+// (`pyjail doctr`, `pyjail help`), is a command to run in the jail. When that command is not
+// there, the pyjail command it looks like ("" for none).
+std::string own_command_like(const std::string& name) {
+    static constexpr std::string_view kWords[] = {"doctor", "rootfs", "serve", "help"};
+    std::string word = closest_word(name, kWords);
+    if (word.empty()) return "";
+    return word == "help" ? "pyjail --help" : "pyjail " + word;
+}
 
 }  // namespace
 
@@ -200,10 +211,13 @@ ResolvedCommand resolve_command(const std::vector<std::string>& argv,
             return r;
         }
     }
+    std::string hint = "the jail sees only its rootfs, not the host's programs";
+    if (std::string own = own_command_like(name); !own.empty())
+        hint += fmt::format("; did you mean '{}'?", own);
     throw JailError("command",
                     fmt::format("{}: command not found in the jail (PATH={}; the rootfs has: {})",
                                 name, kJailPath, have),
-                    0, "the jail sees only its rootfs, not the host's programs", 127);
+                    0, hint, 127);
 }
 
 }  // namespace pyjail

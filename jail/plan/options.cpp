@@ -4,6 +4,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "edit_distance.hpp"
+
 namespace pyjail {
 
 namespace {
@@ -129,28 +131,11 @@ const OptionSpec* find_option(std::string_view name) {
     return nullptr;
 }
 
-namespace {
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-    std::vector<std::size_t> row(b.size() + 1);
-    for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-    for (std::size_t i = 1; i <= a.size(); ++i) {
-        std::size_t diag = row[0];
-        row[0] = i;
-        for (std::size_t j = 1; j <= b.size(); ++j) {
-            std::size_t up = row[j];
-            row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-            diag = up;
-        }
-    }
-    return row[b.size()];
-}
-}  // namespace
-
-std::string suggest_option(std::string_view unknown) {
+std::string suggest_option(std::string_view unknown, bool command_line) {
     std::string best;
-    std::size_t best_d = 3;  // more than two edits away is not a typo
+    std::size_t best_d = kTypoEdits + 1;
     for (const auto& o : option_table()) {
-        if (!o.profile_key) continue;
+        if (!o.profile_key && !command_line) continue;
         std::size_t d = edit_distance(unknown, o.name);
         if (d < best_d) {
             best_d = d;

@@ -29,8 +29,10 @@ struct OptionSpec {
 const std::vector<OptionSpec>& option_table();
 const OptionSpec* find_option(std::string_view name);
 
-// The closest known profile key to a misspelt one, or "" when nothing is close.
-std::string suggest_option(std::string_view unknown);
+// The closest known profile key to a misspelt one, or "" when nothing is close (more than
+// kTypoEdits away). `command_line`: among every option, also those no profile may set
+// (--profile, --explain, ...).
+std::string suggest_option(std::string_view unknown, bool command_line = false);
 
 enum class Source { Default, Profile, CommandLine };
 

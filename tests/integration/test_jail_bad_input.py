@@ -63,6 +63,31 @@ def test_unknown_profile_name_lists_the_known_ones(run_jail, as_user):
     assert_one_error(r, 125, "'nosuch'", "strict", "standard", "batch")
 
 
+@pytest.mark.parametrize("name,meant", [("Strict", "strict"), ("STANDARD", "standard"), ("stirct", "strict")])
+def test_a_typo_of_a_profile_name_gets_a_suggestion(run_jail, as_user, name, meant):
+    r = run_jail(["--profile", name, "--", "python", "-c", "1"], user=as_user)
+    assert_one_error(r, 125, f"no profile named '{name}' (did you mean '{meant}'? available: ")
+
+
+@pytest.mark.parametrize("args,meant", [
+    (["--proflie", "strict"], "--profile"),  # an option no profile may set
+    (["--wall-tme", "5"], "--wall-time"),
+    (["--explian"], "--explain"),
+])
+def test_a_typo_of_an_option_gets_a_suggestion(run_jail, as_user, args, meant):
+    r = run_jail([*args, "--", "python", "-c", "print('ran')"], user=as_user)
+    assert_one_error(r, 125, f"unknown option {args[0]} (did you mean {meant}?)")
+
+
+@pytest.mark.parametrize("word,meant", [("doctr", "pyjail doctor"), ("help", "pyjail --help"),
+                                        ("serv", "pyjail serve"), ("rootsf", "pyjail rootfs")])
+def test_a_typo_of_a_subcommand_is_named_by_the_command_not_found(run_jail, as_user, word, meant):
+    # pyjail's subcommands are its first word exactly: anything else is a command for the jail.
+    r = run_jail([word], user=as_user)
+    line = assert_one_error(r, 127, f"command: {word}: command not found in the jail")
+    assert line.endswith(f"(the jail sees only its rootfs, not the host's programs; did you mean '{meant}'?)\n")
+
+
 @pytest.mark.parametrize("args,fragment", [
     (["--bogus"], "--bogus"),
     (["--wall-tim", "5"], "--wall-tim"),

@@ -145,6 +145,16 @@ TEST_CASE("a command that is not in the jail is refused with 127") {
                          "rootfs, not the host's programs)");
     CHECK(err({"/bin/sh"}) == "command: /bin/sh is not in the jail (the host's files are not "
                               "visible in the jail; bind it with --ro-bind)");
+    // A typo of pyjail's own subcommands (which only its first word names) says so.
+    CHECK(err({"doctr"}) == "command: doctr: command not found in the jail (PATH=/usr/local/bin:/usr/"
+                            "bin:/bin; the rootfs has: python3, python3.11) (the jail sees only its "
+                            "rootfs, not the host's programs; did you mean 'pyjail doctor'?)");
+    CHECK(err({"help"}).ends_with("; did you mean 'pyjail --help'?)"));
+    CHECK(err({"Serve"}).ends_with("; did you mean 'pyjail serve'?)"));
+    CHECK(err({"rootsf"}).ends_with("; did you mean 'pyjail rootfs'?)"));
+    CHECK(err({"doctor"}).ends_with("; did you mean 'pyjail doctor'?)"));  // e.g. after an option
+    CHECK(err({"he"}).find("did you mean") == std::string::npos);  // two edits of two letters
+    CHECK(err({"xyzzy"}).find("did you mean") == std::string::npos);
     try {
         resolve_command({"/etc/passwd"}, in_rootfs, {});
         FAIL("no error");

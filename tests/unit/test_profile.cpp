@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include "cli.hpp"
+#include "edit_distance.hpp"
 #include "error.hpp"
 #include "options.hpp"
 #include "profile.hpp"
@@ -122,6 +123,27 @@ TEST_CASE("every profile key is an option, and suggestions only name profile key
     }
     CHECK(suggest_option("tmpfs_size") == "tmpfs-size");
     CHECK(suggest_option("xyzzy").empty());
+    // A profile cannot set --profile; the command line can, so a typo of it is suggested there.
+    CHECK(suggest_option("proflie").empty());
+    CHECK(suggest_option("proflie", true) == "profile");
+    CHECK(suggest_option("explian", true) == "explain");
+    try {
+        parse_cli({"--proflie", "strict", "--", "python3"});
+        FAIL("no error");
+    } catch (const UsageError& e) {
+        CHECK(e.one_line() == "unknown option --proflie (did you mean --profile?)");
+    }
+}
+
+TEST_CASE("the closest word to a typo, ignoring case") {
+    const std::vector<std::string> names = {"batch", "repl", "standard", "strict"};
+    CHECK(closest_word("Strict", names) == "strict");
+    CHECK(closest_word("STANDARD", names) == "standard");
+    CHECK(closest_word("stirct", names) == "strict");
+    CHECK(closest_word("bach", names) == "batch");
+    CHECK(closest_word("nosuch", names).empty());
+    CHECK(closest_word("x", names).empty());
+    CHECK(edit_distance("kitten", "sitting") == 3);
 }
 
 TEST_CASE("the shipped profiles parse and apply") {
