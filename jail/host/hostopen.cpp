@@ -411,14 +411,24 @@ UniqueFd open_roots_own_script(const std::string& path) {
 
 namespace setup {
 
-// Where a script that does not exist was looked for: a relative name is taken from the
-// current directory, which is not always the one the user thinks (cron starts in $HOME).
-static std::string missing_script_hint(int err, const std::string& path, const std::string& shown) {
-    if (err != ENOENT && err != ENOTDIR) return "";
-    return shown == path ? "check the path; the script is a host file, named on pyjail's command line"
-                         : fmt::format("looked for {}: a relative name is taken from the current "
-                                       "directory; give the script's full path",
-                                       path);
+// A script that cannot be opened (`err`, as `as_uid` when root runs pyjail). One that does not
+// exist says where it was looked for: a relative name is taken from the current directory,
+// which is not always the one the user thinks (cron starts in $HOME).
+static JailError script_open_error(int err, const std::string& path, const std::string& shown,
+                                   std::optional<uid_t> as_uid) {
+    if (err == ENOENT && shown != path)
+        return JailError("script",
+                         fmt::format("{} does not exist in the current directory: there is no {}", shown, path),
+                         0,
+                         "check its name; a job started elsewhere, as cron starts in $HOME, needs the "
+                         "script's full path");
+    std::string hint = err == ENOENT || err == ENOTDIR
+                           ? "check the path; the script is a host file, named on pyjail's command line"
+                           : "";
+    if (as_uid)
+        return JailError("script", fmt::format("cannot open {} as uid {}, the jail's host user", shown, *as_uid),
+                         err, hint);
+    return JailError("script", fmt::format("cannot open {}", shown), err, hint);
 }
 
 int reach_as_host_user(const std::string& path, const HostUserIds& host_user) {
@@ -432,11 +442,7 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
     if (!host_user) {
         // The invoking user is the jail's host user: its own rights are the jail's.
         UniqueFd fd(::open(path.c_str(), kScriptFlags));
-        if (!fd) {
-            int e = errno;
-            throw JailError("script", fmt::format("cannot open {}", shown), e,
-                            missing_script_hint(e, path, shown));
-        }
+        if (!fd) throw script_open_error(errno, path, shown, std::nullopt);
         require_regular_script(fd.get(), shown);
         return fd;
     }
@@ -449,10 +455,7 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
         fd.reset(::open(path.c_str(), kScriptFlags));
         err = errno;
     }
-    if (!fd && err != EACCES && err != EPERM)
-        throw JailError("script",
-                        fmt::format("cannot open {} as uid {}, the jail's host user", shown, host_user->uid),
-                        err, missing_script_hint(err, path, shown));
+    if (!fd && err != EACCES && err != EPERM) throw script_open_error(err, path, shown, host_user->uid);
     if (!fd) {
         try {
             fd = open_roots_own_script(path);

@@ -152,6 +152,14 @@ def test_missing_script(run_jail, as_user, world_tmp):
     assert_one_error(r, 125, str(missing))
 
 
+def test_missing_script_in_the_current_directory(run_jail, as_user, world_tmp):
+    d = world_tmp.dir()
+    r = run_jail(["--", "python", "nope.py"], user=as_user, cwd=d)
+    line = assert_one_error(r, 125, f"pyjail: script: nope.py does not exist in the current directory: there is "
+                                    f"no {d}/nope.py (check its name; ")
+    assert "No such file" not in line
+
+
 def test_a_bind_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp):
     # Root's directory, closed to others: root reaches it, the jail's host user (nobody, or
     # the unprivileged user itself) does not. The error names the option, who cannot reach
