@@ -8,6 +8,7 @@
 
 #include "compiled_filter.hpp"
 #include "mountplan.hpp"
+#include "size_text.hpp"
 
 namespace pyjail {
 
@@ -86,6 +87,18 @@ std::string limit_named(const std::string& what) {
     return what;
 }
 
+// A limit's value as its option takes it: sizes as sizes ("8G"), counts as they are.
+std::string limit_value(const std::string& what, std::uint64_t v) {
+    const bool size = what == "RLIMIT_DATA" || what == "RLIMIT_FSIZE" || what == "RLIMIT_AS" ||
+                      what == "memory.max" || what == "memory.swap.max";
+    return size && v != UINT64_MAX ? format_size(v) : std::to_string(v);
+}
+
+std::string limit_value(const std::string& what, const std::string& v) {
+    auto n = count_value(v);
+    return n && *n != UINT64_MAX ? limit_value(what, *n) : v;
+}
+
 std::optional<std::string> beyond_rlimits(const RunRequest& r, const ServeBounds& b) {
     for (const auto& bound : b.rlimits) {
         const std::uint64_t bound_hard = bound.hard != 0 ? bound.hard : bound.value;
@@ -93,11 +106,12 @@ std::optional<std::string> beyond_rlimits(const RunRequest& r, const ServeBounds
                                [&](const RlimitValue& l) { return l.resource == bound.resource; });
         if (it == r.lockdown.rlimits.end())
             return fmt::format("the run sets no {}; this server's runs have at most {}: {}",
-                               limit_named(bound.name), bound.value, kFix);
+                               limit_named(bound.name), limit_value(bound.name, bound.value), kFix);
         const std::uint64_t hard = it->hard != 0 ? it->hard : it->value;
         if (it->value > bound.value || hard > bound_hard)
             return fmt::format("the run asks for {} {}; this server's runs have at most {}: {}",
-                               limit_named(bound.name), it->value, bound.value, kFix);
+                               limit_named(bound.name), limit_value(bound.name, it->value),
+                               limit_value(bound.name, bound.value), kFix);
     }
     return std::nullopt;
 }
@@ -124,8 +138,8 @@ std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds&
             ok = value == own->second;
         }
         if (!ok)
-            return fmt::format("the run asks for {} {}; this server's runs have {}: {}", limit_named(file), value,
-                               own->second, kFix);
+            return fmt::format("the run asks for {} {}; this server's runs have {}: {}", limit_named(file),
+                               limit_value(file, value), limit_value(file, own->second), kFix);
     }
     // A limit of the server's that the request leaves out is a request for no limit.
     for (const auto& own : b.cgroup_files) {
@@ -133,7 +147,7 @@ std::optional<std::string> beyond_cgroup(const RunRequest& r, const ServeBounds&
                                  [&](const auto& f) { return f.first == own.first; });
         if (!asked)
             return fmt::format("the run sets no {}; this server's runs have {}: {}", limit_named(own.first),
-                               own.second, kFix);
+                               limit_value(own.first, own.second), kFix);
     }
     return std::nullopt;
 }
@@ -153,7 +167,7 @@ std::optional<std::string> beyond_tmpfs(const RunRequest& r, const ServeBounds& 
         if (!size || *size > b.tmpfs_size)
             return fmt::format("the run asks for a tmpfs at /{} of {}; this server's runs have at most {} "
                                "(--tmpfs-size): {}",
-                               op.target, size ? std::to_string(*size) : "no size", b.tmpfs_size, kFix);
+                               op.target, size ? format_size(*size) : "no size", format_size(b.tmpfs_size), kFix);
         if (!inodes || *inodes > b.tmpfs_inodes)
             return fmt::format("the run asks for a tmpfs at /{} of {} inodes; this server's runs have at most {}: {}",
                                op.target, inodes ? std::to_string(*inodes) : "unlimited", b.tmpfs_inodes, kFix);
@@ -202,7 +216,8 @@ std::optional<std::string> beyond_egress(const RunRequest& r, const ServeBounds&
                                           : std::string("none (the host's resolver)"));
     if (own.bytes && (!asked.bytes || *asked.bytes > *own.bytes))
         return fmt::format("the run asks for --net-bytes {}; this server's runs have at most {}: {}",
-                           asked.bytes ? std::to_string(*asked.bytes) : std::string("none"), *own.bytes, kFix);
+                           asked.bytes ? format_size(*asked.bytes) : std::string("none"), format_size(*own.bytes),
+                           kFix);
     return std::nullopt;
 }
 
@@ -259,7 +274,7 @@ std::optional<std::string> beyond_bounds(const RunRequest& r, const ServeBounds&
                            r.files_uid, b.bind_ids_known ? std::to_string(b.bind_uid) : std::string("of a range"));
     if (b.output && (r.output == 0 || r.output > *b.output))
         return fmt::format("the run asks for --output-limit {}; this server's runs have at most {}: {}",
-                           r.output == 0 ? std::string("none") : std::to_string(r.output), *b.output, kFix);
+                           r.output == 0 ? std::string("none") : format_size(r.output), format_size(*b.output), kFix);
     return std::nullopt;
 }
 

@@ -819,7 +819,7 @@ def test_a_template_s_allowlist_bounds_what_its_runs_may_ask(run_jail, serve, in
         (["--allow-host", "*.web.test:80"], "--allow-host *.web.test:80, beyond"),
         (["--net-resolve", "other.test:127.0.0.2"], "--net-resolve other.test:127.0.0.2, which this server's runs do not"),
         (["--net-dns", f"127.0.0.1:{internet.dns.port}"], f"--net-dns 127.0.0.1:{internet.dns.port};"),
-        (["--net-bytes", "20M"], "--net-bytes 20971520; this server's runs have at most 10485760"),
+        (["--net-bytes", "20M"], "--net-bytes 20M; this server's runs have at most 10M"),
     ]:
         opts = [*web, "--net-bytes", "1M", *extra] if extra[0] != "--net-bytes" else [*web, *extra]
         r = via_egress(run_jail, as_user, sock, code, opts)

@@ -655,6 +655,9 @@ def test_a_server_holds_every_run_to_its_own_limits(run_jail, as_user, serve):
     sock, _ = serve(as_user, "--memory", "64M", "--wall-time", "3", "--pids", "32")
     for opts, what in [((), "this server's runs have"),  # strict's 512M, 300 s, 128 pids
                        (("--memory", "64M", "--pids", "32", "--wall-time", "10"), "--wall-time 10"),
+                       # Sizes as the options take them, not bytes (RLIMIT_DATA or memory.max).
+                       (("--memory", "8G", "--pids", "32", "--wall-time", "3"), "8G; this server's runs have "),
+                       (("--memory", "8G", "--pids", "32", "--wall-time", "3"), " 64M: ask for less"),
                        (("--memory", "64M", "--pids", "32", "--wall-time", "3", "--seccomp", "off"), "--seccomp off"),
                        (("--memory", "64M", "--pids", "32", "--wall-time", "3", "--net", "loopback"),
                         "another network")]:

@@ -77,7 +77,7 @@ def test_a_pool_and_its_runs_and_sessions():
             check(info.value)
         with pytest.raises(pyjail.JailError) as info:
             pool.run("print(1)", memory="1G")    # more than the template's runs may have
-        assert info.value.step == "via" and "at most 268435456" in info.value.detail
+        assert info.value.step == "via" and "at most 256M" in info.value.detail
         assert pool.run("print(1)").stdout == "1\n"
 
 

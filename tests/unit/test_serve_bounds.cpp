@@ -77,8 +77,8 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
     };
     const Case cases[] = {
         // The profile's (strict) limits where the server was given smaller ones.
-        {{{"memory", "512M"}}, false, "--memory (RLIMIT_DATA) 536870912; this server's runs have at most 67108864"},
-        {{{"memory", "512M"}}, true, "--memory (memory.max) 536870912; this server's runs have 67108864"},
+        {{{"memory", "512M"}}, false, "--memory (RLIMIT_DATA) 512M; this server's runs have at most 64M"},
+        {{{"memory", "512M"}}, true, "--memory (memory.max) 512M; this server's runs have 64M"},
         {{{"memory", ""}}, false, "the run sets no --memory (RLIMIT_DATA)"},
         {{{"memory", ""}}, true, "the run sets no --memory (memory.max)"},
         {{{"pids", "128"}}, false, "--pids (RLIMIT_NPROC) 128"},
@@ -89,10 +89,10 @@ TEST_CASE("a run asking for more than the server's settings is refused, naming t
         {{{"cpu-time", "0"}}, true, "--cpu-time 0 (no limit)"},
         {{{"wall-time", "300"}}, false, "--wall-time 300; this server's runs have at most 3"},
         {{{"wall-time", "0"}}, false, "--wall-time 0 (no limit)"},
-        {{{"output-limit", "2M"}}, false, "--output-limit 2097152"},
+        {{{"output-limit", "2M"}}, false, "--output-limit 2M; this server's runs have at most 1M"},
         {{{"output-limit", ""}}, false, "--output-limit none"},
         {{{"nofile", "4096"}}, false, "--nofile (RLIMIT_NOFILE) 4096; this server's runs have at most 1024"},
-        {{{"tmpfs-size", "1G"}}, false, "a tmpfs at /tmp of 1073741824; this server's runs have at most 67108864"},
+        {{{"tmpfs-size", "1G"}}, false, "a tmpfs at /tmp of 1G; this server's runs have at most 64M"},
         {{{"net", "loopback"}}, false, "another network than this server's runs have (--net none)"},
     };
     for (const auto& c : cases) {
@@ -183,8 +183,8 @@ TEST_CASE("under --net allow, a run's allowlist, pins, resolver and --net-bytes 
           "the run asks for --net-dns 127.0.0.1:5353; this server's runs have none (the host's resolver): ask for "
           "the same");
     CHECK(with({{"allow-host", "web.test:8080"}}).find("the run asks for --net-bytes none; this server's runs have "
-                                                       "at most 10485760") == 0);
-    CHECK(with({{"allow-host", "web.test:8080"}, {"net-bytes", "11M"}}).find("--net-bytes 11534336") !=
+                                                       "at most 10M") == 0);
+    CHECK(with({{"allow-host", "web.test:8080"}, {"net-bytes", "11M"}}).find("--net-bytes 11M") !=
           std::string::npos);
     // Another network altogether is refused as before.
     RunRequest loopback = request_of(policy_with({{"net", "loopback"}}), false);
