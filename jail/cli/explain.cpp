@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "rootfs_name.hpp"
 
 namespace pyjail {
@@ -135,6 +137,20 @@ std::string explain_seccomp(const ExplainInput& in) {
     return out;
 }
 
+// The limits, in columns as wide as their widest entry (inotify-instances is 17 letters).
+std::string explain_limits(const std::vector<LimitEntry>& limits) {
+    std::size_t name_width = 0, value_width = 0;
+    for (const auto& l : limits) {
+        name_width = std::max(name_width, l.name.size());
+        value_width = std::max(value_width, l.value.size());
+    }
+    std::string out = "# Limits:\n";
+    for (const auto& l : limits)
+        out += fmt::format("#   {:<{}} {:<{}} {} ({})\n", l.name, name_width, l.value, value_width,
+                           mechanism_name(l.mechanism), l.detail);
+    return out;
+}
+
 }  // namespace
 
 std::string explain_text(const ExplainInput& in) {
@@ -148,10 +164,7 @@ std::string explain_text(const ExplainInput& in) {
                                                 ? fmt::format("{} s", in.policy.wall_time)
                                                 : std::string("no limit"));
     out += fmt::format("# cgroup:    {}\n", in.cgroup);
-    out += "# Limits:\n";
-    for (const auto& l : in.limits)
-        out += fmt::format("#   {:<9} {:<12} {} ({})\n", l.name, l.value, mechanism_name(l.mechanism),
-                           l.detail);
+    out += explain_limits(in.limits);
     out += explain_seccomp(in);
     out += "# Filesystem (the root is read-only; in order):\n";
     for (const auto& op : in.mounts.ops) out += "#   " + describe_op(op, in.mounts) + "\n";

@@ -147,6 +147,18 @@ def test_explain_prints_the_policy_and_runs_nothing(run_jail, as_user, world_tmp
     assert r.stderr == ""
 
 
+def test_explain_lines_up_the_limits(run_jail, as_user):
+    r = run_jail(["--explain"], user=as_user)
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.split("# Limits:\n")[1].split("# Seccomp:")[0].splitlines()
+    assert any(row.split()[1] == "inotify-instances" for row in rows)  # the widest name
+    # Each row: "#   NAME VALUE MECHANISM (DETAIL)"; the values and the mechanisms start in
+    # one column each, however long a name or a value is.
+    starts = {(len(row) - len(row[4:].split(" ", 1)[1].lstrip()),
+               len(row) - len(row[4:].split(" ", 1)[1].lstrip().split(" ", 1)[1].lstrip())) for row in rows}
+    assert len(starts) == 1, "\n".join(rows)
+
+
 def test_explain_only_plans_it_warns_of_nothing(run_jail, root_user, world_tmp, helpers):
     # A writable bind the jail's host user (nobody) cannot write: a run warns of it before the
     # program starts; --explain, which runs nothing, prints the plan and nothing else.
