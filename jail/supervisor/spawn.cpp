@@ -189,11 +189,17 @@ void warn_unwritable_binds(const RunPlan& p) {
         if (!b.writable || ::stat(b.source.c_str(), &st) != 0) continue;
         bool ok = (st.st_uid == p.ids.host_uid && (st.st_mode & S_IWUSR)) ||
                   (st.st_gid == p.ids.host_gid && (st.st_mode & S_IWGRP)) || (st.st_mode & S_IWOTH);
-        if (!ok)
-            std::fprintf(stderr,
-                         "pyjail: warning: %s: %s is not writable by uid %u, the jail's host user "
-                         "when pyjail runs as root (chown it, or choose --host-user)\n",
-                         b.origin.c_str(), b.source.c_str(), p.ids.host_uid);
+        if (ok) continue;
+        // The fix names a user: the owner, when the jail may write as them (never root).
+        std::string fix = st.st_uid != 0
+                              ? fmt::format("its owner is {}: run with --host-user {}, or chown it",
+                                            uid_with_name(st.st_uid), st.st_uid)
+                              : fmt::format("chown it to uid {}, or to a user you name with --host-user",
+                                            p.ids.host_uid);
+        std::fprintf(stderr,
+                     "pyjail: warning: %s: %s is not writable by %s, the jail's host user when "
+                     "pyjail runs as root: what the program writes there will fail (%s)\n",
+                     b.origin.c_str(), b.source.c_str(), uid_with_name(p.ids.host_uid).c_str(), fix.c_str());
     }
 }
 

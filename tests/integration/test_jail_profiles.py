@@ -171,6 +171,28 @@ def test_explain_only_plans_it_warns_of_nothing(run_jail, root_user, world_tmp, 
     assert r.stderr == "", helpers.describe(r)
 
 
+def test_the_unwritable_bind_warning_names_a_fix_that_works(run_jail, root_user, world_tmp,
+                                                           helpers):
+    # Root's jails write as nobody: a directory of root's, or of a user's, is not theirs to
+    # write. The warning says what to do, and what it says works.
+    mine = world_tmp.dir(0o755)
+    run = run_jail(["--bind", f"{mine}:/mnt/out", "--", "python", "-c", "pass"], user=root_user)
+    assert "(chown it to uid 65534, or to a user you name with --host-user)" in run.stderr, \
+        helpers.describe(run)
+    theirs = world_tmp.dir(0o755)
+    os.chown(theirs, 12345, 12345)
+    write = ["python", "-c", "open('/mnt/out/result', 'w').write('ok')"]
+    run = run_jail(["--bind", f"{theirs}:/mnt/out", "--", *write], user=root_user)
+    assert "(its owner is uid 12345: run with --host-user 12345, or chown it)" in run.stderr, \
+        helpers.describe(run)
+    assert run.returncode == 1 and not (theirs / "result").exists(), helpers.describe(run)
+    run = run_jail(["--host-user", "12345", "--bind", f"{theirs}:/mnt/out", "--", *write],
+                   user=root_user)
+    assert run.returncode == 0 and "warning" not in run.stderr, helpers.describe(run)
+    assert (theirs / "result").read_text() == "ok"
+    assert (theirs / "result").stat().st_uid == 12345
+
+
 def test_a_profile_starts_from_strict_unless_it_extends_another(run_jail, as_user, world_tmp):
     d = world_tmp.dir()
     world_tmp.file("mine.toml", 'hostname = "mine"\n', dir=d)
