@@ -71,6 +71,7 @@
 #include "hostroot.hpp"
 #include "network_maker.hpp"
 #include "init.hpp"
+#include "net_hint.hpp"
 #include "notice_stamp.hpp"
 #include "egress_relay.hpp"
 #include "relay.hpp"
@@ -457,6 +458,10 @@ int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
     if (!what.empty() && !p.policy.quiet && status_message_wanted(status, s.end.outcome, verbose, limits))
         std::fprintf(stderr, "pyjail: %s\n", what.c_str());
     facts.exit_code = exit_code_for(status, s.end.outcome);
+    if (std::string hint = missing_network_hint(p.policy.net, s.end.denied, facts.exit_code != 0,
+                                                chosen_by(setting(p.policy.settings, "net")));
+        !hint.empty() && !p.policy.quiet)
+        std::fprintf(stderr, "pyjail: %s\n", hint.c_str());
     return facts.exit_code;
 }
 

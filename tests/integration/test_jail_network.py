@@ -183,3 +183,31 @@ def test_net_loopback_is_a_private_working_lo(run_py, as_user):
     assert got["talk"] == "ping"
     if "talk6" in got and got["talk6"] != "EADDRNOTAVAIL":  # a kernel without IPv6 on lo
         assert got["talk6"] == "ping"
+
+
+FETCH = """\
+import sys, urllib.request
+try:
+    urllib.request.urlopen("http://example.com/", timeout=5)
+except OSError as e:
+    print("no network:", e)
+    sys.exit(int(sys.argv[1]))
+"""
+HINT = ("pyjail: the program was refused network sockets (socket(AF_INET) x")
+
+
+def test_a_program_failing_for_want_of_a_network_is_told_why(run_jail, as_user):
+    # The program sees only a failed name lookup; pyjail says the jail refused it, and how to
+    # let it out.
+    r = run_jail(["--profile", "strict", "--", "python", "-c", FETCH, "1"], user=as_user)
+    assert r.returncode == 1, r.stderr
+    assert "no network:" in r.stdout
+    lines = [line for line in r.stderr.splitlines() if line.startswith(HINT)]
+    assert len(lines) == 1, r.stderr
+    assert "(--net none, the strict profile's); --net allow --allow-host HOST[:PORT]" in lines[0]
+    # One that goes on without it is not told; nor one that has a network, nor one told --quiet.
+    for opts, arg in [(["--profile", "strict"], "0"), (["--net", "loopback"], "1"),
+                      (["--profile", "strict", "--quiet"], "1")]:
+        r = run_jail([*opts, "--", "python", "-c", FETCH, arg], user=as_user)
+        assert r.returncode == int(arg), r.stderr
+        assert "refused network sockets" not in r.stderr, (opts, r.stderr)

@@ -262,8 +262,10 @@ def test_etc(root):
     group = (root / "etc/group").read_text().splitlines()
     assert "jail:x:%d:" % GID in group and "nogroup:x:65534:" in group
     nss = (root / "etc/nsswitch.conf").read_text()
-    for db in ("passwd", "group", "hosts"):
+    for db in ("passwd", "group"):
         assert re.search(r"^%s:\s+files$" % db, nss, re.M)
+    # DNS after the files: a lookup under --net none tries a socket, which pyjail sees.
+    assert re.search(r"^hosts:\s+files dns$", nss, re.M)
     assert "127.0.0.1\tlocalhost" in (root / "etc/hosts").read_text()
     # --net allow binds pyjail's own over it; a rootfs without one would leave glibc's defaults.
     assert (root / "etc/resolv.conf").read_text() == ""

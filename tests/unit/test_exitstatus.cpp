@@ -3,6 +3,7 @@
 #include <csignal>
 
 #include "exitstatus.hpp"
+#include "net_hint.hpp"
 
 using namespace pyjail;
 
@@ -135,4 +136,24 @@ TEST_CASE("a stream cut at --fsize gets a line naming the limit and who chose it
           "--fsize= lifts it)");
     // --output-limit's cut is the run's status, whose line says it.
     CHECK(stream_cut_message({"stdout", "output", 4096}, "").empty());
+}
+
+TEST_CASE("a failed run that was refused network sockets under --net none gets one hint") {
+    DeniedCounts denied;
+    denied.add("socket(AF_INET)", 2);
+    denied.add("socket(AF_NETLINK)");
+    denied.add("socket(AF_INET6)");
+    std::string hint = missing_network_hint(NetMode::None, denied, true, "the strict profile's");
+    CHECK(hint == "the program was refused network sockets (socket(AF_INET) x2, socket(AF_INET6) x1): "
+                  "this jail has no network (--net none, the strict profile's); --net allow "
+                  "--allow-host HOST[:PORT] lets it reach one host through pyjail, --net loopback "
+                  "gives it 127.0.0.1 only");
+    CHECK(missing_network_hint(NetMode::None, denied, true, "").find("(--net none);") != std::string::npos);
+    // A program that went on without the network, a network it has, or no inet socket: none.
+    CHECK(missing_network_hint(NetMode::None, denied, false, "").empty());
+    CHECK(missing_network_hint(NetMode::Loopback, denied, true, "").empty());
+    DeniedCounts other;
+    other.add("socket(AF_NETLINK)");
+    other.add("ptrace");
+    CHECK(missing_network_hint(NetMode::None, other, true, "").empty());
 }

@@ -1,0 +1,23 @@
+#include "net_hint.hpp"
+
+#include <fmt/format.h>
+
+namespace pyjail {
+
+std::string missing_network_hint(NetMode net, const DeniedCounts& denied, bool failed,
+                                 const std::string& chosen_by) {
+    // A program that tried the network and went on without it (a version check, an optional
+    // download) ran as it should: no line for it.
+    if (net != NetMode::None || !failed) return "";
+    std::string refused;
+    for (const auto& [what, n] : denied.entries())
+        if (what == "socket(AF_INET)" || what == "socket(AF_INET6)")
+            refused += fmt::format("{}{} x{}", refused.empty() ? "" : ", ", what, n);
+    if (refused.empty()) return "";
+    return fmt::format("the program was refused network sockets ({}): this jail has no network "
+                       "(--net none{}); --net allow --allow-host HOST[:PORT] lets it reach one "
+                       "host through pyjail, --net loopback gives it 127.0.0.1 only",
+                       refused, chosen_by.empty() ? "" : ", " + chosen_by);
+}
+
+}  // namespace pyjail
