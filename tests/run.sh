@@ -36,7 +36,7 @@ debs=(cmake ninja-build g++ pkg-config libseccomp-dev libcap-dev libcli11-dev li
       qemu-system-x86 busybox-static nlohmann-json3-dev bash-completion groff-base
       python3-venv python3-pip man-db bubblewrap clang libclang-rt-14-dev python3-dev
       systemd dbus dbus-daemon dbus-user-session python3-dbus python3-gi
-      podman runc uidmap)
+      podman runc uidmap acl)
 "$root/tools/apt-install-missing.sh" "${debs[@]}"
 
 scratch=$(mktemp -d /tmp/pyjail-it-run.XXXXXX)

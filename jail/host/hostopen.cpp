@@ -431,10 +431,18 @@ static JailError script_open_error(int err, const std::string& path, const std::
     return JailError("script", fmt::format("cannot open {}", shown), err, hint);
 }
 
-int reach_as_host_user(const std::string& path, const HostUserIds& host_user) {
+HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& host_user, bool writable) {
     AsHostUser as(host_user, "bind");
+    HostUserReach r;
     UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
-    return fd ? 0 : errno;
+    if (!fd) {
+        r.open_err = errno;
+        return r;
+    }
+    // AT_EACCESS: checked against the file ids (the host user's now, without root's file
+    // capabilities), not the real ids, which are root's. What is asked about is what was opened.
+    if (writable && ::faccessat(fd.get(), "", W_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) r.write_err = errno;
+    return r;
 }
 
 UniqueFd open_script(const std::string& path, const std::string& shown,

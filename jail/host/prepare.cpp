@@ -78,16 +78,19 @@ struct BindOpener {
 };
 
 // Bind sources are checked now, so a missing or unreachable one fails before any process
-// exists; the child opens them again in its own mount namespace, as the jail user.
-BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as) {
+// exists; the child opens them again in its own mount namespace, as the jail user. A writable
+// one the jail's host user cannot write is noted in `unwritable`.
+BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
+                     std::vector<UnwritableBind>& unwritable) {
     UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
     if (!fd) throw bind_source_error(b, errno, as.described, as.cwd, as.profile);
-    // Root reaches everything: what counts is whether the jail's host user does.
-    if (as.host_user)
-        if (int e = reach_as_host_user(b.source, *as.host_user); e != 0)
-            throw bind_source_error(b, e, as.described, as.cwd, as.profile);
+    // Root reaches and writes everything: what counts is what the jail's host user can do.
+    HostUserReach reach;
+    if (as.host_user) reach = reach_as_host_user(b.source, *as.host_user, b.writable);
+    if (reach.open_err != 0) throw bind_source_error(b, reach.open_err, as.described, as.cwd, as.profile);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
+    if (reach.write_err != 0) unwritable.push_back({b.origin, b.source, st.st_uid});
     BindFacts f;
     f.is_dir = S_ISDIR(st.st_mode);
     f.real_source = fd_path(fd.get());
@@ -232,7 +235,8 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
                       {uid_with_name(p.invoker.is_root() ? root_uid : p.invoker.uid), !p.invoker.is_root()},
                       cwd, policy.profile};
     if (p.invoker.is_root()) opener.host_user = HostUserIds{root_uid, root_gid};
-    for (const auto& b : p.binds) facts.binds.push_back(bind_facts(b, rootfs_fd.get(), opener));
+    for (const auto& b : p.binds)
+        facts.binds.push_back(bind_facts(b, rootfs_fd.get(), opener, p.unwritable_binds));
     facts.home_dirs = home_dirs();
     if (policy.net == NetMode::Allow) {
         for (const char* const* f = kEgressEtcFiles; *f != nullptr; ++f) {

@@ -47,7 +47,6 @@
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,18 +182,14 @@ public:
 };
 
 // When root runs pyjail, the jail writes as --host-user: say so up front instead of letting
-// the program fail later with a bare EACCES.
+// the program fail later with a bare EACCES. Which binds it cannot write, the plan found out
+// as that user (setup::reach_as_host_user).
 void warn_unwritable_binds(const RunPlan& p) {
-    for (const auto& b : p.binds) {
-        struct stat st {};
-        if (!b.writable || ::stat(b.source.c_str(), &st) != 0) continue;
-        bool ok = (st.st_uid == p.ids.host_uid && (st.st_mode & S_IWUSR)) ||
-                  (st.st_gid == p.ids.host_gid && (st.st_mode & S_IWGRP)) || (st.st_mode & S_IWOTH);
-        if (ok) continue;
+    for (const UnwritableBind& b : p.unwritable_binds) {
         // The fix names a user: the owner, when the jail may write as them (never root).
-        std::string fix = st.st_uid != 0
+        std::string fix = b.owner != 0
                               ? fmt::format("its owner is {}: run with --host-user {}, or chown it",
-                                            uid_with_name(st.st_uid), st.st_uid)
+                                            uid_with_name(b.owner), b.owner)
                               : fmt::format("chown it to uid {}, or to a user you name with --host-user",
                                             p.ids.host_uid);
         std::fprintf(stderr,

@@ -4,6 +4,10 @@ line wins over it, and --explain tells all that without running anything."""
 import json
 import os
 import re
+import shutil
+import subprocess
+
+from pyjail_testing import skip_or_fail
 
 PROGRAM = """\
 import json, os, socket
@@ -191,6 +195,45 @@ def test_the_unwritable_bind_warning_names_a_fix_that_works(run_jail, root_user,
     assert run.returncode == 0 and "warning" not in run.stderr, helpers.describe(run)
     assert (theirs / "result").read_text() == "ok"
     assert (theirs / "result").stat().st_uid == 12345
+
+
+def setfacl(path, entry):
+    if shutil.which("setfacl") is None:
+        skip_or_fail("no setfacl to give a directory an ACL: apt-get install acl")
+    subprocess.run(["setfacl", "-m", entry, path], check=True)
+
+
+def test_the_unwritable_bind_warning_asks_the_kernel_not_the_mode_bits(run_jail, root_user,
+                                                                       world_tmp, helpers):
+    # Whether the jail's host user (nobody) can write a bind is what the kernel says for that
+    # user: an ACL counts, whatever the mode bits say. The warning says what the write does.
+    write = ["python", "-c", "open('/mnt/out/result', 'w').write('ok')"]
+    denied = world_tmp.dir(0o777)  # the bits let everybody write; the ACL does not let nobody
+    setfacl(denied, "u:65534:r-x")
+    run = run_jail(["--bind", f"{denied}:/mnt/out", "--", *write], user=root_user)
+    assert f"pyjail: warning: --bind: {denied} is not writable by uid 65534 (nobody)" in run.stderr, \
+        helpers.describe(run)
+    assert run.returncode == 1 and "PermissionError" in run.stderr, helpers.describe(run)
+    assert not (denied / "result").exists()
+    granted = world_tmp.dir(0o755)  # root's, and not nobody's to write but for the ACL
+    setfacl(granted, "u:65534:rwx")
+    run = run_jail(["--bind", f"{granted}:/mnt/out", "--", *write], user=root_user)
+    assert run.returncode == 0 and "warning" not in run.stderr, helpers.describe(run)
+    assert (granted / "result").read_text() == "ok"
+    assert (granted / "result").stat().st_uid == 65534
+
+
+def test_a_writable_bind_on_a_read_only_mount_is_refused(run_jail, root_user, world_tmp, helpers):
+    # Writable by its bits, but the mount is read-only: the plan refuses it outright.
+    source, ro = world_tmp.dir(0o777), world_tmp.dir(0o777)
+    subprocess.run(["mount", "--bind", "-o", "ro", source, ro], check=True)
+    try:
+        run = run_jail(["--bind", f"{ro}:/mnt/out", "--", "python", "-c", "pass"], user=root_user)
+    finally:
+        subprocess.run(["umount", ro], check=True)
+    assert run.returncode == 125, helpers.describe(run)
+    assert run.stderr == (f"pyjail: --bind: {ro} is on a read-only filesystem, so it cannot be bound "
+                          "writable (use --ro-bind, or a writable directory)\n"), helpers.describe(run)
 
 
 def test_a_profile_starts_from_strict_unless_it_extends_another(run_jail, as_user, world_tmp):
