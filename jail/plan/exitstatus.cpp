@@ -93,8 +93,8 @@ std::string status_message(RunStatus s, const Outcome& o, const EndLimits& l) {
         case RunStatus::CpuTimeout:
             return fmt::format("CPU time limit of {}s reached; the jail was killed", l.cpu_time);
         case RunStatus::OutputLimit:
-            return fmt::format("output limit of {} bytes reached; the jail was killed",
-                               l.output.value_or(0));
+            return fmt::format("output limit reached (--output-limit {}); the jail was killed",
+                               format_size(l.output.value_or(0)));
         case RunStatus::Oom:
             return "out of memory: the jail reached its memory limit and was killed";
         case RunStatus::SeccompDenied:

@@ -100,7 +100,7 @@ def test_output_limit_stops_the_program(run_jail, world_tmp, as_user):
     assert r.returncode == 137, r.stderr  # as documented: killed, not a jail error (125)
     assert r.stdout == "x" * 1000
     assert r.report["limits"]["output"]["mechanism"] == "supervisor"
-    assert "output limit of 1000 bytes reached" in r.stderr
+    assert "pyjail: output limit reached (--output-limit 1000); the jail was killed\n" in r.stderr
 
 
 def test_output_limit_passes_output_through_untouched(run_jail, world_tmp, as_user):

@@ -525,7 +525,7 @@ def test_a_flood_from_the_jail_that_builds_the_font_cache_is_cut_off(binary, use
         r = run(binary, current(users), "rootfs", "build", "--out", out, "--pip", "matplotlib",
                 "--no-index", "--find-links", links, "--quiet")
         one_error(r, r"build matplotlib's font cache in a jail: pyjail exited 137: "
-                     r"pyjail: output limit of 16777216 bytes reached")
+                     r"pyjail: output limit reached \(--output-limit 16M\)")
         assert sorted(p.name for p in top.iterdir()) == ["links"]
     finally:
         shutil.rmtree(top, ignore_errors=True)

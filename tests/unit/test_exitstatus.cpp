@@ -90,7 +90,7 @@ TEST_CASE("a run's status decides its report name, exit code and message") {
          "out of memory: the jail reached its memory limit and was killed", true},
         {RunStatus::PidsLimit, exited3, "pids-limit", 3, "", true},
         {RunStatus::OutputLimit, killed, "output-limit", 137,
-         "output limit of 4096 bytes reached; the jail was killed", true},
+         "output limit reached (--output-limit 4K); the jail was killed", true},
         // Only a death by the filter's kill action is seccomp-denied (classify_run).
         {RunStatus::SeccompDenied, outcome_from_wait_status(SIGSYS), "seccomp-denied",
          128 + SIGSYS,
