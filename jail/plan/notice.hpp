@@ -1,14 +1,16 @@
 // The rlimit fallback notice ("pyjail: no cgroup v2 for the limits (...)"): on a host without a
 // delegated cgroup v2 every run would say it, and a cron job would mail it every time. By
 // default (--cgroup-notice daily) it is said once a day per user and per reason: a stamp in
-// the user's state directory records the day and the reason it was last said, so a new
+// the user's state directory (or, where a job has none, a directory of the user's own in the
+// runtime directory or /tmp) records the day and the reason it was last said, so a new
 // reason (the host changed) is said at once. Errors and time-limit messages are never
 // affected; the report always names each limit's mechanism.
 //
-// Pure: where the stamp lives and whether the notice is due. The stamp is read and written by
-// notice_stamp.cpp.
+// Pure: where the stamp may live, in which order, and whether the notice is due. The stamp is
+// read and written by notice_stamp.cpp.
 #pragma once
 
+#include <cstdint>
 #include <ctime>
 #include <optional>
 #include <string>
@@ -18,16 +20,36 @@
 
 namespace pyjail {
 
-// The state directory: an existing directory `base` (the user's own setting, followed as it
-// is) and the directories below it that pyjail creates (0700) and never follows as links.
+// A directory the stamps may live in: an existing directory `base` (named by the user's
+// environment, followed as it is) and the directories below it that pyjail creates (0700) and
+// never follows as links.
 struct StateDirPlan {
     std::string base;
     std::vector<std::string> below;
+    // `base` is a temporary directory others may add entries to (/tmp): it is used only when
+    // it is sticky and root's or the user's, so that nobody else can rename or remove the
+    // directory pyjail made there; that directory (the one name in `below`) must still be the
+    // user's own, writable by nobody else.
+    bool shared = false;
 };
 
 // $XDG_STATE_HOME/pyjail, else $HOME/.local/state/pyjail; nothing when neither is an absolute
-// path (then the notice is said every run).
+// path.
 std::optional<StateDirPlan> state_dir_plan(const char* xdg_state_home, const char* home);
+
+// The environment state_dir_plans reads (null: unset).
+struct StateDirEnv {
+    const char* xdg_state_home = nullptr;
+    const char* home = nullptr;
+    const char* xdg_runtime_dir = nullptr;
+    const char* tmpdir = nullptr;
+};
+
+// Where the stamps may live, in the order they are tried (the first place where a stamp can be
+// opened is used): the state directory (state_dir_plan); $XDG_RUNTIME_DIR/pyjail; and last
+// pyjail-state-EUID in $TMPDIR, or in /tmp when that is not an absolute path. Never empty, so
+// a cron job whose HOME is /nonexistent is quiet after its first run of the day too.
+std::vector<StateDirPlan> state_dir_plans(const StateDirEnv& env, std::uint32_t euid);
 
 constexpr const char* kNoticeStampName = "cgroup-notice";
 constexpr const char* kEnvNoticeStampName = "env-notice";

@@ -1,6 +1,6 @@
 """Quiet and honest for cron: the rlimit fallback notice once a day (a stamp in the user's
-state directory, never followed through someone else's symlink), a switch for only that
-notice, `--cgroup off` saying what it does, --explain giving a reason, the batch profile's
+state directory, or in a directory of the user's own in $TMPDIR or /tmp when there is none,
+never followed through someone else's symlink), a switch for only that notice, `--cgroup off` saying what it does, --explain giving a reason, the batch profile's
 file and output limits, the report's wall-time limit and a missing script's hint.
 
 `--cgroup off` forces the fallback on every host, so these tests run the same with and
@@ -8,8 +8,12 @@ without a delegated cgroup v2."""
 
 import json
 import os
+import shutil
 import stat
 import subprocess
+from pathlib import Path
+
+from pyjail_testing import skip_or_fail
 
 NOTICE = "pyjail: no cgroup v2 for the limits ("
 OFF_NOTICE = "pyjail: no cgroup v2 for the limits (--cgroup off); falling back: "
@@ -22,6 +26,46 @@ def state_home(world_tmp, user):
     if os.geteuid() == 0:
         os.chown(d, user.invoker_uid, user.invoker_uid)
     return d
+
+
+# A user who is neither root nor the tests' unprivileged one: another user of a shared /tmp.
+OTHER_UID = 4242
+
+# No state directory pyjail can use (a service account's cron job), and no login session.
+NO_STATE = {"HOME": "/nonexistent", "XDG_STATE_HOME": "", "XDG_RUNTIME_DIR": ""}
+
+
+def shared_tmp(world_tmp):
+    """A TMPDIR like /tmp (sticky, anyone may add entries), for one test: where pyjail keeps its
+    stamps when it has no state directory, away from the stamps of other runs as the same
+    user (the other half of the suite, a test run in parallel, a real cron job)."""
+    return world_tmp.dir(0o1777)
+
+
+def fallback_dir(tmp, user):
+    return tmp / f"pyjail-state-{user.invoker_uid}"
+
+
+def said_on_every_run(run_jail, user, env, runs=2):
+    for _ in range(runs):
+        r = run_jail(RUN, user=user, env=env)
+        assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+        assert r.stderr.count(NOTICE) == 1, r.stderr
+
+
+def said_once(run_jail, user, env):
+    """The notice on the first of two runs only: its stamp was kept somewhere."""
+    r = run_jail(RUN, user=user, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+    assert r.stderr.count(NOTICE) == 1, r.stderr
+    r = run_jail(RUN, user=user, env=env)
+    assert r.returncode == 0 and r.stdout == "ok\n" and r.stderr == "", r.stderr
+
+
+def assert_users_own_directory(d, user):
+    st = d.lstat()
+    assert stat.S_ISDIR(st.st_mode) and st.st_uid == user.invoker_uid
+    assert stat.S_IMODE(st.st_mode) == 0o700
 
 
 def test_the_notice_is_said_once_a_day_per_reason(run_jail, world_tmp, as_user):
@@ -58,22 +102,113 @@ def test_home_local_state_is_the_default(run_jail, world_tmp, as_user):
     assert run_jail(RUN, user=as_user, env=env).stderr == ""
 
 
-def test_no_usable_state_directory_still_runs_and_says_it(run_jail, world_tmp, as_user):
+def test_no_usable_state_directory_falls_back_to_tmp(run_jail, world_tmp, as_user):
+    """A service account's cron job (HOME=/nonexistent, or nothing absolute): said on the first
+    run of the day, quiet on the next, from a stamp in $TMPDIR/pyjail-state-UID."""
     for env in ({"HOME": "/nonexistent", "XDG_STATE_HOME": ""},
                 {"HOME": "relative", "XDG_STATE_HOME": "also-relative"}):
-        for _ in range(2):
-            r = run_jail(RUN, user=as_user, env=env)
-            assert r.returncode == 0 and r.stdout == "ok\n"
-            assert r.stderr.count(NOTICE) == 1, r.stderr
+        tmp = shared_tmp(world_tmp)
+        env = {**env, "XDG_RUNTIME_DIR": "", "TMPDIR": str(tmp)}
+        said_once(run_jail, as_user, env)
+        assert_users_own_directory(fallback_dir(tmp, as_user), as_user)
+        stamp = fallback_dir(tmp, as_user) / "cgroup-notice"
+        assert stat.S_IMODE(stamp.stat().st_mode) == 0o600
+        assert stamp.read_text().endswith(" --cgroup off\n")
+        assert os.listdir(tmp) == [fallback_dir(tmp, as_user).name]
+
+
+def test_the_fallback_is_in_tmp_without_tmpdir(run_jail, as_user):
+    """Without TMPDIR: /tmp/pyjail-state-UID. Other runs as this user may share it (so only
+    where the stamp is is checked here); removed again when this test made it."""
+    d = Path("/tmp") / f"pyjail-state-{as_user.invoker_uid}"
+    made = not os.path.lexists(d)
+    if not made and (not d.is_dir() or d.is_symlink() or d.lstat().st_uid != as_user.invoker_uid):
+        skip_or_fail(f"{d} is not uid {as_user.invoker_uid}'s directory: someone else took the name")
+    try:
+        r = run_jail(RUN, user=as_user, env={**NO_STATE, "TMPDIR": ""})
+        assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+        assert_users_own_directory(d, as_user)
+        assert (d / "cgroup-notice").is_file()
+    finally:
+        if made:
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_runtime_directory_comes_before_tmp(run_jail, world_tmp, as_user):
+    runtime = state_home(world_tmp, as_user)  # as logind makes it: the user's, mode 0700
+    tmp = shared_tmp(world_tmp)
+    env = {**NO_STATE, "XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(tmp)}
+    said_once(run_jail, as_user, env)
+    assert (runtime / "pyjail" / "cgroup-notice").is_file()
+    assert os.listdir(tmp) == []
+
+
+def test_root_passes_over_another_users_runtime_directory(run_jail, world_tmp, root_user):
+    """sudo -E keeps the user's XDG_RUNTIME_DIR: root makes nothing there."""
+    runtime = world_tmp.dir(0o700)
+    os.chown(runtime, 65534, 65534)
+    tmp = shared_tmp(world_tmp)
+    said_once(run_jail, root_user, {**NO_STATE, "XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(tmp)})
+    assert os.listdir(runtime) == []
+    assert (fallback_dir(tmp, root_user) / "cgroup-notice").is_file()
+
+
+def test_a_fallback_name_another_user_took_first_is_not_used(run_jail, world_tmp, as_user):
+    """In a shared /tmp anyone can make pyjail-state-UID first: theirs is never written (root
+    would have the rights to), and the notice is said on every run."""
+    if os.geteuid() != 0:
+        skip_or_fail("only root can make a directory another user owns: the tests must run as root")
+    for mode in (0o755, 0o777):
+        tmp = shared_tmp(world_tmp)
+        theirs = fallback_dir(tmp, as_user)
+        theirs.mkdir()
+        os.chmod(theirs, mode)
+        os.chown(theirs, OTHER_UID, OTHER_UID)
+        said_on_every_run(run_jail, as_user, {**NO_STATE, "TMPDIR": str(tmp)})
+        assert list(theirs.iterdir()) == []
+        assert theirs.lstat().st_uid == OTHER_UID and stat.S_IMODE(theirs.lstat().st_mode) == mode
+
+
+def test_a_link_planted_at_the_fallback_name_is_not_followed(run_jail, world_tmp, as_user):
+    target = world_tmp.dir(0o777)
+    tmp = shared_tmp(world_tmp)
+    link = fallback_dir(tmp, as_user)
+    link.symlink_to(target)
+    if os.geteuid() == 0:
+        os.lchown(link, OTHER_UID, OTHER_UID)
+    said_on_every_run(run_jail, as_user, {**NO_STATE, "TMPDIR": str(tmp)})
+    assert list(target.iterdir()) == []
+    assert link.is_symlink()
+
+
+def test_a_fallback_directory_others_can_write_is_not_used(run_jail, world_tmp, as_user):
+    """The user's own pyjail-state-UID, but open to everyone: anyone could have planted a link
+    in it; it is not used (nor repaired)."""
+    tmp = shared_tmp(world_tmp)
+    d = fallback_dir(tmp, as_user)
+    d.mkdir()
+    os.chmod(d, 0o777)
+    if os.geteuid() == 0:
+        os.chown(d, as_user.invoker_uid, as_user.invoker_uid)
+    said_on_every_run(run_jail, as_user, {**NO_STATE, "TMPDIR": str(tmp)})
+    assert list(d.iterdir()) == []
+    assert stat.S_IMODE(d.lstat().st_mode) == 0o777
+
+
+def test_a_tmpdir_others_can_write_that_is_not_sticky_is_not_used(run_jail, world_tmp, as_user):
+    """Without the sticky bit anyone may rename or remove what pyjail made there."""
+    tmp = world_tmp.dir(0o777)
+    said_on_every_run(run_jail, as_user, {**NO_STATE, "TMPDIR": str(tmp)})
+    assert os.listdir(tmp) == []
 
 
 def test_a_planted_symlink_is_never_followed(run_jail, world_tmp, as_user):
     home = state_home(world_tmp, as_user)
     target = world_tmp.dir(0o777)
     (home / "pyjail").symlink_to(target)
-    env = {"XDG_STATE_HOME": str(home)}
-    for _ in range(2):
-        assert run_jail(RUN, user=as_user, env=env).stderr.count(NOTICE) == 1
+    # Passed over for the fallback, which keeps the stamp instead.
+    env = {"XDG_STATE_HOME": str(home), "XDG_RUNTIME_DIR": "", "TMPDIR": str(shared_tmp(world_tmp))}
+    said_once(run_jail, as_user, env)
     assert list(target.iterdir()) == []
     # The stamp itself as a link to a file pyjail's user could write.
     (home / "pyjail").unlink()
@@ -83,27 +218,27 @@ def test_a_planted_symlink_is_never_followed(run_jail, world_tmp, as_user):
     if os.geteuid() == 0:
         os.chown(home / "pyjail", as_user.invoker_uid, as_user.invoker_uid)
         os.lchown(home / "pyjail" / "cgroup-notice", as_user.invoker_uid, as_user.invoker_uid)
-    for _ in range(2):
-        assert run_jail(RUN, user=as_user, env=env).stderr.count(NOTICE) == 1
+    said_once(run_jail, as_user, {**env, "TMPDIR": str(shared_tmp(world_tmp))})
     assert victim.read_text() == "keep me"
 
 
 def test_a_state_directory_others_can_write_is_not_used(run_jail, world_tmp, as_user):
     home = world_tmp.dir(0o777)  # anyone could plant a link in it
-    env = {"XDG_STATE_HOME": str(home)}
-    for _ in range(2):
-        assert run_jail(RUN, user=as_user, env=env).stderr.count(NOTICE) == 1
+    tmp = shared_tmp(world_tmp)
+    said_once(run_jail, as_user, {"XDG_STATE_HOME": str(home), "XDG_RUNTIME_DIR": "", "TMPDIR": str(tmp)})
     assert list(home.iterdir()) == []
+    assert (fallback_dir(tmp, as_user) / "cgroup-notice").is_file()
 
 
 def test_root_never_writes_into_another_users_state_directory(run_jail, world_tmp, root_user):
     """sudo without -H keeps the user's HOME: root must not create files there."""
     home = world_tmp.dir(0o755)
     os.chown(home, 65534, 65534)
-    env = {"HOME": str(home), "XDG_STATE_HOME": ""}
-    for _ in range(2):
-        assert run_jail(RUN, user=root_user, env=env).stderr.count(NOTICE) == 1
+    tmp = shared_tmp(world_tmp)
+    said_once(run_jail, root_user, {"HOME": str(home), "XDG_STATE_HOME": "", "XDG_RUNTIME_DIR": "",
+                                    "TMPDIR": str(tmp)})
     assert list(home.iterdir()) == []
+    assert (fallback_dir(tmp, root_user) / "cgroup-notice").is_file()
 
 
 def test_cgroup_notice_off_keeps_errors_and_time_limit_lines(run_jail, world_tmp, as_user):

@@ -26,6 +26,41 @@ TEST_CASE("fallback notice: where the stamp lives and when the notice is due") {
     CHECK(!state_dir_plan(nullptr, nullptr));
     CHECK(!state_dir_plan("", "relative"));
 
+    // Where a stamp may live, in order: the state directory, the runtime directory, then a
+    // directory of the user's own in the temporary directory (shared: it must be sticky).
+    auto all = state_dir_plans({"/x/state", "/home/a", "/run/user/1000", nullptr}, 1000);
+    REQUIRE(all.size() == 3);
+    CHECK(all[0].base == "/x/state");
+    CHECK_FALSE(all[0].shared);
+    CHECK(all[1].base == "/run/user/1000");
+    CHECK(all[1].below == std::vector<std::string>{"pyjail"});
+    CHECK_FALSE(all[1].shared);
+    CHECK(all[2].base == "/tmp");
+    CHECK(all[2].below == std::vector<std::string>{"pyjail-state-1000"});
+    CHECK(all[2].shared);
+    // A cron job of a service account: no home, no session; still somewhere, per user.
+    auto cron = state_dir_plans({nullptr, "/nonexistent", nullptr, nullptr}, 65534);
+    REQUIRE(cron.size() == 2);
+    CHECK(cron[0].base == "/nonexistent");
+    CHECK(cron[1].base == "/tmp");
+    CHECK(cron[1].below == std::vector<std::string>{"pyjail-state-65534"});
+    auto bare = state_dir_plans({}, 0);
+    REQUIRE(bare.size() == 1);
+    CHECK(bare[0].base == "/tmp");
+    CHECK(bare[0].below == std::vector<std::string>{"pyjail-state-0"});
+    CHECK(bare[0].shared);
+    // Relative or empty names are ignored, as XDG's rules say of its own; an absolute TMPDIR
+    // replaces /tmp, shared all the same.
+    auto rel = state_dir_plans({"rel", "relative", "run", "tmp"}, 7);
+    REQUIRE(rel.size() == 1);
+    CHECK(rel[0].base == "/tmp");
+    CHECK(state_dir_plans({"", "", "", ""}, 7).size() == 1);
+    auto tmpdir = state_dir_plans({nullptr, nullptr, nullptr, "/var/tmp/job"}, 7);
+    REQUIRE(tmpdir.size() == 1);
+    CHECK(tmpdir[0].base == "/var/tmp/job");
+    CHECK(tmpdir[0].below == std::vector<std::string>{"pyjail-state-7"});
+    CHECK(tmpdir[0].shared);
+
     CHECK(utc_day(1764595640) == "2025-12-01");
     const std::string why = "no cgroup2 file system is mounted";
     CHECK(daily_notice_due("", "2025-12-01", why));
