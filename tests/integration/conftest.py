@@ -313,6 +313,24 @@ def current_user(_preflight) -> JailUser:
     return _preflight("root" if os.geteuid() == 0 else "unprivileged")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _remove_stamp_directories_made():
+    """Without a usable state directory (the unprivileged user here has root's HOME) pyjail
+    keeps its notices' stamps in $TMPDIR/pyjail-state-UID or /tmp/pyjail-state-UID, the
+    user's own, which stays: the session removes those it made (one that was there before
+    may be a real user's)."""
+    tmpdir = os.environ.get("TMPDIR", "")
+    base = Path(tmpdir if tmpdir.startswith("/") else "/tmp")
+    uids = {0, UNPRIVILEGED_ID} if os.geteuid() == 0 else {os.geteuid()}
+    dirs = {uid: base / f"pyjail-state-{uid}" for uid in uids}
+    before = {uid for uid, d in dirs.items() if os.path.lexists(d)}
+    yield
+    for uid, d in dirs.items():
+        # Only a directory of that user's: never through a link someone put at the name.
+        if uid not in before and not d.is_symlink() and d.is_dir() and d.stat().st_uid == uid:
+            shutil.rmtree(d, ignore_errors=True)
+
+
 # --------------------------------------------------------------------------------------------
 # Running pyjail
 

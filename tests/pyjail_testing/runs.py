@@ -14,8 +14,9 @@ def describe(r: subprocess.CompletedProcess) -> str:
 
 
 # Notices pyjail prints by design on some hosts, before running the program: on a host without
-# a usable cgroup v2 it says, on every run, that it limits by rlimits instead; under cron (a
-# suite started by cron) it says which of the environment's variables the jail does not get.
+# a usable cgroup v2 it says, once a day per user and reason, that it limits by rlimits instead
+# (which run of a suite says it depends on the other runs that day); under cron (a suite
+# started by cron) it says which of the environment's variables the jail does not get.
 HOST_NOTICES = ("pyjail: no cgroup v2 for the limits", "pyjail: the jail does not get your environment")
 
 
