@@ -994,8 +994,7 @@ def run(script: str, prefix: str | os.PathLike, *, kernel: str | os.PathLike | N
         # A forced KVM gets no start limit: there is nothing to fall back to.
         limit = TCG_START_LIMIT if acc == "tcg" else None if forced else KVM_START_LIMIT
         result = _boot(kernel_path, initrd, acc, note, start_limit=limit, **boot)
-        if acc == "kvm" and not forced and result.boot_seconds is None and \
-                SETUP_FAILED_MARK not in result.console:
+        if acc == "kvm" and not forced and _never_started(result):
             note = f"KVM did not boot the kernel ({result.failure})"
             if log:
                 log(f"{note}: emulating with TCG, which is slower")
@@ -1024,11 +1023,15 @@ def run(script: str, prefix: str | os.PathLike, *, kernel: str | os.PathLike | N
     return result
 
 
+def _never_started(result: VMResult) -> bool:
+    """Whether the VM never got to the script, with no setup failure to explain it: the
+    kernel or the emulator's fault, not the scenario's (what another boot may get past)."""
+    return result.boot_seconds is None and SETUP_FAILED_MARK not in result.console
+
+
 def _stuck_before_start(result: VMResult) -> bool:
-    """Whether the VM was stopped for not reaching the script in time, with no setup
-    failure to explain it (what a second boot may get past)."""
-    return result.boot_seconds is None and SETUP_FAILED_MARK not in result.console and \
-        result.failure.startswith("no start in")
+    """Whether the VM never started and was stopped for not reaching the script in time."""
+    return _never_started(result) and result.failure.startswith("no start in")
 
 
 def _keep_console(result: VMResult) -> Path | None:
