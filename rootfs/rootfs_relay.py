@@ -10,6 +10,11 @@ not link-local, multicast or unspecified (and not loopback or private, unless th
 that host as an index). Then it copies bytes both ways, bounded in time and size. TLS stays end to end:
 pip checks the index's certificate itself.
 
+What the index sends lands on the host's disk (pip's staging directory, the wheel cache), so
+the relay also bounds the total it passes to the jail, all its connections together
+(DownloadBudget): past it, it cuts every connection, refuses new ones and records why
+(Relay.stopped), and the builder fails the build.
+
 Everything the jail sends is hostile: the request head is bounded in size and time, the host
 name is matched exactly against the list, and a refusal is remembered (bounded) so a failed
 build can say which host pip wanted.
@@ -34,11 +39,66 @@ CONNECT_TIMEOUT = 30        # seconds to reach the index
 IDLE_TIMEOUT = 300          # seconds without a byte either way
 BYTES_LIMIT = 16 << 30      # bytes each way, per connection
 MAX_CONNECTIONS = 32        # at once
+# Bytes from the index's hosts to the jail, all connections of one relay together (one pip
+# run; a build reaches the index in one pip run at most), unless --download-limit says
+# otherwise. Attack: an index, or a package set, that makes pip download without end (many
+# large wheels, dependencies that multiply) and so fills the host's disk through the staging
+# directory and the wheel cache; --fsize caps each file, not their sum. 8 GiB is more than
+# twice what the largest common build downloads (torch with its CUDA libraries: about 3.5 GiB;
+# the data rootfs: 114 MiB; numpy and pandas: 70 MiB), and a bound a host's disk can spare.
+DOWNLOAD_LIMIT = 8 << 30
 MAX_REFUSED = 16            # refusals remembered for the error message
 TLS_RECORD_LIMIT = 16384 + 2048   # a TLS record, at most (RFC 8446: 2^14 + 2048)
 
 HOST_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,62})(\.[a-z0-9]([a-z0-9-]{0,62}))*$")
 CONNECT_RE = re.compile(rb"^CONNECT ([^\s:]{1,253}):([0-9]{1,5}) HTTP/1\.[01]\r\n")
+
+
+SIZE_RE = re.compile(r"([0-9]{1,20})(B|[KkMmGg]|KiB|MiB|GiB)?")
+SIZE_UNITS = {None: 0, "B": 0, "K": 10, "k": 10, "KiB": 10, "M": 20, "m": 20, "MiB": 20,
+              "G": 30, "g": 30, "GiB": 30}
+
+
+def parse_size(text):
+    """Bytes of a size as pyjail's options read one (bytes, or a number with K, M or G: powers
+    of 1024); pure. Raises ValueError with the reason."""
+    m = SIZE_RE.fullmatch(text)
+    if not m:
+        raise ValueError("not a size")
+    n = int(m.group(1)) << SIZE_UNITS[m.group(2)]
+    if n == 0:
+        raise ValueError("a size must be more than 0")
+    if n >= 1 << 64:
+        raise ValueError("too large")
+    return n
+
+
+def format_size(n):
+    """A size as pyjail writes one (pure): the largest of G, M, K it is a whole number of,
+    else bytes, so an option given back in a message reads as it was typed."""
+    for unit, shift in (("G", 30), ("M", 20), ("K", 10)):
+        if n and n % (1 << shift) == 0:
+            return "%d%s" % (n >> shift, unit)
+    return str(n)
+
+
+class DownloadBudget:
+    """How much one relay may still pass from the index's hosts to the jail, all of its
+    connections together; thread-safe, no syscalls."""
+
+    def __init__(self, limit):
+        self.limit, self.used, self.over = limit, 0, False
+        self.lock = threading.Lock()
+
+    def take(self, n):
+        """Whether `n` more bytes may go to the jail. A chunk that would pass the limit is not
+        taken, and from then on nothing is: the jail gets at most `limit` bytes in all."""
+        with self.lock:
+            if self.over or self.used + n > self.limit:
+                self.over = True
+                return False
+            self.used += n
+            return True
 
 
 def allowed_hosts(index_urls, find_links):
@@ -152,9 +212,12 @@ def address_ok(address, private_ok):
 class Relay:
     """Serves the jail's Unix socket at `path` in threads of the builder's own, until close()."""
 
-    def __init__(self, path, allowed, private_ok=(), owner=None):
+    def __init__(self, path, allowed, private_ok=(), owner=None, download_limit=DOWNLOAD_LIMIT):
         self.allowed, self.private_ok = allowed, set(private_ok)
         self.refused, self.lock = [], threading.Lock()
+        self.budget = DownloadBudget(download_limit)
+        self.stopped = None     # why the relay stopped relaying (over the budget), or None
+        self.live = set()       # sockets of the connections being served, to cut them at once
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.bind(path)
@@ -182,20 +245,44 @@ class Relay:
             if len(self.refused) < MAX_REFUSED and why not in self.refused:
                 self.refused.append(why)
 
+    def stop(self):
+        """Over the download budget: record why, and cut every connection being served (an idle
+        one too, which would otherwise hold its slot until IDLE_TIMEOUT); serve() refuses new
+        ones. Under the lock, so no socket is shut down after its thread closed it."""
+        with self.lock:
+            if self.stopped is None:
+                self.stopped = "the index's hosts sent more than %s" % format_size(
+                    self.budget.limit)
+            for s in self.live:
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def serving(self, s):
+        """Registers socket `s` of a connection being served, for stop(); False once stopped."""
+        with self.lock:
+            if self.stopped is not None:
+                return False
+            self.live.add(s)
+            return True
+
     def serve(self):
         while not self.closed:
             try:
                 conn, _ = self.sock.accept()
             except OSError:
                 return
-            if not self.slots.acquire(blocking=False):
-                conn.close()        # more at once than a pip install needs
+            if self.stopped is not None or not self.slots.acquire(blocking=False):
+                conn.close()        # over the download budget, or more at once than pip needs
                 continue
             threading.Thread(target=self.serve_one, args=(conn,), daemon=True).start()
 
     def serve_one(self, conn):
         upstream = None
         try:
+            if not self.serving(conn):
+                return
             head = self.read_head(conn)
             if head is None:
                 return
@@ -222,13 +309,15 @@ class Relay:
                 self.refuse("%s:%d (TLS for %s)" % (host, port, sni or "no name"))
                 return
             upstream = self.connect(host, port)
-            if upstream is None:
+            if upstream is None or not self.serving(upstream):
                 return
             upstream.sendall(hello)
             self.splice(conn, upstream)
         except OSError:
             pass
         finally:
+            with self.lock:
+                self.live.difference_update((conn, upstream))
             for s in (conn, upstream):
                 if s is not None:
                     s.close()
@@ -296,8 +385,10 @@ class Relay:
                 s.close()
         return None
 
-    @staticmethod
-    def splice(a, b):
+    def splice(self, conn, upstream):
+        """Copies bytes both ways until both ends closed, BYTES_LIMIT one way, IDLE_TIMEOUT
+        without a byte, or the relay's download budget is spent (then every connection ends)."""
+        a, b = conn, upstream
         a.setblocking(False)
         b.setblocking(False)
         sent = {a: 0, b: 0}
@@ -321,6 +412,9 @@ class Relay:
                     continue
                 sent[s] += len(data)
                 if sent[s] > BYTES_LIMIT:
+                    return
+                if s is upstream and not self.budget.take(len(data)):
+                    self.stop()
                     return
                 other[s].setblocking(True)
                 other[s].settimeout(IDLE_TIMEOUT)

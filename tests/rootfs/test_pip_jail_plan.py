@@ -341,6 +341,173 @@ def test_the_relay_reaches_only_the_named_hosts(echo_server):
         relay.close()
 
 
+# ------------------------------------------------- the relay's bound on what a build downloads
+
+
+@pytest.mark.parametrize("text, size", [
+    ("1", 1), ("300K", 300 << 10), ("300k", 300 << 10), ("64M", 64 << 20), ("8G", 8 << 30),
+    ("2GiB", 2 << 30), ("512B", 512), ("0", None), ("0G", None), ("", None), ("-1", None),
+    ("1.5G", None), ("8T", None), ("8 G", None), ("G", None), ("8G\n", None),
+    ("99999999999999999999G", None),
+])
+def test_parse_size(text, size):
+    if size is None:
+        with pytest.raises(ValueError):
+            rr.parse_size(text)
+    else:
+        assert rr.parse_size(text) == size
+
+
+def test_format_size_gives_a_size_as_the_option_takes_it():
+    assert [rr.format_size(n) for n in (8 << 30, 300 << 10, 3 << 19, 1000, 1536 << 20)] == \
+        ["8G", "300K", "1536K", "1000", "1536M"]
+    assert rr.format_size(rr.DOWNLOAD_LIMIT) == "8G"
+    for n in (1, 999, 300 << 10, 5 << 30):
+        assert rr.parse_size(rr.format_size(n)) == n
+
+
+def test_the_download_budget_is_one_total_and_stays_spent():
+    budget = rr.DownloadBudget(1000)
+    assert budget.take(600) and budget.take(400)       # exactly the limit passes
+    assert not budget.take(1) and budget.over
+    assert budget.used == 1000
+    budget = rr.DownloadBudget(1000)
+    assert budget.take(900) and not budget.take(200)   # a chunk that would pass it is not taken
+    assert not budget.take(50)                         # nor anything after, though it would fit
+    assert budget.used == 900
+
+
+@pytest.fixture
+def sending_server():
+    """A server on the loopback standing in for the index: it reads the TLS record the relay
+    passes on, then a line "N", sends N bytes and closes (N = 0: sends nothing, holds the
+    connection until the other side ends it)."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(8)
+
+    def read(c, n):
+        data = b""
+        while len(data) < n:
+            chunk = c.recv(n - len(data))
+            if not chunk:
+                raise OSError("closed")
+            data += chunk
+        return data
+
+    def serve_one(c):
+        with c:
+            try:
+                header = read(c, 5)
+                read(c, int.from_bytes(header[3:5], "big"))
+                line = b""
+                while not line.endswith(b"\n"):
+                    line += read(c, 1)
+                n = int(line)
+                if n:
+                    c.sendall(b"x" * n)
+                else:
+                    while c.recv(4096):
+                        pass
+            except OSError:
+                pass
+
+    def serve():
+        while True:
+            try:
+                c, _ = srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve_one, args=(c,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def tunnel(path, port):
+    """A connection through the relay to the server at `port`, past its ClientHello check."""
+    s = socket.socket(socket.AF_UNIX)
+    s.settimeout(30)
+    s.connect(path)
+    head = b""
+    try:
+        s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % port + client_hello("localhost"))
+        while not head.endswith(b"\r\n\r\n"):
+            chunk = s.recv(1)
+            if not chunk:
+                break
+            head += chunk
+    except (BrokenPipeError, ConnectionResetError):
+        pass                # refused: closed at once
+    return s, head
+
+
+def fetch(path, port, n):
+    """The bytes the jail gets through the relay when the index sends `n`."""
+    s, head = tunnel(path, port)
+    with s:
+        assert head == b"HTTP/1.1 200 Connection established\r\n\r\n", head
+        s.sendall(b"%d\n" % n)
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+    return got
+
+
+@pytest.fixture
+def relay_sock():
+    with tempfile.TemporaryDirectory() as d:
+        yield os.path.join(d, "relay.sock")
+
+
+def test_the_relay_passes_a_download_under_its_limit(sending_server, relay_sock):
+    path = relay_sock
+    relay = rr.Relay(path, {"localhost": {sending_server}}, {"localhost"},
+                     download_limit=300 << 10)
+    try:
+        # Two connections, together exactly the limit: all of it, and the relay goes on.
+        assert fetch(path, sending_server, 200 << 10) == b"x" * (200 << 10)
+        assert fetch(path, sending_server, 100 << 10) == b"x" * (100 << 10)
+        assert relay.stopped is None and relay.budget.used == 300 << 10
+    finally:
+        relay.close()
+
+
+def test_the_relay_stops_a_download_over_its_limit(sending_server, relay_sock):
+    # Attack: an index that sends without end, over many connections (many large wheels,
+    # dependencies that multiply), to fill the host's disk through the staging directory and
+    # the wheel cache: no connection is over the per-connection bound, their sum is.
+    path = relay_sock
+    relay = rr.Relay(path, {"localhost": {sending_server}}, {"localhost"},
+                     download_limit=300 << 10)
+    try:
+        # A connection that sends nothing yet: cut as well when another passes the limit.
+        idle, head = tunnel(path, sending_server)
+        assert head.startswith(b"HTTP/1.1 200")
+        idle.sendall(b"0\n")
+        assert fetch(path, sending_server, 200 << 10) == b"x" * (200 << 10)
+        got = fetch(path, sending_server, 1 << 20)    # the one that goes over
+        assert len(got) <= 100 << 10, len(got)
+        assert relay.stopped == "the index's hosts sent more than 300K"
+        assert relay.budget.used <= 300 << 10
+        assert idle.recv(1) == b""                    # cut, not left to its idle timeout
+        idle.close()
+        # And no new connection is relayed.
+        s, head = tunnel(path, sending_server)
+        s.close()
+        assert head == b"", head
+        assert relay.budget.used <= 300 << 10
+    finally:
+        relay.close()
+
+
 def test_a_packages_text_reaches_the_terminal_without_control_characters():
     # Attack: an error text from package code (pip's output) with terminal escape sequences:
     # a changed title, a cleared line. Each control character is shown as "?".
