@@ -23,8 +23,8 @@ found by reading the ELF files (rootfs_elf.py), and a lock records what went in
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
                   [--no-index] [--index-url URL] [--extra-index-url URL]
-                  [--wheel-cache DIR] [--from-venv DIR] [--allow-build] [--with PKG ...]
-                  [--shell-tools]
+                  [--wheel-cache DIR] [--download-limit SIZE] [--from-venv DIR]
+                  [--allow-build] [--with PKG ...] [--shell-tools]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
   build-rootfs.py info ROOTFS
@@ -300,6 +300,22 @@ def host_ca_file():
         if f and os.path.isfile(f):
             return os.path.realpath(f)
     return None
+
+
+class DownloadLimitError(BuildError):
+    """The relay stopped pip's run: the index's hosts sent more than --download-limit
+    (rootfs_relay.DownloadBudget). Never a warning: what pip wrote may be cut short."""
+
+    def __init__(self, download, limit, rebuild=False):
+        import rootfs_relay
+        size = rootfs_relay.format_size
+        raise_it = "--download-limit %s" % size(2 * limit)
+        super().__init__("pip download" if download else "pip install",
+                         "the index sent more than --download-limit %s, the most a build may "
+                         "download, and the relay cut pip off" % size(limit),
+                         "if the packages need that much, raise it: %s" % raise_it
+                         if not rebuild else "a rebuild keeps its build's limit; if the "
+                         "packages need that much, build it again with %s" % raise_it)
 
 
 def inside(path, root):
@@ -854,6 +870,8 @@ class Builder:
         try:
             rootfs_packages.run_pip(cmd, self.python_desc)
         except BuildError as e:
+            if relay and relay.stopped:
+                raise DownloadLimitError(download, a.download_limit, self.previous_lock is not None) from None
             if relay and relay.refused:
                 e.why += "; the relay to the index refused %s" % ", ".join(relay.refused)
             raise
@@ -862,6 +880,10 @@ class Builder:
                 relay.close()
                 remove_jail_tree(self.relay_dir, self.warn)
                 self.relay_dir = None
+        # Cut off, pip may still end well, with a file cut short (pip before 25.1 does not
+        # check a download's length): nothing of this run is used.
+        if relay and relay.stopped:
+            raise DownloadLimitError(download, a.download_limit, self.previous_lock is not None)
 
     def fill_wheel_cache(self, cache, pip_dir, requirements, specs, find_links, extra,
                          host_user):
@@ -889,6 +911,8 @@ class Builder:
                     self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
                                       extra, host_user, download=True)
                     stopped = None
+                except DownloadLimitError:
+                    raise       # nothing of it is cached, and the install would only fail
                 except BuildError as online:
                     stopped = online
             if stopped is not None:
@@ -954,7 +978,8 @@ class Builder:
         path = os.path.join(self.relay_dir, "relay.sock")
         # A private address is reached only for a host the user named as an index.
         named = {h for h in allowed} if index_urls else set()
-        relay = rootfs_relay.Relay(path, allowed, named, owner=self.jail_uid)
+        relay = rootfs_relay.Relay(path, allowed, named, owner=self.jail_uid,
+                                   download_limit=self.args.download_limit)
         relay.path = path
         return relay
 
@@ -1698,6 +1723,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def parse_build_args(argv, prog):
+    import rootfs_relay     # here, not for info or list: the socket modules take 10 ms
     p = ArgumentParser(
         prog=prog,
         description="Build a minimal read-only root filesystem containing Python "
@@ -1724,6 +1750,10 @@ def parse_build_args(argv, prog):
     p.add_argument("--wheel-cache", metavar="DIR",
                    help="keep the wheels pip downloads in DIR, and take them from there when "
                         "it has them all (offline)")
+    p.add_argument("--download-limit", metavar="SIZE",
+                   default=rootfs_relay.format_size(rootfs_relay.DOWNLOAD_LIMIT),
+                   help="the most the package index may send in a build, all files together "
+                        "(K, M or G; default: %(default)s): past it the build fails")
     p.add_argument("--index-url", metavar="URL",
                    help="the package index (default: PyPI), https:// only: the jail that runs "
                         "pip reaches this host and no other")
@@ -1749,6 +1779,11 @@ def parse_build_args(argv, prog):
     p.add_argument("--quiet", action="store_true",
                    help="print only the final summary line (and errors)")
     args = p.parse_args(argv)
+    try:
+        args.download_limit = rootfs_relay.parse_size(args.download_limit)
+    except ValueError as e:
+        raise BuildError("--download-limit %s" % args.download_limit, str(e),
+                         "write bytes or a number with K, M or G, e.g. 16G")
     for opt, v in (("--jail-uid", args.jail_uid), ("--jail-gid", args.jail_gid)):
         if not 0 < v < 2**32 - 1 or v == 65534:
             p.error("%s %d: must be between 1 and 4294967294 and not 65534" % (opt, v))

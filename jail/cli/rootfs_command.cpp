@@ -19,9 +19,9 @@ namespace {
 constexpr const char* kUsage =
     "Usage: pyjail rootfs build (--out DIR | --name NAME) [--requirements FILE] [--pip SPEC...]\n"
     "                           [--find-links DIR] [--no-index] [--index-url URL]\n"
-    "                           [--wheel-cache DIR] [--from-venv DIR]\n"
-    "                           [--python PATH] [--with PKG] [--allow-build]\n"
-    "                           [--shell-tools] [--quiet]\n"
+    "                           [--wheel-cache DIR] [--download-limit SIZE]\n"
+    "                           [--from-venv DIR] [--python PATH] [--with PKG]\n"
+    "                           [--allow-build] [--shell-tools] [--quiet]\n"
     "       pyjail rootfs rebuild [--if-stale] [--quiet] (ROOTFS... | --all)\n"
     "       pyjail rootfs info ROOTFS [--json]\n"
     "       pyjail rootfs list\n"

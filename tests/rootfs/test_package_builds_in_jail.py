@@ -665,3 +665,48 @@ def test_the_wheel_cache_is_filled_by_a_jail_and_read_offline(binary, as_user, h
         assert r.returncode == 0 and r.stdout == "42\n", describe(r)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_build_downloads_no_more_than_its_limit(binary, as_user, https_index):
+    """--download-limit: the relay counts what the index sends, all files together. Attack:
+    an index whose packages need more and more (large wheels, dependencies that multiply)
+    fills the host's disk through the staging directory and the wheel cache; --fsize caps
+    each file, not their sum. Under the limit a build goes through; over it, the relay cuts
+    pip off, the build fails naming the limit, and nothing of the download is cached."""
+    files, publish, url, cert = https_index
+    publish(make_wheel(files, "tinydep", "1.0", code="def answer():\n    return 42\n"))
+    publish(make_wheel(files, "tinyapp", "2.0", code="import tinydep\nVALUE = tinydep.answer()\n",
+                       requires=["tinydep>=1.0"]))
+    # 1 MiB that does not compress away (a wheel is a zip; its data is stored).
+    blob = os.urandom(1 << 19).hex()
+    publish(make_wheel(files, "bigdep", "1.0", code="DATA = %r\n" % blob))
+    publish(make_wheel(files, "bigapp", "1.0", code="import bigdep\n", requires=["bigdep"]))
+    readable(files.parent)
+    top = world_dir()
+    uid = 0 if as_user.name == "root" else UNPRIVILEGED
+    os.chown(top, uid, uid)
+    cache = top / "wheels"
+    env = {"PIP_CERT": str(cert)}
+
+    def build(out, *args):
+        return run(binary, as_user, "rootfs", "build", "--out", top / out, "--index-url", url,
+                   "--download-limit", "300K", *args, "--quiet", env=env)
+
+    try:
+        r = build("r", "--wheel-cache", cache, "--pip", "tinyapp")
+        assert r.returncode == 0, describe(r)
+        small = sorted(p.name for p in cache.iterdir())
+        assert small == ["tinyapp-2.0-py3-none-any.whl", "tinydep-1.0-py3-none-any.whl"]
+        r = build("s", "--wheel-cache", cache, "--pip", "bigapp")
+        one_error(r, re.escape("pip download: the index sent more than --download-limit 300K, "
+                               "the most a build may download, and the relay cut pip off (if "
+                               "the packages need that much, raise it: --download-limit 600K)")
+                  + "$")
+        assert sorted(p.name for p in cache.iterdir()) == small
+        r = build("s", "--pip", "bigapp")
+        one_error(r, r"pip install: the index sent more than --download-limit 300K, ")
+        assert sorted(p.name for p in top.iterdir()) == ["r", "wheels"]
+        r = build("s", "--pip", "bigapp", "--download-limit", "2M")   # the last one counts
+        assert r.returncode == 0, describe(r)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
