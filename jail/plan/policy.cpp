@@ -297,8 +297,14 @@ std::optional<std::string> sensitive_bind_reason(const BindExposure& source,
         if (path_within(home, src)) return fmt::format("an ancestor of your home directory {}", home);
     }
     if (src == "/home" || src == "/root") return "a directory of home directories";
-    // Inside a credentials directory: any component named like one.
+    // Inside a credentials directory: any component named like one -- but for the path of
+    // pyjail's own data in a home (its named rootfses, and the staging directories the rootfs
+    // builder binds into the jail that runs pip), which lies in .local and holds none: the
+    // jail sees only that subtree, and the components below it are still checked.
     std::size_t start = 1;
+    for (const auto& home : homes)
+        if (std::string own = home + "/.local/share/pyjail"; home.size() > 1 && path_within(src, own))
+            start = std::max(start, own.size() + 1);
     while (start < src.size()) {
         std::size_t end = src.find('/', start);
         if (end == std::string::npos) end = src.size();

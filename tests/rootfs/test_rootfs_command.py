@@ -395,6 +395,33 @@ def test_named_rootfs_found_by_name_and_profile_key(binary, users_own_rootfs):
     assert re.search(r"^mine +user ", r.stdout, re.M), r.stdout
 
 
+def test_a_user_builds_a_named_rootfs_with_packages(binary, users, wheels):
+    """A user's named rootfses live in ~/.local/share/pyjail/rootfs, and the build's staging
+    directory beside them is the pip jail's /work: pyjail's own data is not taken for the
+    credentials .local holds (the build was refused as a sensitive bind)."""
+    if "unprivileged" not in users:
+        skip_or_fail("cannot run pyjail as an unprivileged user here")
+    user = users["unprivileged"]
+    name = "t-own-pkgs-" + uuid.uuid4().hex[:8]
+    path = user.home / ".local/share/pyjail/rootfs" / name
+    try:
+        r = pyjail(binary, user, "rootfs", "build", "--name", name, "--pip", "pycparser",
+                   "--no-index", "--find-links", wheels, "--quiet")
+        assert r.returncode == 0, describe(r)
+        assert r.stdout.startswith("rootfs: %s: " % path), r.stdout
+        r = pyjail(binary, user, "--profile", "strict", "--rootfs", name, "--", "python3", "-c",
+                   "import pycparser; print(pycparser.__file__)")
+        assert r.returncode == 0, describe(r)
+        assert r.stdout.startswith("/usr/"), r.stdout
+        # The rest of .local stays out of reach: a bind of it is still refused.
+        secret = user.home / ".local/share/keyrings"
+        secret.mkdir(parents=True, exist_ok=True)
+        r = pyjail(binary, user, "--ro-bind", "%s:/k" % secret, "--", "python3", "-c", "pass")
+        assert r.returncode == 125 and "inside .local, which holds credentials" in r.stderr, describe(r)
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
 def test_named_rootfs_others_can_write_is_refused(binary, users_own_rootfs):
     user, path = users_own_rootfs
     os.chmod(path, 0o777)

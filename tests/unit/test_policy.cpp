@@ -188,6 +188,17 @@ TEST_CASE("sensitive binds: /, homes and their ancestors, credential directories
     CHECK(why("/root") == "a directory of home directories");
     CHECK(why("/home/u/.ssh") == "inside .ssh, which holds credentials");
     CHECK(why("/home/u/.config/gcloud") == "inside .config, which holds credentials");
+    CHECK(why("/home/u/.local/share/keyrings") == "inside .local, which holds credentials");
+    // pyjail's own data in .local (a named rootfs's build): its subtree only, unless it holds
+    // credentials itself; never another user's, nor a look-alike path.
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pip-x1") == "");
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pip-x1/relay.sock") == "");
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/x", {".ssh"}) == "a directory holding credentials (.ssh)");
+    CHECK(why("/home/u/.local/share/pyjail-other") == "inside .local, which holds credentials");
+    CHECK(why("/home/u/.local/share") == "inside .local, which holds credentials");
+    CHECK(why("/home/other/.local/share/pyjail/rootfs") == "inside .local, which holds credentials");
+    CHECK(why("/home/u/.local/share/pyjail") == "");
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/x/.ssh/y") == "inside .ssh, which holds credentials");
     CHECK(why("/home/other", {".ssh", ".aws"}) == "a directory holding credentials (.ssh, .aws)");
     // A project directory, even one under the home, is fine.
     CHECK(why("/home/u/proj") == "");
