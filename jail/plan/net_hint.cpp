@@ -20,4 +20,24 @@ std::string missing_network_hint(NetMode net, const DeniedCounts& denied, bool f
                        refused, chosen_by.empty() ? "" : ", " + chosen_by);
 }
 
+std::string egress_refusals_hint(const EgressReport& egress, bool failed) {
+    if (!egress.enabled || !failed) return "";
+    constexpr std::size_t kNamed = 3;
+    std::string named;
+    std::size_t count = 0;
+    for (const auto& d : egress.decisions) {
+        if (d.verdict == "allowed") continue;
+        if (++count > kNamed) continue;
+        // Names reach the report only as plain host names (egress_relay.cpp): no escapes.
+        named += fmt::format("{}{}{} ({}{})", named.empty() ? "" : ", ", d.host,
+                             d.port != 0 ? fmt::format(":{}", d.port) : std::string(),
+                             d.verdict == "cut" ? "cut: " : "", d.why);
+    }
+    if (count == 0) return "";
+    std::string more = count > kNamed ? fmt::format(", and {} more", count - kNamed) : "";
+    return fmt::format("the jail refused {}{}: --allow-host HOST[:PORT] names what the program "
+                       "may reach (--report's egress lists every decision)",
+                       named, more);
+}
+
 }  // namespace pyjail

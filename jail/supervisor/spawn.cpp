@@ -457,6 +457,9 @@ int report_end(const RunPlan& p, const Supervised& s, RunFacts& facts) {
                                                 chosen_by(setting(p.policy.settings, "net")));
         !hint.empty() && !p.policy.quiet)
         std::fprintf(stderr, "pyjail: %s\n", hint.c_str());
+    if (std::string hint = egress_refusals_hint(s.end.egress, facts.exit_code != 0);
+        !hint.empty() && !p.policy.quiet)
+        std::fprintf(stderr, "pyjail: %s\n", hint.c_str());
     return facts.exit_code;
 }
 

@@ -857,3 +857,26 @@ print(out)
         a.stdin.write("\n")
         a.stdin.flush()
         assert a.wait(30) == 0
+
+
+def test_a_failed_run_names_the_hosts_the_jail_refused(run_py, world_tmp, internet, as_user):
+    # The program sees only a failed lookup; pyjail's last line names the refusal and the
+    # option, once the run failed (one that went on without the host is not told).
+    code = f"""\
+        import sys
+        ok = fetch("http://web.test:{internet.http_port}/")
+        gone = fetch("http://elsewhere.test:{internet.http_port}/")
+        print(ok.strip(), gone)
+        sys.exit(int(sys.argv[1]))
+        """
+    r = egress_run(run_py, world_tmp, internet, code, as_user, [*allow(internet), *PINNED],
+                   check=False, setup=HELPERS, argv=["3"])
+    assert r.returncode == 3, r.stderr
+    assert r.stdout.splitlines()[-1] == f"hello web.test:{internet.http_port} URLError", r.stdout
+    lines = [line for line in r.stderr.splitlines() if line.startswith("pyjail: the jail refused ")]
+    assert lines == ["pyjail: the jail refused elsewhere.test (not an allowed host): --allow-host "
+                     "HOST[:PORT] names what the program may reach (--report's egress lists every "
+                     "decision)"], r.stderr
+    r = egress_run(run_py, world_tmp, internet, code, as_user, [*allow(internet), *PINNED],
+                   check=False, setup=HELPERS, argv=["0"])
+    assert r.returncode == 0 and "the jail refused" not in r.stderr, r.stderr

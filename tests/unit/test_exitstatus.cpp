@@ -157,3 +157,26 @@ TEST_CASE("a failed run that was refused network sockets under --net none gets o
     other.add("ptrace");
     CHECK(missing_network_hint(NetMode::None, other, true, "").empty());
 }
+
+TEST_CASE("a failed run under --net allow names the hosts the jail refused, three at most") {
+    EgressReport e;
+    e.enabled = true;
+    e.add({"pypi.org", 0, "allowed", "", 0, 0, 2});
+    e.add({"www.python.org", 0, "refused", "not an allowed host", 0, 0, 2});
+    CHECK(egress_refusals_hint(e, true) ==
+          "the jail refused www.python.org (not an allowed host): --allow-host HOST[:PORT] names "
+          "what the program may reach (--report's egress lists every decision)");
+    CHECK(egress_refusals_hint(e, false).empty());  // it went on without them
+    e.add({"example.com", 443, "refused", "example.com does not resolve (NXDOMAIN)", 0, 0, 1});
+    e.add({"pypi.org", 443, "cut", "over --net-bytes", 10, 20, 1});
+    e.add({"a.test", 0, "refused", "not an allowed host", 0, 0, 1});
+    std::string hint = egress_refusals_hint(e, true);
+    CHECK(hint.find("www.python.org (not an allowed host), example.com:443 (example.com does not "
+                    "resolve (NXDOMAIN)), pypi.org:443 (cut: over --net-bytes), and 1 more:") !=
+          std::string::npos);
+    EgressReport only_allowed;
+    only_allowed.enabled = true;
+    only_allowed.add({"pypi.org", 443, "allowed", "", 1, 1, 1});
+    CHECK(egress_refusals_hint(only_allowed, true).empty());
+    CHECK(egress_refusals_hint(EgressReport{}, true).empty());
+}
