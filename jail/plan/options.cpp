@@ -59,7 +59,8 @@ constexpr OptionSpec kOptions[] = {
          "After relaying SIGTERM, SIGHUP or SIGQUIT, kill the whole jail if it is still "
          "running this many seconds later (0: at once)", true},
         {"cpu-time", OptKind::Text, "0", "SECONDS",
-         "Kill the whole jail after this much CPU time, all its processes together (0: no limit)",
+         "Kill the whole jail after this much CPU time, all its processes together (0: no limit; "
+         "per process under the rlimit fallback)",
          true},
         {"memory", OptKind::Text, "", "SIZE",
          "Memory limit of the whole jail, e.g. 512M (cgroup v2 memory.max, no swap)", true},
