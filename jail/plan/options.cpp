@@ -13,7 +13,7 @@ namespace {
 // --explain show them.
 constexpr OptionSpec kOptions[] = {
         {"profile", OptKind::Text, "strict", "NAME|FILE",
-         "Profile to start from: strict, standard, batch, or a path to a profile file", false},
+         "Profile to start from: strict, standard, batch, repl, or a path to a profile file", false},
         {"rootfs", OptKind::Text, "", "NAME|DIR",
          "Root filesystem to run in: a name (pyjail rootfs list) or a directory (default: the "
          "one installed with pyjail)", true},

@@ -407,7 +407,12 @@ void make_env_policy(Policy& p, const Settings& settings) {
         bool ok = eq != std::string::npos && !key.empty() && std::all_of(key.begin(), key.end(), is_name_char);
         if (!ok)
             throw UsageError(fmt::format("{}: '{}' is not KEY=VALUE", where(it, "env"), it.value),
-                             "the host's environment is never passed; give the value");
+                             eq == std::string::npos && !key.empty() &&
+                                     std::all_of(key.begin(), key.end(), is_name_char)
+                                 ? fmt::format("the host's environment is never passed: give the value "
+                                               "(--env {0}=VALUE), or pass the host's with --env-pass {0}",
+                                               key)
+                                 : "the host's environment is never passed; give the value");
         p.env.emplace_back(key, it.value.substr(eq + 1));
     }
     for (const auto& it : settings.at("env-pass")) {

@@ -141,6 +141,9 @@ TEST_CASE("policy: values are typed and errors name their origin") {
           "0 means no limit)");
     CHECK(policy_error_of("env = [\"NOVALUE\"]\n") ==
           "p.toml:1: key 'env': 'NOVALUE' is not KEY=VALUE (the host's environment is never "
+          "passed: give the value (--env NOVALUE=VALUE), or pass the host's with --env-pass NOVALUE)");
+    CHECK(policy_error_of("env = [\"=x\"]\n") ==
+          "p.toml:1: key 'env': '=x' is not KEY=VALUE (the host's environment is never "
           "passed; give the value)");
     CHECK(policy_error_of("hostname = \"a b\"\n").find("not a valid host name") != std::string::npos);
     CHECK(policy_error_of("host-user = \"0\"\n").find("must never be host root") != std::string::npos);
