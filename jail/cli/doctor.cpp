@@ -1,6 +1,7 @@
 #include "doctor.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <fcntl.h>
 #include <linux/openat2.h>
@@ -525,12 +526,25 @@ std::vector<Check> run_doctor_checks(const std::string& self, const std::vector<
         } catch (const JailError& e) {  // no such name, or one others could change
             checks.push_back({label, Check::Verdict::Fail, e.message(), e.hint()});
         }
+        checks.back().scope = "--rootfs " + value;
     }
     checks.push_back(check_compiled_filters(dirs));
     checks.push_back(check_profiles(self, dirs));
     checks.push_back(check_strict(self));
     return checks;
 }
+
+namespace {
+
+// The failed checks of the host itself (not of an option asked about).
+std::vector<const Check*> host_fails(const std::vector<Check>& checks) {
+    std::vector<const Check*> out;
+    for (const auto& c : checks)
+        if (c.verdict == Check::Verdict::Fail && c.scope.empty()) out.push_back(&c);
+    return out;
+}
+
+}  // namespace
 
 std::string format_checks(const std::vector<Check>& checks, bool json) {
     if (json) {
@@ -540,17 +554,29 @@ std::string format_checks(const std::vector<Check>& checks, bool json) {
                          {"status", c.verdict == Check::Verdict::Fail ? "fail" : verdict_name(c.verdict)},
                          {"detail", c.detail},
                          {"fix", c.fix}});
-        nlohmann::ordered_json doc = {{"strict_can_run", doctor_exit_code(checks) == 0},
+        nlohmann::ordered_json doc = {{"strict_can_run", host_fails(checks).empty()},
                                       {"checks", j}};
         return doc.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
     }
+    // The names' column as wide as the widest (a --rootfs path can be long), 16 at least.
+    std::size_t width = 16;
+    for (const auto& c : checks) width = std::max(width, c.name.size());
     std::string out;
     for (const auto& c : checks) {
-        out += fmt::format("{:<5} {:<16} {}\n", verdict_name(c.verdict), c.name, c.detail);
-        if (!c.fix.empty()) out += fmt::format("{:<22} fix: {}\n", "", c.fix);
+        out += fmt::format("{:<5} {:<{}} {}\n", verdict_name(c.verdict), c.name, width, c.detail);
+        if (!c.fix.empty()) out += fmt::format("{:<{}} fix: {}\n", "", width + 6, c.fix);
     }
-    out += doctor_exit_code(checks) == 0 ? "=> --profile strict can run here.\n"
-                                         : "=> --profile strict cannot run here; fix the FAILs above.\n";
+    // A rootfs asked about that cannot be used does not stop strict with the default one.
+    std::vector<std::string> unusable;
+    for (const auto& c : checks)
+        if (c.verdict == Check::Verdict::Fail && !c.scope.empty()) unusable.push_back(c.scope);
+    if (!host_fails(checks).empty())
+        out += "=> --profile strict cannot run here; fix the FAILs above.\n";
+    else if (!unusable.empty())
+        out += fmt::format("=> --profile strict can run here, but not with {}; fix the FAILs above.\n",
+                           fmt::join(unusable, " or "));
+    else
+        out += "=> --profile strict can run here.\n";
     return out;
 }
 

@@ -13,12 +13,16 @@ struct Check {
     enum class Verdict { Ok, Warn, Fail } verdict;
     std::string detail;
     std::string fix;  // empty when there is nothing to do
+    // What a failure here rules out when it is not the host itself: the option it checked
+    // (e.g. "--rootfs /srv/r"); empty for the host's checks, which decide whether strict runs.
+    std::string scope{};
 };
 
 // Text (one line per check) or JSON. Pure.
 std::string format_checks(const std::vector<Check>& checks, bool json);
 
-// Exit status: 0 when --profile strict can run here, 1 otherwise. Pure.
+// Exit status: 0 when --profile strict can run here and every rootfs asked about can be
+// used, 1 otherwise. Pure.
 int doctor_exit_code(const std::vector<Check>& checks);
 
 // Runs the checks. `self` is pyjail's own path (to run a real jail). `rootfses`: names or

@@ -144,3 +144,19 @@ def test_doctor_refuses_unknown_arguments(pyjail_bin, as_user):
     assert r.returncode == 125
     assert r.stderr == ("pyjail: doctor: unknown argument '--frob' (usage: pyjail doctor "
                         "[--json] [--rootfs NAME|DIR])\n")
+
+
+def test_a_rootfs_asked_about_fails_alone(pyjail_bin, as_user):
+    # A --rootfs that cannot be used fails doctor, but does not make the host unfit for strict.
+    r = doctor(pyjail_bin, as_user, "--rootfs", "/nonexistent")
+    assert r.returncode == 1, r.stdout
+    lines = r.stdout.splitlines()
+    assert lines[-1] == ("=> --profile strict can run here, but not with --rootfs /nonexistent; "
+                         "fix the FAILs above."), r.stdout
+    fail = next(line for line in lines if line.startswith("FAIL"))
+    ok = next(line for line in lines if line.startswith("ok    profile strict"))
+    # The details start in one column, however long a check's name.
+    assert fail.index("a jail cannot use it") == ok.index("ran python3"), r.stdout
+    doc = json.loads(doctor(pyjail_bin, as_user, "--rootfs", "/nonexistent", "--json").stdout)
+    assert doc["strict_can_run"] is True
+    assert [c["status"] for c in doc["checks"] if c["check"] == "rootfs /nonexistent"] == ["fail"]
