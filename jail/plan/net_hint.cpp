@@ -14,9 +14,12 @@ std::string missing_network_hint(NetMode net, const DeniedCounts& denied, bool f
         if (what == "socket(AF_INET)" || what == "socket(AF_INET6)")
             refused += fmt::format("{}{} x{}", refused.empty() ? "" : ", ", what, n);
     if (refused.empty()) return "";
-    return fmt::format("the program was refused network sockets ({}): this jail has no network "
-                       "(--net none{}); --net allow --allow-host HOST[:PORT] lets it reach one "
-                       "host through pyjail, --net loopback gives it 127.0.0.1 only",
+    // A failed program that also tried the network may have failed of something else: the
+    // line says what pyjail saw, not that it was the cause.
+    return fmt::format("the program was refused network sockets ({}): if it failed for want of "
+                       "a network, this jail has none (--net none{}); --net allow --allow-host "
+                       "HOST[:PORT] lets it reach one host through pyjail, --net loopback gives "
+                       "it 127.0.0.1 only",
                        refused, chosen_by.empty() ? "" : ", " + chosen_by);
 }
 

@@ -21,6 +21,8 @@
 #include <optional>
 #include <utility>
 
+#include "error.hpp"
+#include "hostopen.hpp"
 #include "notice.hpp"
 #include "notice_stamp.hpp"
 #include "sys.hpp"
@@ -61,8 +63,29 @@ bool may_hold_ours(int base, bool shared) {
     return shared && (f->mode & S_ISVTX) != 0 && is_trusted(f->uid, stamp_trusted_ids());
 }
 
+// Whether root may use `plan`'s place. Root with another user's environment (sudo -E, su
+// without -) must not follow that user's link to a directory of root's own and make pyjail's
+// there (/etc/pyjail, a cgroup in /sys/fs/cgroup): the way is walked as pyjail's data are
+// (trusted_data_path: no directory on it, nor link, that another user could have made or
+// changed), so the open below resolves what nobody else can change. The way is the base, which
+// must exist; for a shared base (/tmp, which others write, sticky) the way goes on to pyjail's
+// own directory in it, whose name another user may have taken. For any other user than root,
+// their environment's links lead only where they could write themselves.
+bool root_may_use(const StateDirPlan& plan) {
+    if (::geteuid() != 0) return true;
+    std::string way = plan.base;
+    if (plan.shared && !plan.below.empty()) way += "/" + plan.below.front();
+    try {
+        (void)trusted_data_path(way);
+        return true;
+    } catch (const JailError&) {
+        return false;
+    }
+}
+
 // The directory of `plan`, created as needed, or an invalid fd.
 UniqueFd open_state_dir(const StateDirPlan& plan) {
+    if (!root_may_use(plan)) return {};
     UniqueFd dir(::open(plan.base.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
     if (!dir || !may_hold_ours(dir.get(), plan.shared)) return {};
     for (const auto& name : plan.below) {

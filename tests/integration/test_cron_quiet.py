@@ -153,6 +153,24 @@ def test_root_passes_over_another_users_runtime_directory(run_jail, world_tmp, r
     assert (fallback_dir(tmp, root_user) / "cgroup-notice").is_file()
 
 
+def test_root_does_not_follow_another_users_link_to_a_directory_of_roots(run_jail, world_tmp,
+                                                                         root_user):
+    """sudo -E keeps the user's XDG_RUNTIME_DIR (and XDG_STATE_HOME): a link the user made, in
+    a directory of theirs, to a directory of root's (/etc, /sys/fs/cgroup, /sys/kernel/tracing/
+    instances) must not make root create pyjail's directory and stamp there. Each component of
+    the base counts, not only where it ends: root makes nothing in a place another user chose."""
+    theirs = world_tmp.dir(0o755)
+    os.chown(theirs, OTHER_UID, OTHER_UID)
+    roots = world_tmp.dir(0o755)          # root's, written by nobody else: e.g. /etc
+    link = theirs / "runtime"
+    link.symlink_to(roots)
+    os.lchown(link, OTHER_UID, OTHER_UID)
+    tmp = shared_tmp(world_tmp)
+    said_once(run_jail, root_user, {**NO_STATE, "XDG_RUNTIME_DIR": str(link), "TMPDIR": str(tmp)})
+    assert os.listdir(roots) == []
+    assert (fallback_dir(tmp, root_user) / "cgroup-notice").is_file()
+
+
 def test_a_fallback_name_another_user_took_first_is_not_used(run_jail, world_tmp, as_user):
     """In a shared /tmp anyone can make pyjail-state-UID first: theirs is never written (root
     would have the rights to), and the notice is said on every run."""

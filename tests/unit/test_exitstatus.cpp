@@ -145,7 +145,8 @@ TEST_CASE("a failed run that was refused network sockets under --net none gets o
     denied.add("socket(AF_INET6)");
     std::string hint = missing_network_hint(NetMode::None, denied, true, "the strict profile's");
     CHECK(hint == "the program was refused network sockets (socket(AF_INET) x2, socket(AF_INET6) x1): "
-                  "this jail has no network (--net none, the strict profile's); --net allow "
+                  "if it failed for want of a network, this jail has none (--net none, the strict "
+                  "profile's); --net allow "
                   "--allow-host HOST[:PORT] lets it reach one host through pyjail, --net loopback "
                   "gives it 127.0.0.1 only");
     CHECK(missing_network_hint(NetMode::None, denied, true, "").find("(--net none);") != std::string::npos);
