@@ -256,7 +256,7 @@ std::vector<Check> check_cgroup() {
         // the unified hierarchy helps.
         out.push_back({"cgroup v2", Check::Verdict::Warn,
                        site.why_not + "; limits fall back to rlimits (memory per process, pids "
-                                      "per user, no CPU share)",
+                                      "per jail (counted per user namespace), no CPU share)",
                        site.controllers_on_v1
                            ? "boot with systemd.unified_cgroup_hierarchy=1 (the kernel command "
                              "line), or accept the rlimit fallback (--cgroup-notice off quiets it)"
