@@ -116,14 +116,20 @@ std::string resolve_rootfs(const std::string& value, const DataDirs& dirs) {
         return trusted_data_path(candidate);
     }
     auto names = list_named_rootfs(dirs);
+    // The README's data rootfs (numpy, pandas, ...) has a recipe of its own: say it whole.
+    std::string build = value == "data"
+                            ? "build it (numpy, pandas, matplotlib, ...; about 110 MB from PyPI): "
+                              "cmake --build build --target rootfs-data in pyjail's source, or pyjail "
+                              "rootfs build --name data --shell-tools -r rootfs/data-requirements.txt"
+                            : fmt::format("build it: pyjail rootfs build --name {} [--requirements FILE]", value);
     throw JailError("rootfs",
                     fmt::format("no rootfs named '{}' (looked for {})", value,
                                 fmt::join(looked, " and ")),
                     0,
-                    fmt::format("{}build it: pyjail rootfs build --name {} [--requirements FILE]",
+                    fmt::format("{}{}",
                                 names.empty() ? std::string()
                                               : fmt::format("installed: {}; ", fmt::join(names, ", ")),
-                                value));
+                                build));
 }
 
 std::string read_data_file(const std::string& path, const std::string& step) {
