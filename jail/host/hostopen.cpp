@@ -439,6 +439,18 @@ HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& hos
         r.open_err = errno;
         return r;
     }
+    // An O_PATH open asks only for the directories above. A directory the user may not search
+    // (root's `mktemp -d` is 0700) opens too, and would fail only in the jail ("chdir: cannot
+    // enter /work") with no word of who cannot enter what, or why.
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) {
+        r.open_err = errno;
+        return r;
+    }
+    if (S_ISDIR(st.st_mode) && ::faccessat(fd.get(), "", X_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) {
+        r.enter_err = errno;
+        return r;  // its writability is moot: the one error says what stops the run
+    }
     // AT_EACCESS: checked against the file ids (the host user's now, without root's file
     // capabilities), not the real ids, which are root's. What is asked about is what was opened.
     if (writable && ::faccessat(fd.get(), "", W_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) r.write_err = errno;

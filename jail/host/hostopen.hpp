@@ -42,6 +42,8 @@ namespace setup {
 struct HostUserReach {
     int open_err = 0;   // opening it as the jail's pid 1 will, to bind it (O_PATH: every
                         // directory above it searchable)
+    int enter_err = 0;  // a directory: searching it, which O_PATH does not ask (a 0700 one
+                        // opens, yet the jail could use nothing in it)
     int write_err = 0;  // writing it, asked only for a writable bind: the kernel's answer, which
                         // counts ACLs and read-only mounts as the mode bits alone do not
 };

@@ -77,7 +77,7 @@ struct BindOpener {
     std::string cwd, profile;  // for a profile's bind of the current directory
 };
 
-// Bind sources are checked now, so a missing or unreachable one fails before any process
+// Bind sources are checked now, so a missing, unreachable or closed one fails before any process
 // exists; the child opens them again in its own mount namespace, as the jail user. A writable
 // one the jail's host user cannot write is noted in `unwritable`.
 BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
@@ -88,6 +88,8 @@ BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
     HostUserReach reach;
     if (as.host_user) reach = reach_as_host_user(b.source, *as.host_user, b.writable);
     if (reach.open_err != 0) throw bind_source_error(b, reach.open_err, as.described, as.cwd, as.profile);
+    if (reach.enter_err != 0)
+        throw bind_source_error(b, reach.enter_err, as.described, as.cwd, as.profile, BindRefusal::Enter);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
     if (reach.write_err != 0) unwritable.push_back({b.origin, b.source, st.st_uid});

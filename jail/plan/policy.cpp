@@ -249,26 +249,36 @@ BindSpec parse_bind(const std::string& text, bool writable, const std::string& o
 }
 
 JailError bind_source_error(const BindSpec& b, int err, const JailHostUser& user, const std::string& cwd,
-                            const std::string& profile) {
+                            const std::string& profile, BindRefusal refusal) {
     if (err != EACCES && err != EPERM)
         return JailError("bind", fmt::format("{}: cannot use {}", b.origin, b.source), err,
                          err == ENOENT || err == ENOTDIR ? "the source of a bind must exist on the host" : "");
     const std::string who = user.is_invoker ? fmt::format("you, {},", user.uid_and_name)
                                             : fmt::format("{}, the jail's host user,", user.uid_and_name);
+    // "Enter": the directories above let the user through, the source itself does not (a
+    // root-owned `mktemp -d` is 0700), so the fix is the source's own mode.
+    const bool enter = refusal == BindRefusal::Enter;
+    const char* verb = enter ? "enter" : "reach";
     // A profile's bind of the current directory (standard's `.`, batch's workdir): the user
     // named neither, so the message says what the profile does and how to do without it.
-    if (!b.named_on_command_line && b.source == normalize_path(cwd))
+    if (!b.named_on_command_line && b.source == normalize_path(cwd)) {
+        std::string fix = "run from a directory you can read, or use --profile strict";
+        if (!user.is_invoker)
+            fix = enter ? "run from a directory it can enter, chmod o+rx this one, use --profile strict, or "
+                          "--host-user USER"
+                        : "run from a directory it can read, use --profile strict, or --host-user USER";
         return JailError("bind",
-                         fmt::format("--profile {} binds the current directory {}, which {} cannot reach", profile,
-                                     b.source, who),
-                         err,
-                         user.is_invoker ? "run from a directory you can read, or use --profile strict"
-                                         : "run from a directory it can read, use --profile strict, or "
-                                           "--host-user USER");
-    return JailError("bind", fmt::format("{}: {} cannot reach {}", b.origin, who, b.source), err,
-                     user.is_invoker ? "make it readable by you, or bind another directory"
-                                     : "make it readable by that user and every directory above it "
-                                       "searchable (chmod o+x), or --host-user USER who can");
+                         fmt::format("--profile {} binds the current directory {}, which {} cannot {}", profile,
+                                     b.source, who, verb),
+                         err, fix);
+    }
+    std::string fix = fmt::format("make it {} by you, or bind another directory", enter ? "searchable" : "readable");
+    if (!user.is_invoker)
+        fix = enter ? "let that user in (chmod o+rx, or a group or ACL of its), or --host-user USER who can "
+                      "enter it"
+                    : "make it readable by that user and every directory above it searchable (chmod o+x), "
+                      "or --host-user USER who can";
+    return JailError("bind", fmt::format("{}: {} cannot {} {}", b.origin, who, verb, b.source), err, fix);
 }
 
 // Names whose presence marks a directory as a home, or part of one: keys, tokens, agent

@@ -137,11 +137,16 @@ inline constexpr std::uint64_t kMinTmpfsSize = 4ULL << 10;
 // of the profile file that set it), "the default", or "" when the command line named it.
 std::string chosen_by(const SettingItem& item);
 
-// A bind whose source cannot be opened (`err`) as the jail's host user will: one line that
-// says who asked for the bind (an option, a profile's line, or `profile`'s bind of the
-// current directory `cwd`), who cannot reach it, and the fix its errno calls for.
+// How a bind's source is out of the jail's host user's reach: it cannot be opened (a
+// directory on the way is closed, or it is missing), or it is a directory that opens but
+// that the user may not enter (search), so nothing in it can be used.
+enum class BindRefusal { Reach, Enter };
+
+// A bind whose source cannot be opened or entered (`err`) as the jail's host user will: one
+// line that says who asked for the bind (an option, a profile's line, or `profile`'s bind of
+// the current directory `cwd`), who cannot reach or enter it, and the fix its errno calls for.
 JailError bind_source_error(const BindSpec& b, int err, const JailHostUser& user, const std::string& cwd,
-                            const std::string& profile);
+                            const std::string& profile, BindRefusal refusal = BindRefusal::Reach);
 
 // Helpers, exposed for tests.
 std::uint64_t parse_size(const std::string& text, const std::string& origin);

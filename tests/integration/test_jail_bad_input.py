@@ -192,6 +192,30 @@ def test_a_profile_binding_a_current_directory_out_of_reach(run_jail, as_user, w
     assert ".toml" not in line  # not a line of a profile the user never wrote
 
 
+@pytest.mark.parametrize("profile", ["standard", "batch"])
+def test_roots_current_directory_the_host_user_cannot_enter(run_jail, root_user, world_tmp, profile):
+    # Root's `mktemp -d` (0700) under a /tmp everyone may search: the host user can open it
+    # (O_PATH) but not enter it. Refused while planning, in one line that says so -- not
+    # "chdir: cannot enter /work" from inside the jail, and not batch's warning that the
+    # directory is not writable first.
+    here = world_tmp.dir(0o700)
+    r = run_jail(["--profile", profile, "--", "python", "-c", "1"], user=root_user, cwd=here)
+    who = f"uid {root_user.host_uid} ({pwd.getpwuid(root_user.host_uid).pw_name}), the jail's host user,"
+    line = assert_one_error(r, 125, f"pyjail: bind: --profile {profile} binds the current directory {here}, which "
+                                    f"{who} cannot enter: Permission denied (run from a directory it can enter, "
+                                    "chmod o+rx this one, use --profile strict, or --host-user USER)")
+    assert "chdir" not in line and "not writable" not in line
+
+
+@pytest.mark.parametrize("option", ["--ro-bind", "--bind"])
+def test_a_bind_the_jails_host_user_cannot_enter(run_jail, root_user, world_tmp, option):
+    closed = world_tmp.dir(0o700)
+    r = run_jail([option, f"{closed}:/data", "--", "python", "-c", "1"], user=root_user)
+    who = f"uid {root_user.host_uid} ({pwd.getpwuid(root_user.host_uid).pw_name})"
+    assert_one_error(r, 125, f"pyjail: bind: {option}: {who}, the jail's host user, cannot enter {closed}: "
+                             "Permission denied (let that user in (chmod o+rx")
+
+
 def test_a_rootfs_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp, jail_rootfs):
     # The rootfs behind a directory closed to others: root plans the run, but the jail's pid 1
     # opens the rootfs as the jail's host user.

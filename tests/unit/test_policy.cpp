@@ -1,5 +1,7 @@
 #include <doctest/doctest.h>
 
+#include <cerrno>
+
 #include "cli.hpp"
 #include "environment.hpp"
 #include "error.hpp"
@@ -84,6 +86,28 @@ TEST_CASE("binds: SRC[:DST], validated before anything runs") {
     CHECK(err("/x:/dev").find("reserved") != std::string::npos);
     CHECK(err("/x:/device") == "no error");
     CHECK(err(":/x").find("no source path") != std::string::npos);
+}
+
+TEST_CASE("a bind out of the host user's reach: who asked for it, who cannot reach or enter it, the fix") {
+    const JailHostUser nobody{"uid 65534 (nobody)", false};
+    BindSpec named = parse_bind("/srv/d:/data", false, "--ro-bind", "/");
+    named.named_on_command_line = true;
+    CHECK(bind_source_error(named, EACCES, nobody, "/", "strict").one_line() ==
+          "bind: --ro-bind: uid 65534 (nobody), the jail's host user, cannot reach /srv/d: Permission denied "
+          "(make it readable by that user and every directory above it searchable (chmod o+x), or "
+          "--host-user USER who can)");
+    // A directory it may not search opens (O_PATH), but nothing in it can be used.
+    CHECK(bind_source_error(named, EACCES, nobody, "/", "strict", BindRefusal::Enter).one_line() ==
+          "bind: --ro-bind: uid 65534 (nobody), the jail's host user, cannot enter /srv/d: Permission denied "
+          "(let that user in (chmod o+rx, or a group or ACL of its), or --host-user USER who can enter it)");
+    const BindSpec cwd = parse_bind(".:/work", false, "standard.toml:3: key 'ro-bind'", "/tmp/tmp.x");
+    CHECK(bind_source_error(cwd, EACCES, nobody, "/tmp/tmp.x", "standard", BindRefusal::Enter).one_line() ==
+          "bind: --profile standard binds the current directory /tmp/tmp.x, which uid 65534 (nobody), the "
+          "jail's host user, cannot enter: Permission denied (run from a directory it can enter, chmod o+rx "
+          "this one, use --profile strict, or --host-user USER)");
+    CHECK(bind_source_error(cwd, ENOENT, nobody, "/tmp/tmp.x", "standard", BindRefusal::Enter).one_line() ==
+          "bind: standard.toml:3: key 'ro-bind': cannot use /tmp/tmp.x: No such file or directory (the "
+          "source of a bind must exist on the host)");
 }
 
 TEST_CASE("sizes too small to be meant are refused, with the unit they likely lacked") {
