@@ -480,6 +480,9 @@ UniqueFd open_script(const std::string& path, const std::string& shown,
         try {
             fd = open_roots_own_script(path);
         } catch (const Refused& r) {
+            // The host user could not look, root could: the script is simply not there (a
+            // typo in a directory closed to others), which "not readable by" would hide.
+            if (r.err == ENOENT || r.err == ENOTDIR) throw script_open_error(r.err, path, shown, std::nullopt);
             throw JailError(
                 "script",
                 fmt::format("{} is not readable by uid {} (the jail's host user), and root reads a "

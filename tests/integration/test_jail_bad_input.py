@@ -160,6 +160,18 @@ def test_missing_script_in_the_current_directory(run_jail, as_user, world_tmp):
     assert "No such file" not in line
 
 
+def test_roots_missing_script_in_a_directory_closed_to_the_host_user(run_jail, root_user, world_tmp):
+    # The host user cannot look in root's 0700 directory; root's own look finds no script: it
+    # does not exist, whoever may read it.
+    d = world_tmp.dir(0o700)
+    r = run_jail(["--", "python", "nope.py"], user=root_user, cwd=d)
+    line = assert_one_error(r, 125, f"pyjail: script: nope.py does not exist in the current directory: there is "
+                                    f"no {d}/nope.py (check its name; ")
+    assert "not readable" not in line and "No such file" not in line
+    r = run_jail(["--", "python", d / "sub" / "nope.py"], user=root_user)
+    assert_one_error(r, 125, f"pyjail: script: cannot open {d}/sub/nope.py: No such file or directory (check the path")
+
+
 def test_a_bind_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp):
     # Root's directory, closed to others: root reaches it, the jail's host user (nobody, or
     # the unprivileged user itself) does not. The error names the option, who cannot reach
