@@ -232,4 +232,38 @@ std::string user_lock_dir(const char* xdg_runtime_dir, uid_t uid) {
     return fmt::format("/tmp/pyjail-ids-{}", uid);
 }
 
+std::optional<JailError> lock_dir_refusal(const std::string& dir, const LockDirFacts& f, uid_t euid) {
+    const bool root = euid == 0;
+    const bool is_dir = f.kind == LockDirFacts::Kind::Directory;
+    const char* kind = f.kind == LockDirFacts::Kind::Link ? "a symbolic link" : "not a directory";
+    const std::string what = fmt::format("{}, where your jails lock their host ids,", dir);
+    if (f.owner != euid) {
+        // No way around it is taken, only told: a fallback directory would part this user's
+        // runs, since the owner may remove it whenever it likes (its own, in a sticky /tmp),
+        // and the next run would then lock in the usual place while earlier ones still held
+        // ids in the fallback -- two jails with one id. Every run must lock in one directory.
+        return JailError("host ids",
+                         fmt::format("{} belongs to {}, not to you{}, so that user could hold or forge "
+                                     "your jails' locks",
+                                     what, f.owner_named, is_dir ? "" : fmt::format(" (and is {})", kind)),
+                         0,
+                         root ? fmt::format("remove it (rm -r {}): pyjail makes it again", dir)
+                              : fmt::format("another user made it first: root or its owner can remove it "
+                                            "(rm -r {}); until then --host-ids shared runs your jails as "
+                                            "you, without a lock, or set XDG_RUNTIME_DIR to a directory of "
+                                            "your own, alike in all your runs, so they lock in one place",
+                                            dir));
+    }
+    if (!is_dir)
+        return JailError("host ids", fmt::format("{} is {}", what, kind), 0,
+                         fmt::format("remove it (rm {}): pyjail makes the directory again", dir));
+    if ((f.permissions & (root ? 022u : 077u)) != 0)
+        return JailError("host ids",
+                         fmt::format("{} is open to others (mode {:o}), who could hold or forge your "
+                                     "jails' locks",
+                                     what, f.permissions),
+                         0, fmt::format("chmod {} {}", root ? "go-w" : "700", dir));
+    return std::nullopt;
+}
+
 }  // namespace pyjail

@@ -22,6 +22,7 @@
 #include <string_view>
 #include <vector>
 
+#include "error.hpp"
 #include "idmap.hpp"
 
 namespace pyjail {
@@ -117,5 +118,19 @@ std::string idmapped_bind_map(std::uint32_t on_disk, std::uint32_t jail_host_id)
 // /tmp/pyjail-ids-UID (checked to be the user's own, mode 0700, before use).
 std::string user_lock_dir(const char* xdg_runtime_dir, uid_t uid);
 inline constexpr const char* kRootLockDir = "/run/pyjail/ids";
+
+// What is at a lock directory's path (its fstat, or its lstat when it cannot be opened).
+struct LockDirFacts {
+    enum class Kind { Directory, Link, Other } kind = Kind::Directory;
+    uid_t owner = 0;
+    std::string owner_named;         // "uid 1 (daemon)"
+    std::uint32_t permissions = 0;   // st_mode & 07777
+};
+
+// Why `dir` must not hold the locks of `euid`'s jails, as the error to stop the run with;
+// none when it may: it is a directory of euid's that nobody else can write (a user's: that
+// nobody else can open). Attack: another user who owns it (made first in a shared /tmp) or
+// can write it could hold every id's lock, or plant links.
+std::optional<JailError> lock_dir_refusal(const std::string& dir, const LockDirFacts& f, uid_t euid);
 
 }  // namespace pyjail

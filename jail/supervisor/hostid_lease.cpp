@@ -16,6 +16,7 @@
 #include <cerrno>
 
 #include "error.hpp"
+#include "hints.hpp"
 
 namespace pyjail::supervisor {
 
@@ -23,24 +24,37 @@ namespace {
 
 constexpr const char* kStep = "host ids";
 
-// The directory of the lock files, made if missing. Attack: another user who made it (a
-// shared /tmp) or can write it could hold every id's lock, or plant links; so it must be
-// ours and closed to others (root's, in /run, only root can make).
+// What a stat of the lock directory says, for lock_dir_refusal.
+LockDirFacts lock_dir_facts(const struct stat& st) {
+    LockDirFacts f;
+    f.kind = S_ISDIR(st.st_mode)   ? LockDirFacts::Kind::Directory
+             : S_ISLNK(st.st_mode) ? LockDirFacts::Kind::Link
+                                   : LockDirFacts::Kind::Other;
+    f.owner = st.st_uid;
+    f.owner_named = uid_with_name(st.st_uid);
+    f.permissions = st.st_mode & 07777;
+    return f;
+}
+
+// The directory of the lock files, made if missing, and refused unless it is ours and closed
+// to others (lock_dir_refusal says why; root's, in /run, only root can make).
 UniqueFd open_lock_dir(const std::string& dir) {
-    const bool root = ::geteuid() == 0;
-    if (root) (void)::mkdir("/run/pyjail", 0755);
-    if (::mkdir(dir.c_str(), root ? 0755 : 0700) != 0 && errno != EEXIST)
+    const uid_t euid = ::geteuid();
+    if (euid == 0) (void)::mkdir("/run/pyjail", 0755);
+    if (::mkdir(dir.c_str(), euid == 0 ? 0755 : 0700) != 0 && errno != EEXIST)
         throw JailError(kStep, fmt::format("cannot create {}", dir), errno);
-    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
-    if (!fd) throw JailError(kStep, fmt::format("cannot open {}", dir), errno);
     struct stat st {};
+    UniqueFd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (!fd) {
+        // Another user's directory closed to us (made first in the shared /tmp), or a link or
+        // file in its place: what is there says why the open failed. Read for the message only.
+        const int e = errno;
+        if (::lstat(dir.c_str(), &st) == 0)
+            if (auto refused = lock_dir_refusal(dir, lock_dir_facts(st), euid)) throw *refused;
+        throw JailError(kStep, fmt::format("cannot open {}", dir), e);
+    }
     if (::fstat(fd.get(), &st) != 0) throw JailError(kStep, fmt::format("cannot stat {}", dir), errno);
-    if (st.st_uid != ::geteuid() || (st.st_mode & (root ? 022 : 077)) != 0)
-        throw JailError(kStep,
-                        fmt::format("{} (the locks of the jails' host ids) belongs to uid {} or is open to "
-                                    "others (mode {:o})",
-                                    dir, st.st_uid, st.st_mode & 07777),
-                        0, "remove it, or set XDG_RUNTIME_DIR to a directory of your own");
+    if (auto refused = lock_dir_refusal(dir, lock_dir_facts(st), euid)) throw *refused;
     return fd;
 }
 

@@ -6,8 +6,10 @@ one template count their processes apart.
 As root, jails take ids of the default range; the unprivileged user (65534) gets a subordinate
 range in /etc/subuid and /etc/subgid for these tests (added here, restored afterwards). The
 host user whose budgets were shared before is 65534 either way: root's jails ran as nobody."""
+import contextlib
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -29,12 +31,10 @@ def as_host_user() -> list[str]:
             "--clear-groups", "--"]
 
 
-@pytest.fixture
-def own_ids(as_user, world_tmp):
-    """Options and environment that give as_user's jails ids of their own; the expected range."""
-    if as_user.is_root:
-        yield {}, RANGE
-        return
+@contextlib.contextmanager
+def subordinate_range():
+    """The unprivileged user (HOST) has SUB_FIRST:SUB_COUNT in /etc/subuid and /etc/subgid
+    while it lasts."""
     if os.geteuid() != 0:
         skip_or_fail("a subordinate id range needs root to write /etc/subuid and /etc/subgid")
     if not (shutil.which("newuidmap") and shutil.which("newgidmap")):
@@ -44,10 +44,8 @@ def own_ids(as_user, world_tmp):
         saved[name] = open(name).read() if os.path.exists(name) else None
         with open(name, "a") as f:
             f.write(f"{HOST}:{SUB_FIRST}:{SUB_COUNT}\n")
-    runtime = world_tmp.dir(0o700)
-    os.chown(runtime, HOST, HOST)
     try:
-        yield {"XDG_RUNTIME_DIR": str(runtime)}, (SUB_FIRST, SUB_COUNT)
+        yield
     finally:
         for name, text in saved.items():
             if text is None:
@@ -55,6 +53,18 @@ def own_ids(as_user, world_tmp):
             else:
                 with open(name, "w") as f:
                     f.write(text)
+
+
+@pytest.fixture
+def own_ids(as_user, world_tmp):
+    """Options and environment that give as_user's jails ids of their own; the expected range."""
+    if as_user.is_root:
+        yield {}, RANGE
+        return
+    with subordinate_range():
+        runtime = world_tmp.dir(0o700)
+        os.chown(runtime, HOST, HOST)
+        yield {"XDG_RUNTIME_DIR": str(runtime)}, (SUB_FIRST, SUB_COUNT)
 
 
 def start(popen_jail, user, env, code, *opts):
@@ -95,6 +105,48 @@ def test_concurrent_jails_get_host_ids_of_their_own(popen_jail, as_user, own_ids
 
 
 THROUGH_TEMPLATE = os.environ.get("PYJAIL_THROUGH_TEMPLATE") == "1"
+
+
+def test_a_lock_directory_another_user_made_first_is_refused_saying_whose_and_the_ways_out(
+        pyjail_command, _preflight, world_tmp):
+    # Without XDG_RUNTIME_DIR a user's jails lock their ids in /tmp/pyjail-ids-UID, which any
+    # other user can make first. The run cannot go on (that user could hold or forge the locks),
+    # but the one line says whose it is, who can remove it, and how to run meanwhile.
+    user = _preflight("unprivileged")
+    squatter = 1  # daemon, or whoever uid 1 is here
+    owner = f"uid {squatter} ({pwd.getpwuid(squatter).pw_name})"
+    lock_dir = f"/tmp/pyjail-ids-{user.invoker_uid}"
+    aside = None
+    if os.path.lexists(lock_dir):  # the user's own, from a run before: kept, and put back
+        aside = f"{lock_dir}.aside-{os.getpid()}"
+        os.rename(lock_dir, aside)
+    os.mkdir(lock_dir, 0o700)
+    os.chown(lock_dir, squatter, squatter)
+    env = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    try:
+        with subordinate_range():
+            def run(*opts):
+                return subprocess.run([*pyjail_command(user), *opts, "--", "python", "-c", "print('ran')"],
+                                      env=env, cwd="/", capture_output=True, text=True, timeout=60)
+            r = run()
+            assert r.returncode == 125 and r.stdout == "" and r.stderr.count("\n") == 1, r
+            assert r.stderr.startswith(f"pyjail: host ids: {lock_dir}, where your jails lock their host ids, "
+                                       f"belongs to {owner}, not to you, "), r.stderr
+            for fix in (f"root or its owner can remove it (rm -r {lock_dir})", "--host-ids shared",
+                        "set XDG_RUNTIME_DIR to a directory of your own"):
+                assert fix in r.stderr, r.stderr
+            # The ways out it names work.
+            r = run("--host-ids", "shared")
+            assert r.returncode == 0 and r.stdout == "ran\n", r
+            runtime = world_tmp.dir(0o700)
+            os.chown(runtime, HOST, HOST)
+            env["XDG_RUNTIME_DIR"] = str(runtime)
+            r = run()
+            assert r.returncode == 0 and r.stdout == "ran\n", r
+    finally:
+        os.rmdir(lock_dir)
+        if aside:
+            os.rename(aside, lock_dir)
 
 
 def test_report_says_the_host_ids_and_whether_budgets_are_shared(run_jail, as_user, own_ids, world_tmp):

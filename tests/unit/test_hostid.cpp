@@ -136,6 +136,33 @@ TEST_CASE("a user's lock directory") {
     CHECK(user_lock_dir("relative", 7) == "/tmp/pyjail-ids-7");
 }
 
+TEST_CASE("a lock directory not the user's alone is refused, saying whose it is and the ways out") {
+    using Kind = LockDirFacts::Kind;
+    const std::string dir = "/tmp/pyjail-ids-1001";
+    auto refusal = [&](LockDirFacts f, uid_t euid = 1001) {
+        auto e = lock_dir_refusal(dir, f, euid);
+        return e ? e->one_line() : std::string("none");
+    };
+    CHECK(refusal({Kind::Directory, 1001, "uid 1001 (alice)", 0700}) == "none");
+    CHECK(refusal({Kind::Directory, 0, "uid 0 (root)", 0755}, 0) == "none");
+    // Made first by another user, in the shared /tmp.
+    CHECK(refusal({Kind::Directory, 65534, "uid 65534 (nobody)", 0700}) ==
+          "host ids: /tmp/pyjail-ids-1001, where your jails lock their host ids, belongs to uid 65534 "
+          "(nobody), not to you, so that user could hold or forge your jails' locks (another user made "
+          "it first: root or its owner can remove it (rm -r /tmp/pyjail-ids-1001); until then --host-ids "
+          "shared runs your jails as you, without a lock, or set XDG_RUNTIME_DIR to a directory of your "
+          "own, alike in all your runs, so they lock in one place)");
+    CHECK(refusal({Kind::Link, 65534, "uid 65534 (nobody)", 0777}).find(
+              "belongs to uid 65534 (nobody), not to you (and is a symbolic link), so") != std::string::npos);
+    CHECK(refusal({Kind::Other, 1001, "uid 1001 (alice)", 0600}) ==
+          "host ids: /tmp/pyjail-ids-1001, where your jails lock their host ids, is not a directory "
+          "(remove it (rm /tmp/pyjail-ids-1001): pyjail makes the directory again)");
+    CHECK(refusal({Kind::Directory, 1001, "uid 1001 (alice)", 0755}) ==
+          "host ids: /tmp/pyjail-ids-1001, where your jails lock their host ids, is open to others "
+          "(mode 755), who could hold or forge your jails' locks (chmod 700 /tmp/pyjail-ids-1001)");
+    CHECK(refusal({Kind::Directory, 0, "uid 0 (root)", 0775}, 0).find("(chmod go-w ") != std::string::npos);
+}
+
 TEST_CASE("root in a container keeps --host-user when its namespace lacks the range") {
     HostIdFacts f;
     f.own_uid_map = "         0     100000      65536\n";
