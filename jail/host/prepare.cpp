@@ -213,6 +213,7 @@ HostIdFacts host_facts_of_invoker(uid_t uid, gid_t gid) {
             f.newgidmap = std::string(dir) + "newgidmap";
     }
     f.runtime_dir = user_lock_dir(std::getenv("XDG_RUNTIME_DIR"), uid);
+    f.runtime_dir_also = user_lock_dir_also(std::getenv("XDG_RUNTIME_DIR"), uid);
     return f;
 }
 

@@ -181,6 +181,7 @@ HostIdPlan plan_host_ids(const HostIdFacts& f) {
     p.gids = *gids;
     p.uids.count = p.gids.count = std::min(uids->count, gids->count);
     p.lock_dir = f.runtime_dir;
+    p.lock_dir_also = f.runtime_dir_also;
     p.newuidmap = f.newuidmap;
     p.newgidmap = f.newgidmap;
     return p;
@@ -232,6 +233,11 @@ std::string user_lock_dir(const char* xdg_runtime_dir, uid_t uid) {
     return fmt::format("/tmp/pyjail-ids-{}", uid);
 }
 
+std::string user_lock_dir_also(const char* xdg_runtime_dir, uid_t uid) {
+    std::string fallback = user_lock_dir(nullptr, uid);
+    return user_lock_dir(xdg_runtime_dir, uid) == fallback ? std::string() : fallback;
+}
+
 std::optional<JailError> lock_dir_refusal(const std::string& dir, const LockDirFacts& f, uid_t euid) {
     const bool root = euid == 0;
     const bool is_dir = f.kind == LockDirFacts::Kind::Directory;
@@ -241,7 +247,8 @@ std::optional<JailError> lock_dir_refusal(const std::string& dir, const LockDirF
         // No way around it is taken, only told: a fallback directory would part this user's
         // runs, since the owner may remove it whenever it likes (its own, in a sticky /tmp),
         // and the next run would then lock in the usual place while earlier ones still held
-        // ids in the fallback -- two jails with one id. Every run must lock in one directory.
+        // ids in the fallback -- two jails with one id. Every run locks where the runs without
+        // a runtime directory lock (user_lock_dir_also).
         return JailError("host ids",
                          fmt::format("{} belongs to {}, not to you{}, so that user could hold or forge "
                                      "your jails' locks",
@@ -251,7 +258,7 @@ std::optional<JailError> lock_dir_refusal(const std::string& dir, const LockDirF
                               : fmt::format("another user made it first: root or its owner can remove it "
                                             "(rm -r {}); until then --host-ids shared runs your jails as "
                                             "you, without a lock, or set XDG_RUNTIME_DIR to a directory of "
-                                            "your own, alike in all your runs, so they lock in one place",
+                                            "your own to lock there",
                                             dir));
     }
     if (!is_dir)

@@ -66,8 +66,10 @@ struct HostIdPlan {
     bool idmap_binds = false;  // host binds are idmapped from files_uid/gid to the jail's id
     // When kind is HostUser or Invoker: whose budgets the jail shares, and why; "" otherwise.
     std::string shared_with, why_shared;
-    // Where the lock of each candidate id lives (a file named by the uid).
+    // Where the lock of each candidate id lives (a file named by the uid); and, if not "", a
+    // second directory where the id must be free too (user_lock_dir_also).
     std::string lock_dir;
+    std::string lock_dir_also;
     // The subordinate helpers (kind Subordinate).
     std::string newuidmap, newgidmap;
 };
@@ -84,6 +86,7 @@ struct HostIdFacts {
     std::string newuidmap, newgidmap;  // the helpers' paths, or "" when missing
     std::vector<std::string> host_binds;   // host paths bound into the jail (not the rootfs)
     std::string runtime_dir;           // the user's lock directory (see user_lock_dir)
+    std::string runtime_dir_also;      // and the second one (user_lock_dir_also), or ""
     // pyjail's own /proc/self/uid_map and gid_map: in a container, root may map only the ids
     // its user namespace has. "" reads as the initial namespace's (every id).
     std::string own_uid_map, own_gid_map;
@@ -117,6 +120,10 @@ std::string idmapped_bind_map(std::uint32_t on_disk, std::uint32_t jail_host_id)
 // Where a user's lock files go: $XDG_RUNTIME_DIR/pyjail-ids if given, else
 // /tmp/pyjail-ids-UID (checked to be the user's own, mode 0700, before use).
 std::string user_lock_dir(const char* xdg_runtime_dir, uid_t uid);
+// Where else a run with $XDG_RUNTIME_DIR locks its id: /tmp/pyjail-ids-UID, where the same
+// user's runs without one (cron, su) lock theirs, so the two never take the same id; "" when
+// the first is that directory already.
+std::string user_lock_dir_also(const char* xdg_runtime_dir, uid_t uid);
 inline constexpr const char* kRootLockDir = "/run/pyjail/ids";
 
 // What is at a lock directory's path (its fstat, or its lstat when it cannot be opened).

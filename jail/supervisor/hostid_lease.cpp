@@ -146,6 +146,18 @@ void run_helper(const std::vector<std::string>& args) {
     }
 }
 
+// The lock of `id` in the lock directory `dir` (at `path`), taken; invalid when a running jail
+// holds it.
+UniqueFd try_lock(int dir, const std::string& path, std::uint32_t id) {
+    std::string name = std::to_string(id);
+    UniqueFd fd(::openat(dir, name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
+    if (!fd) throw JailError(kStep, fmt::format("cannot open the lock {}/{}", path, name), errno);
+    if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) return fd;
+    if (errno != EWOULDBLOCK && errno != EINTR)
+        throw JailError(kStep, fmt::format("cannot lock {}/{}", path, name), errno);
+    return {};
+}
+
 }  // namespace
 
 HostIdLease::HostIdLease(const HostIdPlan& plan) : plan_(plan) {
@@ -154,17 +166,25 @@ HostIdLease::HostIdLease(const HostIdPlan& plan) : plan_(plan) {
         return;
     }
     UniqueFd dir = open_lock_dir(plan.lock_dir);
-    for (std::uint32_t i = 0; i < plan.uids.count; ++i) {
-        std::string name = std::to_string(plan.uids.first + i);
-        UniqueFd fd(::openat(dir.get(), name.c_str(), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600));
-        if (!fd) throw JailError(kStep, fmt::format("cannot open the lock {}/{}", plan.lock_dir, name), errno);
-        if (::flock(fd.get(), LOCK_EX | LOCK_NB) == 0) {
-            maps_ = host_id_maps(plan, i);
-            lock_ = std::move(fd);
-            return;
+    // The same user's runs without $XDG_RUNTIME_DIR (cron) lock in /tmp only: an id is free
+    // when it is free there too. A run that cannot use that directory (another user made it
+    // first) goes on with its own alone: the runs that would lock there are refused outright.
+    UniqueFd also;
+    if (!plan.lock_dir_also.empty()) {
+        try {
+            also = open_lock_dir(plan.lock_dir_also);
+        } catch (const JailError&) {
         }
-        if (errno != EWOULDBLOCK && errno != EINTR)
-            throw JailError(kStep, fmt::format("cannot lock {}/{}", plan.lock_dir, name), errno);
+    }
+    for (std::uint32_t i = 0; i < plan.uids.count; ++i) {
+        UniqueFd fd = try_lock(dir.get(), plan.lock_dir, plan.uids.first + i);
+        if (!fd) continue;
+        UniqueFd fd_also = also ? try_lock(also.get(), plan.lock_dir_also, plan.uids.first + i) : UniqueFd();
+        if (also && !fd_also) continue;  // taken by a run that locks only there
+        maps_ = host_id_maps(plan, i);
+        lock_ = std::move(fd);
+        lock_also_ = std::move(fd_also);
+        return;
     }
     throw JailError(kStep,
                     fmt::format("all {} host ids from {} are taken by running jails", plan.uids.count,

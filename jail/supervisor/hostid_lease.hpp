@@ -40,7 +40,7 @@ public:
 private:
     const HostIdPlan& plan_;
     IdMaps maps_;
-    UniqueFd lock_;
+    UniqueFd lock_, lock_also_;
 };
 
 }  // namespace pyjail::supervisor

@@ -149,6 +149,38 @@ def test_a_lock_directory_another_user_made_first_is_refused_saying_whose_and_th
             os.rename(aside, lock_dir)
 
 
+def test_a_cron_run_and_a_session_run_of_one_user_get_ids_of_their_own(popen_jail, _preflight,
+                                                                       world_tmp, helpers):
+    # A run without XDG_RUNTIME_DIR (cron, su) locks its id in /tmp/pyjail-ids-UID, one with it
+    # in $XDG_RUNTIME_DIR/pyjail-ids: the second locks in /tmp too, or both took the first id.
+    user = _preflight("unprivileged")
+    lock_dir = f"/tmp/pyjail-ids-{user.invoker_uid}"
+    aside = None
+    if os.path.lexists(lock_dir):  # the user's own, from a run before: kept, and put back
+        aside = f"{lock_dir}.aside-{os.getpid()}"
+        os.rename(lock_dir, aside)
+    code = 'out = {"uid": open("/proc/self/uid_map").read().split()}'
+    cron = {k: v for k, v in os.environ.items() if k != "XDG_RUNTIME_DIR"}
+    runtime = world_tmp.dir(0o700)
+    os.chown(runtime, HOST, HOST)
+    try:
+        with subordinate_range():
+            a = popen_jail(["--", "python", "-c", "import json, sys\n" + code +
+                            "\nprint(json.dumps(out), flush=True)\nsys.stdin.read()\n"],
+                           user=user, stdin=subprocess.PIPE, env=cron)
+            b = start(popen_jail, user, {"XDG_RUNTIME_DIR": str(runtime)}, code)
+            ra, rb = held(a, helpers), held(b, helpers)
+            assert SUB_FIRST <= int(ra["uid"][1]) < SUB_FIRST + SUB_COUNT, ra
+            assert SUB_FIRST <= int(rb["uid"][1]) < SUB_FIRST + SUB_COUNT, rb
+            assert ra["uid"][1] != rb["uid"][1], "a cron run and a session run share a host uid"
+            for p in (a, b):
+                p.communicate(timeout=30)
+    finally:
+        shutil.rmtree(lock_dir, ignore_errors=True)
+        if aside:
+            os.rename(aside, lock_dir)
+
+
 def test_report_says_the_host_ids_and_whether_budgets_are_shared(run_jail, as_user, own_ids, world_tmp):
     env, (first, count) = own_ids
     report = world_tmp.dir(0o777) / "r.json"

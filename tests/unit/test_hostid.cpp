@@ -134,6 +134,10 @@ TEST_CASE("a user's lock directory") {
     CHECK(user_lock_dir("/run/user/7", 7) == "/run/user/7/pyjail-ids");
     CHECK(user_lock_dir(nullptr, 7) == "/tmp/pyjail-ids-7");
     CHECK(user_lock_dir("relative", 7) == "/tmp/pyjail-ids-7");
+    // A run with a runtime directory locks in /tmp too, where the user's other runs lock.
+    CHECK(user_lock_dir_also("/run/user/7", 7) == "/tmp/pyjail-ids-7");
+    CHECK(user_lock_dir_also(nullptr, 7).empty());
+    CHECK(user_lock_dir_also("relative", 7).empty());
 }
 
 TEST_CASE("a lock directory not the user's alone is refused, saying whose it is and the ways out") {
@@ -151,7 +155,7 @@ TEST_CASE("a lock directory not the user's alone is refused, saying whose it is 
           "(nobody), not to you, so that user could hold or forge your jails' locks (another user made "
           "it first: root or its owner can remove it (rm -r /tmp/pyjail-ids-1001); until then --host-ids "
           "shared runs your jails as you, without a lock, or set XDG_RUNTIME_DIR to a directory of your "
-          "own, alike in all your runs, so they lock in one place)");
+          "own to lock there)");
     CHECK(refusal({Kind::Link, 65534, "uid 65534 (nobody)", 0777}).find(
               "belongs to uid 65534 (nobody), not to you (and is a symbolic link), so") != std::string::npos);
     CHECK(refusal({Kind::Other, 1001, "uid 1001 (alice)", 0600}) ==
