@@ -236,6 +236,11 @@ def find_binary(binary: Optional[Union[str, "os.PathLike[str]"]] = None) -> str:
         if found is None:
             raise BinaryNotFoundError("the pyjail binary %s is not on PATH" % where)
         return found
+    if os.path.isdir(path):
+        inside = os.path.join(path, "pyjail")
+        raise BinaryNotFoundError(
+            "the pyjail binary %s is a directory%s" % (
+                where, ": did you mean %s?" % inside if os.path.isfile(inside) else ""))
     if not os.path.isfile(path):
         raise BinaryNotFoundError("the pyjail binary %s does not exist" % where)
     if not os.access(path, os.X_OK):

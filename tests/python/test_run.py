@@ -176,6 +176,13 @@ def test_missing_binary_is_a_clear_exception(monkeypatch, tmp_path):
         pyjail.run("print(1)", binary=str(tmp_path / "pyjail"))
     with pytest.raises(FileNotFoundError):   # it is one, too
         pyjail.Session(binary=str(tmp_path / "nope"))
+    # PYJAIL_BIN naming the build directory, not the binary in it.
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / "pyjail").write_text("")
+    monkeypatch.setenv("PYJAIL_BIN", str(tmp_path / "build"))
+    with pytest.raises(pyjail.BinaryNotFoundError,
+                       match=r"is a directory: did you mean .*/build/pyjail\?"):
+        pyjail.run("print(1)")
 
 
 def test_setup_error_is_a_jail_error():
