@@ -223,11 +223,20 @@ BindSpec parse_bind(const std::string& text, bool writable, const std::string& o
     b.origin = origin;
     b.source = absolute_path(src, cwd);
     if (dst.empty()) {
-        if (src[0] != '/')
+        if (src[0] != '/') {
+            // Where a program looks for a file it was given by a relative name: its working
+            // directory, /work.
+            std::string base = src.substr(0, src.find_last_not_of('/') + 1);
+            base = base.substr(base.rfind('/') + 1);
             throw UsageError(
                 fmt::format("{}: '{}' is relative, so where it goes in the jail is unclear", origin,
                             text),
-                fmt::format("name the target: {}:/mnt/{}", src, src));
+                base.empty() || base == "." || base == ".."
+                    ? fmt::format("name the target: {}:/mnt/data", src)
+                    : fmt::format("name the target: {0}:/work/{1} (the jail's working directory), or "
+                                  "e.g. {0}:/mnt/{1}",
+                                  src, base));
+        }
         dst = src;
     }
     if (dst[0] != '/')

@@ -75,7 +75,10 @@ TEST_CASE("binds: SRC[:DST], validated before anything runs") {
         return std::string("no error");
     };
     CHECK(err("data") == "--ro-bind: 'data' is relative, so where it goes in the jail is unclear "
-                         "(name the target: data:/mnt/data)");
+                         "(name the target: data:/work/data (the jail's working directory), or e.g. "
+                         "data:/mnt/data)");
+    CHECK(err("in/data.csv/").find("in/data.csv/:/work/data.csv (") != std::string::npos);
+    CHECK(err("..").find("(name the target: ..:/mnt/data)") != std::string::npos);
     CHECK(err("/x:rel") == "--ro-bind: target 'rel' is not an absolute path (targets are paths "
                            "inside the jail, e.g. /mnt/data)");
     CHECK(err("/x:/mnt/../etc") ==
