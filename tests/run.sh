@@ -104,6 +104,8 @@ stage_python=$("$root/tools/stage-install.sh" "$build" stage-python)
 trap 'cleanup; rm -rf "$stage" "$stage_python"' EXIT
 say "installed into $stage and $stage_python"
 export PYJAIL_BIN="$stage/usr/local/bin/pyjail"
+# test_install.py also installs this build with --prefix into a directory of its own.
+export PYJAIL_BUILD_DIR="$build"
 
 if [[ -z ${PYJAIL_VM_KERNEL:-} ]]; then
     wait "$kernel_pid" || { cat "$scratch/kernel.log" >&2

@@ -1,6 +1,8 @@
 """What `cmake --install` puts in place, checked on the staged installation the suite runs
 (tests/run.sh installs into a throw-away DESTDIR): the binary finds its profiles and rootfs
-by itself, and the man pages, bash completion and AppArmor profile are there and work."""
+by itself, and the man pages, bash completion and AppArmor profile are there and work. And an
+install with `--prefix DIR` of the build (PYJAIL_BUILD_DIR, default build/ of this checkout)
+puts everything under DIR, from where that pyjail runs."""
 
 import os
 import shutil
@@ -240,3 +242,73 @@ t {pyjail_bin} --env-pass PYJAIL_COMPLETION_T
     assert out[3] == ["--json", "--rootfs"]
     assert out[4] == ["default", "defaults-dir"]
     assert out[5] == ["PYJAIL_COMPLETION_TEST"]
+
+
+# --------------------------------------------------------------------------------------------
+# cmake --install BUILD --prefix DIR
+
+
+def _build_dir() -> Path:
+    from pyjail_testing import REPO
+
+    return Path(os.environ.get("PYJAIL_BUILD_DIR") or REPO / "build")
+
+
+@pytest.fixture(scope="module")
+def prefix_install():
+    """`cmake --install BUILD --prefix DIR`, as a user installs into a directory of their own
+    (no DESTDIR), into a fresh world-readable DIR: (DIR, the completed install)."""
+    from conftest import WorldTmp
+
+    build = _build_dir()
+    if not (build / "cmake_install.cmake").is_file():
+        skip_or_fail(f"no configured build at {build} (set PYJAIL_BUILD_DIR)")
+    if shutil.which("cmake") is None:
+        skip_or_fail("cmake is not installed")
+    tmp = WorldTmp()
+    prefix = tmp.dir() / "prefix"
+    env = {k: v for k, v in os.environ.items() if k != "DESTDIR"}
+    r = subprocess.run(["cmake", "--install", str(build), "--prefix", str(prefix)],
+                       capture_output=True, text=True, timeout=900, env=env, cwd="/")
+    yield prefix, r
+    tmp.cleanup()
+
+
+def test_cmake_install_with_a_prefix_puts_everything_under_it(prefix_install):
+    """Every install step honours --prefix: the man page link (once made from the configured
+    prefix, so the install failed halfway, or wrote outside DIR), the debug files' path, and the
+    files that name the installed binary."""
+    prefix, r = prefix_install
+    assert r.returncode == 0, r.stderr
+    installed = [line.split(": ", 1)[1] for line in r.stdout.splitlines()
+                 if line.startswith(("-- Installing: ", "-- Up-to-date: "))]
+    assert len(installed) > 100
+    assert [p for p in installed if not p.startswith(f"{prefix}/")] == []
+    # What the install records (files and links, for uninstalling): the same, under DIR.
+    manifest = (_build_dir() / "install_manifest.txt").read_text().splitlines()
+    assert len(manifest) > 100 and set(manifest) <= set(installed)
+    mcp = prefix / "share/man/man1/pyjail-mcp.1"
+    assert mcp.is_symlink() and os.readlink(mcp) == "pyjail-server.1" and mcp.is_file()
+    binary = f"{prefix}/bin/pyjail"
+    assert f"profile pyjail {binary} flags=(unconfined) {{" in \
+        (prefix / "share/pyjail/apparmor/pyjail").read_text()
+    hooks = prefix / "share/pyjail/upgrade-hooks"
+    assert f"if [ -x {binary} ]; then {binary} rootfs rebuild" in \
+        (hooks / "apt-pyjail-rootfs").read_text()
+    assert f"sudo install -m 644 {hooks}/apt-pyjail-rootfs" in (hooks / "apt-pyjail-rootfs").read_text()
+    assert f"ExecStart={binary} rootfs rebuild" in (hooks / "pyjail-rootfs-refresh.service").read_text()
+    if (_build_dir() / "pyjail.debug").is_file():
+        # Where gdb looks: lib/debug/<the binary's installed path>.debug.
+        assert (prefix / f"lib/debug{prefix}/bin/pyjail.debug").is_file()
+
+
+def test_the_pyjail_installed_at_a_prefix_runs_from_there(prefix_install, as_user):
+    prefix, r = prefix_install
+    assert r.returncode == 0, r.stderr
+    run = lambda *args: subprocess.run([*as_user.prefix, str(prefix / "bin/pyjail"), *args],
+                                       capture_output=True, text=True, timeout=60, cwd="/")
+    r = run("--profile", "strict", "--", "python", "-c", "print('ran')")
+    assert r.returncode == 0 and r.stdout == "ran\n", r.stderr
+    r = run("--profile", "strict", "--explain", "--", "python", "-c", "pass")
+    assert f'rootfs = "{prefix}/lib/pyjail/rootfs"' in r.stdout, r.stdout
+    assert f"profile ({prefix}/share/pyjail/profiles/strict.toml:" in r.stdout, r.stdout
