@@ -25,6 +25,7 @@ found by reading the ELF files (rootfs_elf.py), and a lock records what went in
                   [--no-index] [--index-url URL] [--extra-index-url URL]
                   [--wheel-cache DIR] [--download-limit SIZE] [--from-venv DIR]
                   [--allow-build] [--with PKG ...] [--shell-tools]
+                  [--ca-certificates FILE | --no-ca-certificates]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
   build-rootfs.py info ROOTFS
@@ -133,6 +134,33 @@ SHELL_TOOLS = (
     "gunzip", "zcat", "bzip2", "bunzip2", "xz", "unxz", "unzip", "bc", "dc", "less", "more",
     "file", "strings", "truncate", "mktemp", "install", "sync", "usleep", "free", "uptime",
 )
+
+# CA certificates: the host's bundle goes where the tree's OpenSSL looks by default (the target
+# interpreter's ssl.get_default_verify_paths().openssl_cafile, /usr/lib/ssl/cert.pem on Debian),
+# so that ssl.create_default_context() in a jail verifies servers as the host's Python does.
+# Taken from there on the host, else from the first of these (an interpreter whose OpenSSL was
+# built for another layout, such as a standalone build's /etc/ssl/cert.pem, then gets the
+# host's bundle where it looks). Not SSL_CERT_FILE: the tree would depend on the environment
+# of whoever builds (and rebuilds, from an apt hook) it; --ca-certificates FILE says it.
+HOST_CA_BUNDLES = ("/etc/ssl/certs/ca-certificates.crt", "/etc/pki/tls/certs/ca-bundle.crt",
+                   "/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem")
+# Debian's bundle holds some 140 certificates in 220 KiB: a file of more is not a CA bundle.
+CA_BUNDLE_MAX = 8 << 20
+CA_CERT_RE = re.compile(rb"-----BEGIN (TRUSTED )?CERTIFICATE-----")
+CA_KEY_RE = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+# How many certificates the tree's OpenSSL reads from the bundle (run by the target
+# interpreter): a file it cannot read would leave every jail's default context empty, silently
+# (OpenSSL ignores a default file it cannot load).
+CA_COUNT = r"""
+import json, ssl, sys
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+try:
+    ctx.load_verify_locations(cafile=sys.argv[1])
+except ssl.SSLError as e:
+    print(json.dumps({"error": str(e)}))
+else:
+    print(json.dumps(ctx.cert_store_stats()))
+"""
 
 # A rootfs with matplotlib gets its font cache, built at build time in a jail on the new tree,
 # and a start-up hook that points matplotlib at it (pyjail_matplotlib.py says why).
@@ -302,6 +330,66 @@ def host_ca_file():
     return None
 
 
+def read_ca_bundle(path, what, euid):
+    """(the bytes, the resolved path) of a CA bundle on the host, read once, by descriptor: a
+    regular file of at most CA_BUNDLE_MAX, with at least one PEM certificate and no private
+    key: every jail reads the copy, and a key there (a combined cert-and-key file given by
+    mistake) would be handed to untrusted code. For root, the file and every directory above it
+    must be root's and writable by no one else (a sticky directory of root's, such as /tmp, may
+    be above it), as for --from-venv. Attack: root's rebuilds (the apt hook's) read the file
+    again, and whoever could change it would choose which servers every jail of root's trusts
+    (a CA of their own, to read the jails' TLS), or swap in a link to a file of root's."""
+    real = os.path.realpath(path)
+    it = "it" if real == os.path.abspath(path) else real     # the file a link leads to
+    fix = "give a file of PEM certificates%s, or build without: --no-ca-certificates" % (
+        " that only root can change" if euid == 0 else "")
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open("/", flags | os.O_DIRECTORY)
+    try:
+        parts = [p for p in real.split("/") if p]
+        here = "/"
+        for i, part in enumerate(parts):
+            st = os.fstat(fd)
+            # A sticky directory keeps others from renaming root's entries, unless they own it.
+            if euid == 0 and rootfs_packages.others_can_change(st, euid) and \
+                    not (st.st_mode & stat.S_ISVTX and st.st_uid == 0):
+                raise BuildError(what, "%s belongs to uid %d with mode %o: others can change "
+                                 "it, and root builds this rootfs"
+                                 % (here, st.st_uid, stat.S_IMODE(st.st_mode)), fix)
+            here = os.path.join(here, part)
+            last = i == len(parts) - 1
+            try:
+                nfd = os.open(part, flags | (os.O_NONBLOCK if last else os.O_DIRECTORY),
+                              dir_fd=fd)
+            except OSError as e:
+                raise BuildError(what, "cannot open %s (%s)" % (here, e.strerror), fix)
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise BuildError(what, "%s is not a regular file" % it, fix)
+        if euid == 0 and (st.st_uid != 0 or st.st_mode & 0o022):
+            raise BuildError(what, "%s belongs to uid %d with mode %o: others can change it, "
+                             "and root builds this rootfs"
+                             % (it, st.st_uid, stat.S_IMODE(st.st_mode)), fix)
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            data = f.read(CA_BUNDLE_MAX + 1)
+    finally:
+        if fd is not None:
+            os.close(fd)
+    if len(data) > CA_BUNDLE_MAX:
+        raise BuildError(what, "%s is larger than %d MiB, which no bundle of CA certificates "
+                         "is" % (it, CA_BUNDLE_MAX >> 20), fix)
+    if CA_KEY_RE.search(data):
+        raise BuildError(what, "%s holds a private key, which every jail would read" % it,
+                         "give a file of certificates only")
+    if not CA_CERT_RE.search(data):
+        raise BuildError(what, "%s holds no PEM certificate (-----BEGIN CERTIFICATE-----)"
+                         % it, fix)
+    return data, real
+
+
 class DownloadLimitError(BuildError):
     """The relay stopped pip's run: the index's hosts sent more than --download-limit
     (rootfs_relay.DownloadBudget). Never a warning: what pip wrote may be cut short."""
@@ -348,6 +436,7 @@ class Builder:
         self.host_files = {}        # in-tree path -> host file copied there (rootfs_sources)
         self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
         self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
+        self.ca_certificates = ""    # in-tree path of the CA bundle, when it has one
         # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
         # (the same versions and wheels) and whose `requested` it keeps.
         self.previous_lock = None
@@ -488,6 +577,11 @@ class Builder:
             "if not dyn or not os.path.isdir(dyn):\n"
             "    dyn = next((p for p in sys.path\n"
             "                if os.path.basename(p) == 'lib-dynload'), None)\n"
+            "try:\n"
+            "    import ssl\n"
+            "    cafile = ssl.get_default_verify_paths().openssl_cafile\n"
+            "except ImportError:\n"
+            "    cafile = None\n"
             "print(json.dumps({'version': '%d.%d.%d' % sys.version_info[:3],\n"
             "    'hexversion': sys.hexversion,\n"
             "    'implementation': sys.implementation.name,\n"
@@ -496,7 +590,7 @@ class Builder:
             "    'purelib': sysconfig.get_paths()['purelib'],\n"
             "    'platlib': sysconfig.get_paths()['platlib'],\n"
             "    'stdlib': sysconfig.get_paths()['stdlib'],\n"
-            "    'dynload': dyn}))\n")
+            "    'dynload': dyn, 'openssl_cafile': cafile}))\n")
         proc = self.run([py, "-I", "-S", "-c", script], "query %s" % py,
                         "check that %s is a working CPython >= 3.9" % py)
         try:
@@ -1390,6 +1484,7 @@ class Builder:
             ("PACKAGES", '"%s"' % " ".join("%s-%s" % (e["name"], e["version"])
                                            for e in self.lock)),
             ("SITE_PACKAGES", '"%s"' % self.site_dir()),
+            ("CA_CERTIFICATES", '"%s"' % self.ca_certificates),
             ("JAIL_UID", str(uid)),
             ("JAIL_GID", str(gid)),
             ("SOURCE_DATE_EPOCH", str(self.epoch)),
@@ -1541,6 +1636,71 @@ class Builder:
             return
         self.copy_tree(ZONEINFO, ZONEINFO, lambda rel, is_dir: rel in ZONEINFO_EXCLUDE)
 
+    def ca_tree_path(self):
+        """(where the tree's OpenSSL reads its CA bundle by default, None) or (None, why not)."""
+        cafile = self.info.get("openssl_cafile")
+        if not cafile:
+            return None, "%s has no ssl module" % self.python_desc
+        path = usr_path(cafile)
+        if not os.path.isabs(path) or os.path.normpath(path) != path:
+            return None, "its OpenSSL's CA file %r is not a plain absolute path" % cafile
+        if path.split("/")[1] in MOUNT_POINTS:
+            # /tmp, /work, ...: what a jail mounts there would hide it.
+            return None, "its OpenSSL reads its CA bundle from %s, where a jail mounts a " \
+                         "directory of its own" % cafile
+        return path, None
+
+    def copy_ca_certificates(self):
+        """The host's CA bundle (or --ca-certificates FILE), as a regular file with its content,
+        where the tree's OpenSSL looks by default, so that ssl.create_default_context() (urllib,
+        http.client, asyncio, ...) verifies servers in a jail as the host's Python does. One
+        file: OpenSSL reads every certificate in it, and the hashed directory beside it (capath,
+        a link per certificate) would add nothing. The bundle is public data, but it is the
+        host's trust decision copied into the tree: its hash is recorded with the other host
+        files, so `pyjail rootfs info`, doctor and `rebuild --if-stale` see when the host's
+        bundle changes, and a rebuild takes the new one."""
+        a = self.args
+        if a.no_ca_certificates:
+            return
+        path, why = self.ca_tree_path()
+        given = "--ca-certificates %s" % a.ca_certificates if a.ca_certificates else None
+        if path is None:
+            if given:
+                raise BuildError(given, why, "build it without: --no-ca-certificates")
+            (self.say if not self.info.get("openssl_cafile") else self.warn)(
+                "no CA certificates in the tree: %s" % why)
+            return
+        src = a.ca_certificates or next((f for f in (self.info["openssl_cafile"],) +
+                                         HOST_CA_BUNDLES if os.path.isfile(f)), None)
+        if src is None:
+            self.warn("no CA certificates on this host (%s): HTTPS in the jail cannot verify "
+                      "any server (apt-get install ca-certificates and rebuild, or give "
+                      "--ca-certificates FILE; --no-ca-certificates builds without and says "
+                      "nothing)" % self.info["openssl_cafile"])
+            return
+        what = given or "CA certificates %s" % src
+        data, real = read_ca_bundle(src, what, os.geteuid())
+        d = self.dest(path)
+        self.makedirs(os.path.dirname(path))
+        if os.path.lexists(d) or not inside(os.path.realpath(d), os.path.realpath(self.root)):
+            raise BuildError(what, "the tree has %s already" % path,
+                             "this is a bug in build-rootfs.py")
+        with open(d, "xb") as f:
+            f.write(data)
+        os.chmod(d, 0o644)
+        proc = self.run([self.binary, "-I", "-S", "-c", CA_COUNT, d], "count CA certificates",
+                        "check that %s can load certificates" % self.python)
+        try:
+            stats = json.loads(proc.stdout)
+        except ValueError:
+            stats = {"error": one_line(proc.stdout, 80)}
+        if "error" in stats or not stats.get("x509"):
+            raise BuildError(what, "OpenSSL reads no certificate from %s (%s)" % (
+                real, stats.get("error", "none loaded")), "give a file of PEM certificates")
+        self.host_files[path] = real
+        self.ca_certificates = path
+        self.say("CA certificates: %d from %s at %s" % (stats["x509"], real, path))
+
     def copy_ldconfig(self):
         """/sbin/ldconfig, for ctypes.util.find_library(): it lists the libraries of the
         tree's /etc/ld.so.cache (`ldconfig -p`). It can change nothing: the root is
@@ -1609,6 +1769,7 @@ class Builder:
         self.copy_libraries()
         self.copy_locale()
         self.copy_zoneinfo()
+        self.copy_ca_certificates()
         self.copy_session_server()
         self.write_etc()
         self.write_ld_cache()
@@ -1770,6 +1931,13 @@ def parse_build_args(argv, prog):
     p.add_argument("--shell-tools", action="store_true",
                    help="add busybox (static) with ls, cat, grep, sed, awk, find, ... for "
                         "subprocess and os.system")
+    ca = p.add_mutually_exclusive_group()
+    ca.add_argument("--ca-certificates", metavar="FILE",
+                    help="the CA certificates (PEM) the jail's OpenSSL trusts by default "
+                         "(default: the host's bundle)")
+    ca.add_argument("--no-ca-certificates", action="store_true",
+                    help="put no CA certificates into the tree: HTTPS in the jail verifies "
+                         "nothing unless the program brings its own")
     # Given by pyjail: its own binary, to run matplotlib in a jail for its font cache.
     p.add_argument("--pyjail-binary", help=argparse.SUPPRESS)
     p.add_argument("--jail-uid", type=int, default=1000, metavar="UID",

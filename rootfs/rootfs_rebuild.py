@@ -54,6 +54,8 @@ def inputs(args, epoch):
             value = [v if "://" in v else os.path.abspath(v) for v in value]
         elif key == "wheel_cache" and value:
             value = os.path.abspath(value)
+        elif key == "ca_certificates" and value:
+            value = os.path.abspath(value)
         elif key in ("from_venv", "python") and value and "/" in value:
             value = os.path.abspath(value)
         out[key] = value

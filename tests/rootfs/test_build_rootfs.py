@@ -7,6 +7,7 @@ or cannot create namespaces.
 """
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -485,3 +486,240 @@ def test_shell_tools_run_through_subprocess(tools_root):
                             "print(r.returncode, r.stdout.split(), r.stderr)")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "0 ['1', 'a'] \n"
+
+
+# ------------------------------------------------------------------- CA certificates
+#
+# The host's bundle goes where the tree's OpenSSL looks by default, so ssl's default context
+# verifies servers in a jail; --ca-certificates FILE puts another there, --no-ca-certificates
+# none.
+
+SOURCES = "etc/pyjail-rootfs.sources.json"
+
+
+def openssl_cafile():
+    """Where the target interpreter's OpenSSL reads its CA bundle (/usr/lib/ssl/cert.pem)."""
+    return target("import ssl; print(ssl.get_default_verify_paths().openssl_cafile)")
+
+
+def host_bundle():
+    cafile = openssl_cafile()
+    if not os.path.isfile(cafile):
+        skip_or_fail("this host has no CA bundle at %s (apt-get install ca-certificates)" % cafile)
+    return os.path.realpath(cafile)
+
+
+def make_ca(d, name):
+    """A self-signed CA certificate (and its key beside it) made by openssl."""
+    if shutil.which("openssl") is None:
+        skip_or_fail("openssl is not installed (apt-get install openssl)")
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=%s" % name, "-keyout", str(d / (name + ".key")),
+                    "-out", str(d / (name + ".pem"))], check=True, capture_output=True)
+    return d / (name + ".pem")
+
+
+def jail_trust(root):
+    """What a jail's default context trusts: (cert_store_stats, [the first CAs' names])."""
+    proc = jail(root, "import json, ssl\n"
+                      "ctx = ssl.create_default_context()\n"
+                      "names = [dict(n[0] for n in c['subject'])['commonName']\n"
+                      "         for c in ctx.get_ca_certs()[:5]]\n"
+                      "print(json.dumps([ctx.cert_store_stats(), names]))")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def one_line_error(proc, pattern):
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert re.match(pattern, proc.stderr), proc.stderr
+    assert proc.stdout == ""
+
+
+def test_the_hosts_ca_bundle_is_in_the_tree(root, info):
+    host = host_bundle()
+    cafile = openssl_cafile()
+    copy = root / cafile.lstrip("/")
+    # A regular file with the bundle's content, not a link out of the tree.
+    assert copy.is_file() and not copy.is_symlink()
+    assert stat.S_IMODE(copy.stat().st_mode) == 0o644
+    assert copy.read_bytes() == Path(host).read_bytes()
+    assert info["CA_CERTIFICATES"] == cafile
+    digest = hashlib.sha256(copy.read_bytes()).hexdigest()
+    assert "%s  ./%s" % (digest, cafile.lstrip("/")) in \
+        (root / "etc/pyjail-manifest.sha256").read_text().splitlines()
+    # A host file like the others: a changed bundle makes the tree stale.
+    assert json.loads((root / SOURCES).read_text())["files"][host] == digest
+
+
+@needs_bwrap
+def test_a_jails_default_context_trusts_what_the_hosts_does(root):
+    host_bundle()
+    stats, _ = jail_trust(root)
+    assert stats["x509_ca"] > 0, stats
+    host = target("import json, ssl; "
+                  "print(json.dumps(ssl.create_default_context().cert_store_stats()))")
+    assert stats == json.loads(host)
+
+
+def test_ca_certificates_file_and_rebuild(tmp_path):
+    """--ca-certificates FILE: that file's content, recorded for rebuilds (which read it again)
+    and as a host file (whose change makes the tree stale)."""
+    ca = make_ca(tmp_path, "pyjail test CA")
+    out = tmp_path / "rootfs"
+    proc = build(out, "--ca-certificates", str(ca))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    copy = out / openssl_cafile().lstrip("/")
+    assert copy.read_bytes() == ca.read_bytes() and not copy.is_symlink()
+    rec = json.loads((out / SOURCES).read_text())
+    assert rec["inputs"]["ca_certificates"] == str(ca)
+    assert rec["files"][str(ca)] == hashlib.sha256(ca.read_bytes()).hexdigest()
+    if bwrap_works() is None:
+        stats, names = jail_trust(out)
+        assert (stats["x509_ca"], names) == (1, ["pyjail test CA"]), (stats, names)
+    # The file changes (another CA): the tree is stale, and a rebuild takes the new one.
+    make_ca(tmp_path, "other CA")
+    (tmp_path / "other CA.pem").rename(ca)
+    state = subprocess.run([sys.executable, str(BUILDER), "sources", str(out)], check=True,
+                           stdout=subprocess.PIPE, universal_newlines=True).stdout
+    assert json.loads(state)["state"] == "stale"
+    assert "1 file differs (%s)" % ca in json.loads(state)["summary"]
+    proc = subprocess.run([sys.executable, str(BUILDER), "rebuild", "--if-stale", "--quiet",
+                           str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert copy.read_bytes() == ca.read_bytes()
+
+
+def test_no_ca_certificates(tmp_path):
+    out = tmp_path / "rootfs"
+    proc = build(out, "--no-ca-certificates")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""     # no warning: asked for
+    assert not (out / openssl_cafile().lstrip("/")).exists()
+    assert read_info(out)["CA_CERTIFICATES"] == ""
+    if bwrap_works() is None:
+        assert jail_trust(out)[0] == {"x509": 0, "crl": 0, "x509_ca": 0}
+
+
+def test_bad_ca_certificates_fail_with_one_line(tmp_path):
+    ca = make_ca(tmp_path, "ca")
+    key = tmp_path / "ca.key"
+    both = tmp_path / "both.pem"
+    both.write_bytes(ca.read_bytes() + key.read_bytes())
+    text = tmp_path / "notes.txt"
+    text.write_text("not a certificate\n")
+    broken = tmp_path / "broken.pem"
+    broken.write_text("-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n")
+    link = tmp_path / "link.pem"
+    link.symlink_to(both)
+    out = tmp_path / "rootfs"
+    for args, pattern in (
+            ([both], r"build-rootfs: --ca-certificates \S+/both\.pem: it holds a private key, "
+                     r"which every jail would read \(give a file of certificates only\)$"),
+            ([link], r"build-rootfs: --ca-certificates \S+/link\.pem: \S+/both\.pem holds a "
+                     r"private key"),
+            ([text], r"build-rootfs: --ca-certificates \S+/notes\.txt: it holds no PEM "
+                     r"certificate"),
+            ([broken], r"build-rootfs: --ca-certificates \S+/broken\.pem: OpenSSL reads no "
+                       r"certificate from \S+/broken\.pem \("),
+            ([tmp_path / "missing.pem"], r"build-rootfs: --ca-certificates \S+/missing\.pem: "
+                                         r"cannot open \S+/missing\.pem \(No such file"),
+            ([tmp_path], r"build-rootfs: --ca-certificates \S+: it is not a regular file"),
+            ([ca, "--no-ca-certificates"], r"build-rootfs: command line: argument "
+                                           r"--no-ca-certificates: not allowed with argument "
+                                           r"--ca-certificates")):
+        proc = build(out, "--ca-certificates", *map(str, args))
+        one_line_error(proc, pattern)
+        assert not out.exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith("rootfs")]
+
+
+def test_root_takes_no_bundle_another_user_can_change(tmp_path):
+    if os.geteuid() != 0:
+        skip_or_fail("only root's builds refuse a bundle others can change (not root here)")
+    os.chmod(tmp_path, 0o755)
+    ca = make_ca(tmp_path, "ca")
+    out = tmp_path / "rootfs"
+    os.chown(ca, 65534, 65534)
+    one_line_error(build(out, "--ca-certificates", str(ca)),
+                   r"build-rootfs: --ca-certificates %s: it belongs to uid 65534 with mode "
+                   r"644: others can change it, and root builds this rootfs \(give a file of "
+                   r"PEM certificates that only root can change" % re.escape(str(ca)))
+    os.chown(ca, 0, 0)
+    os.chmod(ca, 0o664)
+    one_line_error(build(out, "--ca-certificates", str(ca)),
+                   r"build-rootfs: --ca-certificates \S+: it belongs to uid 0 with mode 664")
+    os.chmod(ca, 0o644)
+    # Root's file, in another user's directory: its owner could swap the file for another.
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o755)
+    ca.rename(theirs / "ca.pem")
+    os.chown(theirs, 65534, 65534)
+    one_line_error(build(out, "--ca-certificates", str(theirs / "ca.pem")),
+                   r"build-rootfs: --ca-certificates \S+: %s belongs to uid 65534 with mode "
+                   r"755: others can change it" % re.escape(str(theirs)))
+    assert not out.exists()
+    # In a sticky directory of root's (/tmp), root's own file is taken.
+    sticky = tmp_path / "sticky"
+    sticky.mkdir()
+    os.chmod(sticky, 0o1777)
+    (theirs / "ca.pem").rename(sticky / "ca.pem")
+    proc = build(out, "--ca-certificates", str(sticky / "ca.pem"))
+    assert proc.returncode == 0, proc.stderr
+
+
+def load_builder():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("build_rootfs_under_test", str(BUILDER))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def ca_step(module, tree, cafile):
+    """A Builder that has reached its CA step, on an empty tree, for an interpreter whose
+    OpenSSL reads `cafile`."""
+    b = module.Builder(module.parse_args(["--out", str(tree) + ".out", "--quiet"]))
+    b.root = str(tree)
+    b.info = {"openssl_cafile": cafile}
+    b.binary = os.path.realpath(TARGET_PYTHON)
+    b.python_desc = "CPython"
+    return b
+
+
+# Where the OpenSSL of those tests' interpreter looks: a path this host does not have, and not
+# below a jail's mount points (/tmp: a jail would not see a file there).
+NOWHERE = "/nonexistent-pyjail-test/ssl/cert.pem"
+
+
+def test_a_host_without_a_bundle_builds_on_and_says_so(tmp_path, monkeypatch, capsys):
+    module = load_builder()
+    monkeypatch.setattr(module, "HOST_CA_BUNDLES", ())
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    b = ca_step(module, tree, NOWHERE)
+    b.copy_ca_certificates()
+    err = capsys.readouterr().err
+    assert err == ("build-rootfs: warning: no CA certificates on this host (%s): HTTPS in the "
+                   "jail cannot verify any server (apt-get install ca-certificates and rebuild, "
+                   "or give --ca-certificates FILE; --no-ca-certificates builds without and "
+                   "says nothing)\n" % NOWHERE)
+    assert list(tree.iterdir()) == [] and b.ca_certificates == ""
+
+
+def test_an_openssl_of_another_layout_gets_the_hosts_bundle_where_it_looks(tmp_path,
+                                                                           monkeypatch):
+    """An interpreter whose OpenSSL looks where this host has nothing (a standalone build's
+    /etc/ssl/cert.pem on Debian) gets the host's bundle there."""
+    module = load_builder()
+    ca = make_ca(tmp_path, "host CA")
+    monkeypatch.setattr(module, "HOST_CA_BUNDLES", (str(tmp_path / "none.pem"), str(ca)))
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    b = ca_step(module, tree, NOWHERE)
+    b.copy_ca_certificates()
+    assert (tree / NOWHERE.lstrip("/")).read_bytes() == ca.read_bytes()
+    assert b.host_files == {NOWHERE: str(ca)} and b.ca_certificates == NOWHERE
