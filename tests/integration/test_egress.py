@@ -337,6 +337,54 @@ def test_busybox_wget_reaches_allowed_names_and_no_other(run_jail, world_tmp, in
     assert r.returncode == 1 and "Connection refused" in r.stderr, describe(r)
 
 
+@pytest.fixture(scope="module")
+def ca_rootfs(pyjail_bin, internet):
+    """A rootfs built by `pyjail rootfs build --ca-certificates` with the test CA: what its
+    OpenSSL trusts by default is that CA (on a real host, the host's bundle or a company's)."""
+    from conftest import WorldTmp
+
+    tmp = WorldTmp()
+    out = tmp.dir() / "rootfs"
+    r = subprocess.run([str(pyjail_bin), "rootfs", "build", "--out", str(out), "--ca-certificates",
+                        str(internet.ca), "--quiet"], capture_output=True, text=True, timeout=600, cwd="/")
+    assert r.returncode == 0, r.stderr
+    yield out
+    tmp.cleanup()
+
+
+VERIFY = """\
+import ssl, urllib.error, urllib.request
+def fetch(url):
+    try:
+        return urllib.request.urlopen(url, timeout=5).read().decode()
+    except urllib.error.URLError as e:
+        return repr(e.reason)[:300]
+"""
+
+
+def test_https_is_verified_against_the_ca_bundle_the_rootfs_was_built_with(
+        run_py, internet, ca_rootfs, as_user):
+    """No SSL_CERT_FILE, no bind: urllib's default context trusts the rootfs's bundle. Built with
+    the server's CA, the rootfs verifies the server; the default rootfs (the host's bundle, which
+    lacks that CA) refuses it, and so does the same rootfs for a name the certificate lacks."""
+    url = f"https://files.test:{internet.https_port}/"
+    opts = ["--net", "allow", *allow(internet), *PINNED,
+            "--allow-host", f"web.test:{internet.https_port}"]
+    code = f"""\
+        emit({{"stats": ssl.create_default_context().cert_store_stats(), "files": fetch("{url}"),
+               "web": fetch("https://web.test:{internet.https_port}/")}})
+        """
+    r = run_py(code, user=as_user, setup=VERIFY, opts=["--rootfs", str(ca_rootfs), *opts], timeout=60)
+    assert r.result["stats"] == {"x509": 1, "crl": 0, "x509_ca": 1}, describe(r)
+    assert r.result["files"] == f"hello files.test:{internet.https_port}\n", describe(r)
+    assert "CERTIFICATE_VERIFY_FAILED" in r.result["web"] and "Hostname mismatch" in r.result["web"], \
+        describe(r)
+    r = run_py(code, user=as_user, setup=VERIFY, opts=opts, timeout=60)
+    assert r.result["stats"]["x509_ca"] > 0, describe(r)     # the host's CAs, not the test's
+    assert "CERTIFICATE_VERIFY_FAILED" in r.result["files"], describe(r)
+    assert "unable to get local issuer certificate" in r.result["files"], describe(r)
+
+
 # --------------------------------------------------------------------------------------------
 # Names
 
