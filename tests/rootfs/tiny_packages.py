@@ -13,8 +13,10 @@ from pathlib import Path
 WHEEL_WRITER = r'''
 import base64, hashlib, os, zipfile
 
-def write_wheel(directory, name, version, code, requires=(), module=None):
+def write_wheel(directory, name, version, code, requires=(), module=None, more=None,
+                deflate=False):
     files = {(module or name + ".py"): code.encode()}
+    files.update(more or {})
     info = "%s-%s.dist-info/" % (name, version)
     files[info + "METADATA"] = ("Metadata-Version: 2.1\nName: %s\nVersion: %s\n%s" % (
         name, version, "".join("Requires-Dist: %s\n" % r for r in requires))).encode()
@@ -29,6 +31,7 @@ def write_wheel(directory, name, version, code, requires=(), module=None):
     with zipfile.ZipFile(os.path.join(directory, wheel), "w") as z:
         for path, data in files.items():
             info_ = zipfile.ZipInfo(path, date_time=(2020, 1, 1, 0, 0, 0))
+            info_.compress_type = zipfile.ZIP_DEFLATED if deflate else zipfile.ZIP_STORED
             z.writestr(info_, data)
     return wheel
 '''
@@ -58,12 +61,15 @@ def build_wheel(wheel_directory, config_settings=None, metadata_directory=None):
 '''
 
 
-def make_wheel(directory, name, version, code="VALUE = 42\n", requires=(), module=None):
-    """module: the file the code goes in (NAME.py unless given, e.g. "NAME/__init__.py")."""
+def make_wheel(directory, name, version, code="VALUE = 42\n", requires=(), module=None,
+               more=None, deflate=False):
+    """module: the file the code goes in (NAME.py unless given, e.g. "NAME/__init__.py");
+    more: other files, {path in the wheel: bytes}; deflate: compress every file (by default
+    they are stored, so that a wheel is as large as its files)."""
     scope = {}
     exec(WHEEL_WRITER, scope)
     return Path(directory) / scope["write_wheel"](str(directory), name, version, code, requires,
-                                                  module)
+                                                  module, more, deflate)
 
 
 def sdist_files(name, version, code="VALUE = 42\n", fail=False, marker=None, plant=""):
