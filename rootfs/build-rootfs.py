@@ -23,8 +23,8 @@ found by reading the ELF files (rootfs_elf.py), and a lock records what went in
   build-rootfs.py [build] (--out DIR | --name NAME) [--python /usr/bin/python3]
                   [--requirements FILE] [--pip SPEC ...] [--find-links DIR]
                   [--no-index] [--index-url URL] [--extra-index-url URL]
-                  [--wheel-cache DIR] [--download-limit SIZE] [--from-venv DIR]
-                  [--allow-build] [--with PKG ...] [--shell-tools]
+                  [--wheel-cache DIR] [--download-limit SIZE] [--install-limit SIZE]
+                  [--from-venv DIR] [--allow-build] [--with PKG ...] [--shell-tools]
                   [--ca-certificates FILE | --no-ca-certificates]
                   [--jail-uid 1000] [--jail-gid 1000] [--quiet]
   build-rootfs.py rebuild [--if-stale] [--quiet] (ROOTFS ... | --all --dir WHERE=DIR ...)
@@ -61,7 +61,7 @@ import rootfs_elf  # noqa: E402
 import rootfs_packages  # noqa: E402
 import rootfs_rebuild  # noqa: E402
 import rootfs_sources  # noqa: E402
-from rootfs_packages import BuildError, one_line, printable  # noqa: E402
+from rootfs_packages import BuildError, DiskLimitError, one_line, printable  # noqa: E402
 
 BUILDER_VERSION = "1.2.0"
 
@@ -961,8 +961,15 @@ class Builder:
             a.pyjail_binary, self.root, self.interpreter, pip_dir, self.stage, requirements,
             specs, find_links, no_index, a.allow_build, extra, host_user, self.epoch,
             relay and relay.path, index_urls, relay and host_ca_file(), download)
+        # What the jail writes to the host's disk (the staging directory): --install-limit,
+        # and the floors of free space (rootfs_packages.DiskWatch).
+        watch = rootfs_packages.DiskWatch(
+            self.stage, a.install_limit, "pip download" if download else "pip install",
+            os.path.dirname(self.out), self.previous_lock is not None)
         try:
-            rootfs_packages.run_pip(cmd, self.python_desc)
+            rootfs_packages.run_pip(cmd, self.python_desc, watch)
+        except DiskLimitError:
+            raise       # the builder stopped the jail: that is why it ended
         except BuildError as e:
             if relay and relay.stopped:
                 raise DownloadLimitError(download, a.download_limit, self.previous_lock is not None) from None
@@ -997,6 +1004,8 @@ class Builder:
         try:
             self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], True, extra,
                               host_user, download=True)
+        except DiskLimitError:
+            raise       # nothing of it is cached: what it wrote may be cut short
         except BuildError as offline:
             stopped = offline
             if not self.args.no_index:
@@ -1005,7 +1014,7 @@ class Builder:
                     self.run_pip_jail(pip_dir, requirements, specs, find_links + [cache], False,
                                       extra, host_user, download=True)
                     stopped = None
-                except DownloadLimitError:
+                except (DownloadLimitError, DiskLimitError):
                     raise       # nothing of it is cached, and the install would only fail
                 except BuildError as online:
                     stopped = online
@@ -1915,6 +1924,11 @@ def parse_build_args(argv, prog):
                    default=rootfs_relay.format_size(rootfs_relay.DOWNLOAD_LIMIT),
                    help="the most the package index may send in a build, all files together "
                         "(K, M or G; default: %(default)s): past it the build fails")
+    p.add_argument("--install-limit", metavar="SIZE",
+                   default=rootfs_relay.format_size(rootfs_packages.INSTALL_LIMIT),
+                   help="the most one pip run (in its jail) may add to the disk of the output's "
+                        "directory, what it downloads, unpacks and builds together (K, M or G; "
+                        "default: %(default)s): past it the build fails")
     p.add_argument("--index-url", metavar="URL",
                    help="the package index (default: PyPI), https:// only: the jail that runs "
                         "pip reaches this host and no other")
@@ -1947,11 +1961,13 @@ def parse_build_args(argv, prog):
     p.add_argument("--quiet", action="store_true",
                    help="print only the final summary line (and errors)")
     args = p.parse_args(argv)
-    try:
-        args.download_limit = rootfs_relay.parse_size(args.download_limit)
-    except ValueError as e:
-        raise BuildError("--download-limit %s" % args.download_limit, str(e),
-                         "write bytes or a number with K, M or G, e.g. 16G")
+    for opt in ("download_limit", "install_limit"):
+        try:
+            setattr(args, opt, rootfs_relay.parse_size(getattr(args, opt)))
+        except ValueError as e:
+            raise BuildError("--%s %s" % (opt.replace("_", "-"), getattr(args, opt)), str(e),
+                             "write bytes or a number with K, M or G, e.g. %s"
+                             % ("16G" if opt == "download_limit" else "64G"))
     for opt, v in (("--jail-uid", args.jail_uid), ("--jail-gid", args.jail_gid)):
         if not 0 < v < 2**32 - 1 or v == 65534:
             p.error("%s %d: must be between 1 and 4294967294 and not 65534" % (opt, v))

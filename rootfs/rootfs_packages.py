@@ -15,6 +15,7 @@ only a source distribution.
 Only the standard library of any python3 >= 3.9 is used.
 """
 
+import collections
 import errno
 import functools
 import hashlib
@@ -24,6 +25,7 @@ import re
 import signal
 import stat
 import subprocess
+import time
 import urllib.parse
 
 LOCK = "etc/pyjail-rootfs.lock.json"
@@ -127,10 +129,14 @@ runpy.run_module("pip", run_name="__main__", alter_sys=True)
 """ % {"relay": JAIL_RELAY, "pip": JAIL_PIP}
 
 # The pip jail's limits: a resolver or a build that loops, floods or fills the disk is stopped.
-# Its output (pip's -vv log, which is read into the builder's memory) is capped too.
+# Its output (pip's -vv log, which is read into the builder's memory) is capped too. --fsize
+# caps each file; what all of them add to the host's disk is watched by the builder
+# (DiskWatch), which stops the jail with SIGTERM: --kill-grace 0 makes that end the whole jail
+# at once, since nothing of a stopped run is kept. Attack: build code that ignores SIGTERM
+# and goes on writing for the default grace (5 s, gigabytes on a fast disk).
 PIP_JAIL_LIMITS = ("--wall-time", "3600", "--cpu-time", "0", "--memory", "4G",
                    "--pids", "512", "--fsize", "2G", "--tmpfs-size", "256M",
-                   "--output-limit", "64M", "--nofile", "4096")
+                   "--output-limit", "64M", "--nofile", "4096", "--kill-grace", "0")
 
 # pip's --report, written in the jail: hostile. Bounded before it is parsed.
 REPORT_LIMIT = 16 << 20
@@ -346,21 +352,193 @@ def explain_pip_failure(log, python_desc):
             "paths; build a wheel of a local project and pass its directory with --find-links")
 
 
-def pip_run(cmd):
+# ------------------------------------------------------------------------ the staging disk
+
+# The pip jail writes to the host's disk only in the staging directory (its /work), beside the
+# output. --fsize caps each file and --download-limit what the index sends, but not what the
+# jail makes of it: a small wheel that unpacks to many gigabytes (a zip bomb: pip unpacks it),
+# or, with --allow-build, build code that writes without end, would fill the disk. So while
+# the jail runs the builder samples that filesystem (statvfs, every WATCH_INTERVAL seconds) and
+# stops the jail when its use grew by more than --install-limit since the jail started, or
+# when its free space or free inodes fall below a floor.
+#
+# statvfs, not a walk of the staging tree: it costs the same for any tree (a walk of what a
+# hostile jail made, millions of entries or directories it closed, four times a second, would
+# not), and it also sees what a walk cannot: files unlinked but held open, a tree's metadata.
+# It also counts the other writers on that filesystem, so another process's writes can stop a
+# build that stays within its limit: that errs toward stopping, and the limit's default is far
+# above what builds need, so it takes tens of GiB written by others during one pip run.
+#
+# INSTALL_LIMIT: what --download-limit's default (8 GiB) of ordinary wheels needs while pip
+# installs them: the downloads themselves (in pip's temporary directory, which is in the
+# staging directory) and their contents, which wheels compress about threefold. torch with its
+# CUDA libraries (3.5 GiB of wheels) needs about 10 GiB, the data rootfs under 1 GiB. Builds
+# that need more are rare enough to ask for it (the error says how).
+INSTALL_LIMIT = 32 << 30
+# The floor of free space: 5% of the filesystem, at least 1 GiB, at most 4 GiB (as journald's
+# SystemKeepFree: a share, capped, so that a large disk nearly full still takes a small build).
+# At least 1 GiB: room for the host's own writers (logs, other users), and for what the jail
+# can write between two samples and while it is killed (0.25 s at 2 GB/s is 0.5 GB). The
+# floor is on the space left to users (f_bavail): the jail never runs as the host's root, and
+# root's reserve (ext4's 5%) is the host's, not the build's.
+FREE_FLOOR_SHARE, FREE_FLOOR_MIN, FREE_FLOOR_MAX = 20, 1 << 30, 4 << 30
+# The floor of free inodes, where the filesystem has a fixed number of them (ext4; btrfs says
+# 0): 5%. Attack: millions of empty files, a few hundred MB of directories, which use up the
+# inodes of the whole disk (no file can be made) long before any limit of bytes.
+INODE_FLOOR_SHARE = 20
+WATCH_INTERVAL = 0.25
+STOP_GRACE = 10     # seconds pyjail has to end after SIGTERM, before SIGKILL
+
+DiskSample = collections.namedtuple("DiskSample", "used avail size inodes_avail inodes")
+
+
+def disk_sample(path):
+    """The filesystem of `path` now (statvfs): bytes used, bytes left to users, its size,
+    inodes left to users, its inodes (0 where it has no fixed number)."""
+    st = os.statvfs(path)
+    return DiskSample((st.f_blocks - st.f_bfree) * st.f_frsize, st.f_bavail * st.f_frsize,
+                      st.f_blocks * st.f_frsize, st.f_favail, st.f_files)
+
+
+def free_floor(size):
+    """The free space the builder keeps on a filesystem of `size` bytes while pip runs."""
+    return min(max(size // FREE_FLOOR_SHARE, FREE_FLOOR_MIN), FREE_FLOOR_MAX)
+
+
+def disk_verdict(start, now, limit):
+    """Whether the pip jail may go on, from two samples of its staging directory's filesystem
+    (DiskSample: when the jail started, now); pure. None, or why it must stop: "limit" (the
+    filesystem's use grew by more than `limit` bytes since the start), "space" (its free space
+    is below free_floor), "inodes" (its free inodes are below the inode floor)."""
+    if now.used - start.used > limit:
+        return "limit"
+    if now.avail < free_floor(now.size):
+        return "space"
+    if now.inodes and now.inodes_avail < now.inodes // INODE_FLOOR_SHARE:
+        return "inodes"
+    return None
+
+
+def human_size(n):
+    """A size for a message: "3.2 GiB", "512 KiB"."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return ("%.1f %s" % (n / (1 << shift), unit)).replace(".0 ", " ")
+    return "%d bytes" % n
+
+
+class DiskLimitError(BuildError):
+    """The builder stopped the pip jail, or did not start it, for what it wrote or would write
+    to the host's disk (disk_verdict). Never a warning: what pip wrote may be cut short."""
+
+    # What the builder did, by when it looked: before the jail, while it ran, after it ended.
+    DID = {"before": "so pip did not start", "running": "and the builder stopped it",
+           "after": "and the builder keeps nothing of what it made"}
+
+    def __init__(self, verdict, now, limit, what, where, when="running", rebuild=False):
+        import rootfs_relay     # format_size; here: its socket modules take 10 ms to import
+        size = rootfs_relay.format_size
+        stopped = self.DID[when]
+        if verdict == "limit":
+            raise_it = "--install-limit %s" % size(2 * limit)
+            why = ("the space used on the disk that holds %s grew by more than --install-limit "
+                   "%s while pip ran in its jail (what pip downloads, unpacks and builds there, "
+                   "and any other program's writes), %s" % (where, size(limit), stopped))
+            fix = ("if the packages need that much, raise it: %s" % raise_it if not rebuild
+                   else "a rebuild keeps its build's limit; if the packages need that much, "
+                   "build it again with %s" % raise_it)
+        elif verdict == "space":
+            why = ("the disk that holds %s has %s free, less than the %s the builder keeps free "
+                   "while pip runs (5%% of the disk, from 1 GiB to 4 GiB), %s"
+                   % (where, human_size(now.avail), human_size(free_floor(now.size)), stopped))
+            fix = "free space there, or build the rootfs on another disk"
+        else:
+            why = ("the disk that holds %s has %d inodes free, less than the %d (5%% of its "
+                   "inodes) the builder keeps free while pip runs, %s"
+                   % (where, now.inodes_avail, now.inodes // INODE_FLOOR_SHARE, stopped))
+            fix = "remove files there, or build the rootfs on another disk"
+        super().__init__(what, why, fix)
+
+
+class DiskWatch:
+    """The staging directory's filesystem while one pip jail runs (see INSTALL_LIMIT above):
+    start() takes the first sample (and refuses to start the jail on a disk already below
+    its floors), check() the next ones; `error` is the DiskLimitError once one said stop."""
+
+    def __init__(self, stage, limit, what, where, rebuild=False):
+        self.stage, self.limit, self.what, self.where = stage, limit, what, where
+        self.rebuild, self.first, self.error = rebuild, None, None
+
+    def start(self):
+        self.first = self.error = None
+        if self.check("before") is not None:
+            raise self.error
+
+    def check(self, when="running"):
+        """Samples the filesystem; returns the error once the jail must stop, else None."""
+        now = disk_sample(self.stage)
+        if self.first is None:
+            self.first = now
+        verdict = disk_verdict(self.first, now, self.limit)
+        if verdict is not None and self.error is None:
+            self.error = DiskLimitError(verdict, now, self.limit, self.what, self.where, when,
+                                        self.rebuild)
+        return self.error
+
+
+def pip_run(cmd, watch=None):
     """Runs the pip jail (pip_jail_command); returns the process, pip's log and pyjail's own
-    messages in stdout (bounded: the jail's --output-limit)."""
+    messages in stdout (bounded: the jail's --output-limit). With `watch` (a DiskWatch), the
+    jail runs only on a disk above its floors, and is stopped when it passes them or its
+    limit; then watch.error says why."""
     env = {"PATH": os.environ.get("PATH", os.defpath), "LC_ALL": "C.UTF-8"}
     for k in ("HOME", "XDG_RUNTIME_DIR"):   # where pyjail keeps its notices, as the user's
         if k in os.environ:
             env[k] = os.environ[k]
+    if watch is not None:
+        watch.start()
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, universal_newlines=True, env=env,
-                              errors="replace",
-                              preexec_fn=functools.partial(die_with_parent, _prctl(), os.getpid()))
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, universal_newlines=True, env=env,
+                                errors="replace", preexec_fn=functools.partial(
+                                    die_with_parent, _prctl(), os.getpid()))
     except OSError as e:
         raise BuildError("pip", "cannot run %s: %s" % (cmd[0], e.strerror),
                          "run the build as pyjail rootfs build")
+    with proc:
+        try:
+            out = wait_watched(proc, watch)
+        except BaseException:
+            # As subprocess.run: a builder that is stopped (SIGTERM, Ctrl-C) takes its jail
+            # along.
+            proc.kill()
+            raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out)
+
+
+def wait_watched(proc, watch):
+    """The output of the pip jail `proc`, once it ended. With `watch`, the disk is sampled
+    every WATCH_INTERVAL seconds while it runs, and once more when it ended (a jail that
+    wrote its fill between two samples and ended is refused too); when the watch says stop,
+    pyjail gets SIGTERM (which ends the jail at once: --kill-grace 0 in PIP_JAIL_LIMITS), and
+    SIGKILL STOP_GRACE seconds later if it has not ended (its jail dies with it)."""
+    if watch is None:
+        return proc.communicate()[0]
+    kill_at = None
+    while True:
+        try:
+            out = proc.communicate(timeout=WATCH_INTERVAL)[0]   # nothing of the log is lost
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        if kill_at is None and watch.check() is not None:
+            proc.terminate()
+            kill_at = time.monotonic() + STOP_GRACE
+        elif kill_at is not None and time.monotonic() >= kill_at:
+            proc.kill()
+            kill_at = float("inf")
+    watch.check("after")
+    return out
 
 
 def _prctl():
@@ -422,9 +600,12 @@ def explain_refused_build(before):
             "add --allow-build to build it in the jail, or give a wheel of it (--find-links)")
 
 
-def run_pip(cmd, python_desc):
-    """Runs the pip jail (pip_jail_command). Raises BuildError when pip failed."""
-    proc = pip_run(cmd)
+def run_pip(cmd, python_desc, watch=None):
+    """Runs the pip jail (pip_jail_command), watched by `watch` (a DiskWatch) if given. Raises
+    BuildError when pip failed, DiskLimitError when the watch stopped it (whatever pip said)."""
+    proc = pip_run(cmd, watch)
+    if watch is not None and watch.error is not None:
+        raise watch.error
     if proc.returncode == 0:
         return
     log = proc.stdout

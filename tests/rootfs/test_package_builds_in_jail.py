@@ -710,3 +710,52 @@ def test_a_build_downloads_no_more_than_its_limit(binary, as_user, https_index):
         assert r.returncode == 0, describe(r)
     finally:
         shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_build_writes_no_more_than_its_install_limit(binary, as_user):
+    """--install-limit: the builder watches the disk the pip jail writes to (the staging
+    directory's) and stops the jail past the limit. Attack: a zip bomb, a wheel of a few KiB
+    that pip unpacks to gigabytes on the host's disk; neither --fsize (per file) nor
+    --download-limit (what the index sends) bounds that. Under the limit the wheel installs;
+    over it the build fails naming the limit, and leaves nothing behind: no tree, no staging
+    directory, the wheel cache as it was. (The watch counts every writer on that disk: the
+    limit that must pass is far above what this busy host writes meanwhile.)"""
+    links, top = world_dir(), world_dir()
+    uid = 0 if as_user.name == "root" else UNPRIVILEGED
+    os.chown(top, uid, uid)
+    cache = top / "wheels"
+    try:
+        bomb = make_wheel(links, "zipbomb", "1.0", deflate=True,
+                          more={"zipbomb_data/zeros.bin": bytes(8 << 20)})
+        assert bomb.stat().st_size < 64 << 10           # 8 MiB of zeros: about 8 KiB
+        # The same bytes stored: what the download for the wheel cache writes is watched too.
+        make_wheel(links, "bigwheel", "1.0", more={"bigwheel_data/zeros.bin": bytes(8 << 20)})
+        readable(links)
+
+        def build(out, *args):
+            return run(binary, as_user, "rootfs", "build", "--out", top / out, "--no-index",
+                       "--find-links", links, *args, "--quiet")
+
+        r = build("r", "--wheel-cache", cache, "--pip", "zipbomb", "--install-limit", "1G")
+        assert r.returncode == 0, describe(r)
+        [zeros] = (top / "r").rglob("zeros.bin")
+        assert zeros.stat().st_size == 8 << 20
+        cached = {p.name: p.read_bytes() for p in cache.iterdir()}
+        assert list(cached) == ["zipbomb-1.0-py3-none-any.whl"]
+        r = build("s", "--pip", "zipbomb", "--install-limit", "4M")
+        one_error(r, re.escape("pip install: the space used on the disk that holds %s grew by "
+                               "more than --install-limit 4M while pip ran in its jail (what "
+                               "pip downloads, unpacks and builds there, and any other "
+                               "program's writes), and the builder " % top) +
+                  r"(stopped it|keeps nothing of what it made) " +
+                  re.escape("(if the packages need that much, raise it: --install-limit 8M)") +
+                  "$")
+        assert sorted(p.name for p in top.iterdir()) == ["r", "wheels"]
+        r = build("s", "--wheel-cache", cache, "--pip", "bigwheel", "--install-limit", "4M")
+        one_error(r, r"pip download: the space used on the disk that holds .* grew by more "
+                     r"than --install-limit 4M ")
+        assert sorted(p.name for p in top.iterdir()) == ["r", "wheels"]
+        assert {p.name: p.read_bytes() for p in cache.iterdir()} == cached
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+        shutil.rmtree(links, ignore_errors=True)

@@ -114,6 +114,164 @@ def test_download_writes_to_the_stage():
     assert pairs(cmd, "--bind") == []
 
 
+def test_a_stopped_jail_is_killed_at_once():
+    # The builder stops the jail with SIGTERM to pyjail (DiskWatch): no grace, in which build
+    # code that ignores SIGTERM would go on writing.
+    assert pairs(plan(), "--kill-grace") == ["0"]
+
+
+# ------------------------------------------------------------------- the staging disk
+
+GiB = 1 << 30
+
+
+def disk(used=10 * GiB, avail=50 * GiB, size=100 * GiB, inodes_avail=5000, inodes=10000):
+    return rp.DiskSample(used, avail, size, inodes_avail, inodes)
+
+
+def test_the_jail_goes_on_up_to_its_limit_and_stops_past_it():
+    start = disk()
+    assert rp.disk_verdict(start, start, 4 << 20) is None
+    assert rp.disk_verdict(start, disk(used=start.used + (4 << 20)), 4 << 20) is None
+    assert rp.disk_verdict(start, disk(used=start.used + (4 << 20) + 1), 4 << 20) == "limit"
+    # What was used before the jail started does not count; what is freed since does.
+    assert rp.disk_verdict(disk(used=90 * GiB), disk(used=90 * GiB + 1), 4 << 20) is None
+    assert rp.disk_verdict(start, disk(used=start.used - GiB), 4 << 20) is None
+
+
+def test_the_floor_of_free_space_is_five_percent_from_1_to_4_gib():
+    assert rp.free_floor(2 * GiB) == GiB                 # 5% would be 102 MiB
+    assert rp.free_floor(40 * GiB) == 2 * GiB
+    assert rp.free_floor(4096 * GiB) == 4 * GiB          # 5% would be 205 GiB
+    start = disk()      # 100 GiB: its floor is 4 GiB
+    assert rp.disk_verdict(start, disk(avail=4 * GiB), 32 * GiB) is None
+    assert rp.disk_verdict(start, disk(avail=4 * GiB - 1), 32 * GiB) == "space"
+    start = disk(size=40 * GiB)
+    assert rp.disk_verdict(start, disk(avail=2 * GiB, size=40 * GiB), 32 * GiB) is None
+    assert rp.disk_verdict(start, disk(avail=2 * GiB - 1, size=40 * GiB), 32 * GiB) == "space"
+    # A disk below its floor before pip starts: pip does not start.
+    small = disk(used=GiB, avail=GiB - 1, size=10 * GiB)
+    assert rp.disk_verdict(small, small, 32 * GiB) == "space"
+
+
+def test_the_floor_of_free_inodes_is_five_percent_where_there_is_a_count():
+    start = disk()
+    assert rp.disk_verdict(start, disk(inodes_avail=500), GiB) is None
+    assert rp.disk_verdict(start, disk(inodes_avail=499), GiB) == "inodes"
+    assert rp.disk_verdict(start, disk(inodes_avail=0, inodes=0), GiB) is None   # btrfs
+    # The limit is said first, then space, then inodes.
+    assert rp.disk_verdict(start, disk(used=20 * GiB, avail=0, inodes_avail=0), GiB) == "limit"
+    assert rp.disk_verdict(start, disk(avail=0, inodes_avail=0), GiB) == "space"
+
+
+def test_the_disk_errors_name_the_limit_or_the_floor_and_the_fix():
+    def line(*args, **kw):
+        return rp.DiskLimitError(*args, **kw).line("pyjail rootfs")
+    assert line("limit", disk(), 300 << 10, "pip install", "/srv/r") == (
+        "pyjail rootfs: pip install: the space used on the disk that holds /srv/r grew by more "
+        "than --install-limit 300K while pip ran in its jail (what pip downloads, unpacks and "
+        "builds there, and any other program's writes), and the builder stopped it (if the "
+        "packages need that much, raise it: --install-limit 600K)")
+    assert line("limit", disk(), 32 * GiB, "pip download", "/srv/r", "after", True) == (
+        "pyjail rootfs: pip download: the space used on the disk that holds /srv/r grew by more "
+        "than --install-limit 32G while pip ran in its jail (what pip downloads, unpacks and "
+        "builds there, and any other program's writes), and the builder keeps nothing of what "
+        "it made (a rebuild keeps its build's limit; if the packages need that much, build it "
+        "again with --install-limit 64G)")
+    assert line("space", disk(avail=700 << 20, size=10 * GiB), GiB, "pip install", "/srv/r",
+                "before") == (
+        "pyjail rootfs: pip install: the disk that holds /srv/r has 700 MiB free, less than the "
+        "1 GiB the builder keeps free while pip runs (5% of the disk, from 1 GiB to 4 GiB), so "
+        "pip did not start (free space there, or build the rootfs on another disk)")
+    assert line("space", disk(avail=int(1.5 * GiB)), GiB, "pip install", "/srv/r") == (
+        "pyjail rootfs: pip install: the disk that holds /srv/r has 1.5 GiB free, less than the "
+        "4 GiB the builder keeps free while pip runs (5% of the disk, from 1 GiB to 4 GiB), and "
+        "the builder stopped it (free space there, or build the rootfs on another disk)")
+    assert line("inodes", disk(inodes_avail=12), GiB, "pip install", "/srv/r") == (
+        "pyjail rootfs: pip install: the disk that holds /srv/r has 12 inodes free, less than "
+        "the 500 (5% of its inodes) the builder keeps free while pip runs, and the builder "
+        "stopped it (remove files there, or build the rootfs on another disk)")
+
+
+class FakeDisk:
+    """rp.disk_sample for a DiskWatch: the same disk, whose use grows by `grow` bytes at each
+    sample after the first `quiet` ones."""
+
+    def __init__(self, grow=0, quiet=0, **kw):
+        self.grow, self.quiet, self.kw, self.samples = grow, quiet, kw, 0
+
+    def __call__(self, path):
+        n = max(0, self.samples - self.quiet)
+        self.samples += 1
+        return disk(used=10 * GiB + n * self.grow, **self.kw)
+
+
+# A jail that will not stop: it ignores SIGTERM, and writes its output after it.
+STUBBORN = ("import signal, sys, time\n"
+            "signal.signal(signal.SIGTERM, lambda *a: print('got SIGTERM', flush=True))\n"
+            "print('started', flush=True)\n"
+            "time.sleep(60)\n")
+
+
+def test_a_jail_past_its_limit_gets_sigterm_then_sigkill(monkeypatch):
+    monkeypatch.setattr(rp, "disk_sample", FakeDisk(grow=GiB, quiet=2))
+    monkeypatch.setattr(rp, "STOP_GRACE", 0.5)
+    watch = rp.DiskWatch("/stage", 4 << 20, "pip install", "/srv")
+    proc = rp.pip_run([sys.executable, "-c", STUBBORN], watch)
+    assert proc.returncode == -9 and proc.stdout == "started\ngot SIGTERM\n", proc
+    assert watch.error.what == "pip install"
+    assert re.match(r"the space used on the disk that holds /srv grew by more than "
+                    r"--install-limit 4M .* and the builder stopped it$", watch.error.why), \
+        watch.error.why
+    # Whatever pip said: the builder stopped it, and says so.
+    monkeypatch.setattr(rp, "disk_sample", FakeDisk(grow=GiB))
+    with pytest.raises(rp.DiskLimitError):
+        rp.run_pip([sys.executable, "-c", "import sys; print('ERROR: No matching distribution "
+                    "found for nosuch'); sys.exit(1)"],
+                   "CPython", rp.DiskWatch("/stage", 4 << 20, "pip install", "/srv"))
+
+
+def test_a_jail_within_its_bounds_runs_to_its_end(monkeypatch):
+    monkeypatch.setattr(rp, "disk_sample", FakeDisk(grow=1 << 20))
+    watch = rp.DiskWatch("/stage", 4 << 30, "pip install", "/srv")
+    proc = rp.pip_run([sys.executable, "-c", "import time; time.sleep(0.7); print('x' * 100000)"],
+                      watch)
+    assert proc.returncode == 0 and proc.stdout == "x" * 100000 + "\n" and watch.error is None
+    # pip's own failure is explained as before.
+    with pytest.raises(rp.BuildError) as e:
+        rp.run_pip([sys.executable, "-c", "import sys; print('ERROR: No matching distribution "
+                    "found for nosuch'); sys.exit(1)"],
+                   "CPython", rp.DiskWatch("/stage", 4 << 30, "pip install", "/srv"))
+    assert not isinstance(e.value, rp.DiskLimitError)
+    assert e.value.what == "requirement nosuch", e.value.line()
+
+
+def test_a_jail_that_filled_the_disk_and_ended_is_refused(monkeypatch):
+    # Between two samples: the one after the jail ended sees it.
+    monkeypatch.setattr(rp, "disk_sample", FakeDisk(grow=GiB))
+    watch = rp.DiskWatch("/stage", 4 << 20, "pip install", "/srv")
+    proc = rp.pip_run([sys.executable, "-c", "pass"], watch)
+    assert proc.returncode == 0
+    assert watch.error is not None and "keeps nothing of what it made" in watch.error.why
+
+
+def test_no_jail_starts_on_a_disk_below_its_floor(monkeypatch, tmp_path):
+    monkeypatch.setattr(rp, "disk_sample", FakeDisk(avail=100 << 20))
+    marker = tmp_path / "ran"
+    with pytest.raises(rp.DiskLimitError) as e:
+        rp.pip_run([sys.executable, "-c", "open(%r, 'w')" % str(marker)],
+                   rp.DiskWatch("/stage", GiB, "pip install", "/srv"))
+    assert "has 100 MiB free, less than the 4 GiB" in e.value.why
+    assert e.value.why.endswith("so pip did not start") and not marker.exists()
+
+
+def test_the_disk_is_sampled_from_statvfs(tmp_path):
+    now = rp.disk_sample(str(tmp_path))
+    assert now.size == os.statvfs(tmp_path).f_blocks * os.statvfs(tmp_path).f_frsize
+    assert 0 < now.used and 0 < now.avail and now.used + now.avail <= now.size
+    assert 0 <= now.inodes_avail <= now.inodes or now.inodes == 0
+
+
 # ------------------------------------------------------------------------ the report
 
 WHEEL = {"download_info": {"url": "file:///pyjail/links/0/tinyapp-2.0-py3-none-any.whl",
