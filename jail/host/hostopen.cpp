@@ -447,13 +447,19 @@ HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& hos
         r.open_err = errno;
         return r;
     }
-    if (S_ISDIR(st.st_mode) && ::faccessat(fd.get(), "", X_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) {
-        r.enter_err = errno;
-        return r;  // its writability is moot: the one error says what stops the run
-    }
+    // Only the kernel's own answers count: a container's filter that refuses faccessat2
+    // (EPERM, ENOSYS) leaves the question open, and the jail finds out for itself.
+    auto denied = [&](int mode) {
+        return ::faccessat(fd.get(), "", mode, AT_EACCESS | AT_EMPTY_PATH) != 0 && errno != EPERM &&
+                       errno != ENOSYS
+                   ? errno
+                   : 0;
+    };
+    if (S_ISDIR(st.st_mode))
+        if ((r.enter_err = denied(X_OK)) != 0) return r;  // writability is moot: this stops the run
     // AT_EACCESS: checked against the file ids (the host user's now, without root's file
     // capabilities), not the real ids, which are root's. What is asked about is what was opened.
-    if (writable && ::faccessat(fd.get(), "", W_OK, AT_EACCESS | AT_EMPTY_PATH) != 0) r.write_err = errno;
+    if (writable) r.write_err = denied(W_OK);
     return r;
 }
 
