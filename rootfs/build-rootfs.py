@@ -437,6 +437,7 @@ class Builder:
         self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
         self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
         self.ca_certificates = ""    # in-tree path of the CA bundle, when it has one
+        self.ca_input = None         # (bytes, real path) of --ca-certificates, checked early
         # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
         # (the same versions and wheels) and whose `requested` it keeps.
         self.previous_lock = None
@@ -1659,6 +1660,34 @@ class Builder:
                          "directory of its own" % cafile
         return path, None
 
+    def check_ca_input(self):
+        """A bundle given with --ca-certificates, checked before anything is built: a bad one
+        fails at once, in one line, not after the tree was copied."""
+        if not self.args.ca_certificates or self.args.no_ca_certificates:
+            return
+        what = "--ca-certificates %s" % self.args.ca_certificates
+        data, real = read_ca_bundle(self.args.ca_certificates, what, os.geteuid())
+        with tempfile.TemporaryDirectory(prefix="pyjail-ca-") as d:
+            copy = os.path.join(d, "cert.pem")
+            with open(copy, "xb") as f:
+                f.write(data)
+            self.count_ca_certificates(copy, what, real)
+        self.ca_input = (data, real)
+
+    def count_ca_certificates(self, path, what, real):
+        """What the interpreter's OpenSSL loads from the bundle at `path` ({"x509": N, ...}), or
+        BuildError when it loads none (OpenSSL skips a default file it cannot read, silently)."""
+        proc = self.run([self.binary, "-I", "-S", "-c", CA_COUNT, path], "count CA certificates",
+                        "check that %s can load certificates" % self.python)
+        try:
+            stats = json.loads(proc.stdout)
+        except ValueError:
+            stats = {"error": one_line(proc.stdout, 80)}
+        if "error" in stats or not stats.get("x509"):
+            raise BuildError(what, "OpenSSL reads no certificate from %s (%s)" % (
+                real, stats.get("error", "none loaded")), "give a file of PEM certificates")
+        return stats
+
     def copy_ca_certificates(self):
         """The host's CA bundle (or --ca-certificates FILE), as a regular file with its content,
         where the tree's OpenSSL looks by default, so that ssl.create_default_context() (urllib,
@@ -1688,7 +1717,7 @@ class Builder:
                       "nothing)" % self.info["openssl_cafile"])
             return
         what = given or "CA certificates %s" % src
-        data, real = read_ca_bundle(src, what, os.geteuid())
+        data, real = self.ca_input or read_ca_bundle(src, what, os.geteuid())
         d = self.dest(path)
         self.makedirs(os.path.dirname(path))
         if os.path.lexists(d) or not inside(os.path.realpath(d), os.path.realpath(self.root)):
@@ -1697,15 +1726,7 @@ class Builder:
         with open(d, "xb") as f:
             f.write(data)
         os.chmod(d, 0o644)
-        proc = self.run([self.binary, "-I", "-S", "-c", CA_COUNT, d], "count CA certificates",
-                        "check that %s can load certificates" % self.python)
-        try:
-            stats = json.loads(proc.stdout)
-        except ValueError:
-            stats = {"error": one_line(proc.stdout, 80)}
-        if "error" in stats or not stats.get("x509"):
-            raise BuildError(what, "OpenSSL reads no certificate from %s (%s)" % (
-                real, stats.get("error", "none loaded")), "give a file of PEM certificates")
+        stats = self.count_ca_certificates(d, what, real)
         self.host_files[path] = real
         self.ca_certificates = path
         self.say("CA certificates: %d from %s at %s" % (stats["x509"], real, path))
@@ -1751,6 +1772,7 @@ class Builder:
         self.query_python()
         self.find_packages()
         self.check_package_inputs()
+        self.check_ca_input()
         self.check_out()
         parent = os.path.dirname(self.out)
         try:
