@@ -437,7 +437,8 @@ class Builder:
         self.pyjail_files = {}      # in-tree path -> sha256 of pyjail's own files copied in
         self.venv_dists = {}        # dist-info directory -> sha256 of its RECORD (--from-venv)
         self.ca_certificates = ""    # in-tree path of the CA bundle, when it has one
-        self.ca_input = None         # (bytes, real path) of --ca-certificates, checked early
+        self.ca_input = None         # (bytes, real path, OpenSSL's count) of --ca-certificates,
+                                     # checked early
         # A rebuild: the lock of the tree it replaces, whose pip packages it installs again
         # (the same versions and wheels) and whose `requested` it keeps.
         self.previous_lock = None
@@ -1671,8 +1672,8 @@ class Builder:
             copy = os.path.join(d, "cert.pem")
             with open(copy, "xb") as f:
                 f.write(data)
-            self.count_ca_certificates(copy, what, real)
-        self.ca_input = (data, real)
+            stats = self.count_ca_certificates(copy, what, real)
+        self.ca_input = (data, real, stats)
 
     def count_ca_certificates(self, path, what, real):
         """What the interpreter's OpenSSL loads from the bundle at `path` ({"x509": N, ...}), or
@@ -1717,7 +1718,8 @@ class Builder:
                       "nothing)" % self.info["openssl_cafile"])
             return
         what = given or "CA certificates %s" % src
-        data, real = self.ca_input or read_ca_bundle(src, what, os.geteuid())
+        # A given bundle was read and counted before the build (check_ca_input): the same bytes.
+        data, real, stats = self.ca_input or (read_ca_bundle(src, what, os.geteuid()) + (None,))
         d = self.dest(path)
         self.makedirs(os.path.dirname(path))
         if os.path.lexists(d) or not inside(os.path.realpath(d), os.path.realpath(self.root)):
@@ -1726,7 +1728,7 @@ class Builder:
         with open(d, "xb") as f:
             f.write(data)
         os.chmod(d, 0o644)
-        stats = self.count_ca_certificates(d, what, real)
+        stats = stats or self.count_ca_certificates(d, what, real)
         self.host_files[path] = real
         self.ca_certificates = path
         self.say("CA certificates: %d from %s at %s" % (stats["x509"], real, path))
