@@ -125,7 +125,8 @@ void plan_chosen_limits(LimitPlan& p, const Limits& l, bool cgroup) {
             // SIGXCPU at the soft limit says why the process ended; SIGKILL a second later
             // if it ignores that.
             p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU", secs + 1});
-            p.entries.push_back({"cpu-time", v, Mechanism::Rlimit, "RLIMIT_CPU (per process)"});
+            p.entries.push_back({"cpu-time", v, Mechanism::Rlimit,
+                                 "RLIMIT_CPU per process; the whole tree's from /proc, checked by the supervisor"});
         }
     }
     if (l.fsize) {

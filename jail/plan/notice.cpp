@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstdio>
 
 #include "utc_time.hpp"
 
@@ -46,19 +45,6 @@ std::string notice_stamp_text(const std::string& day, const std::string& reason)
     for (char& c : r)
         if (c == '\n') c = ' ';
     return day + " " + r + "\n";
-}
-
-std::optional<ProcStat> parse_proc_stat(const std::string& text) {
-    // "PID (COMM) STATE PPID ...": COMM may hold spaces and parentheses, so it ends at the
-    // last ')'.
-    auto open = text.find('(');
-    auto close = text.rfind(')');
-    if (open == std::string::npos || close == std::string::npos || close < open) return std::nullopt;
-    ProcStat st;
-    st.comm = text.substr(open + 1, close - open - 1);
-    char state = 0;
-    if (std::sscanf(text.c_str() + close + 1, " %c %ld", &state, &st.ppid) != 2) return std::nullopt;
-    return st;
 }
 
 bool is_cron_daemon(const std::string& comm) {

@@ -54,14 +54,6 @@ std::vector<StateDirPlan> state_dir_plans(const StateDirEnv& env, std::uint32_t 
 constexpr const char* kNoticeStampName = "cgroup-notice";
 constexpr const char* kEnvNoticeStampName = "env-notice";
 
-// From /proc/PID/stat: the process's parent and its command name (comm), or nothing when the
-// text does not parse.
-struct ProcStat {
-    long ppid = 0;
-    std::string comm;
-};
-std::optional<ProcStat> parse_proc_stat(const std::string& text);
-
 // Whether `comm` is a cron daemon's (cron, crond, anacron, fcron).
 bool is_cron_daemon(const std::string& comm);
 

@@ -60,7 +60,7 @@ constexpr OptionSpec kOptions[] = {
          "running this many seconds later (0: at once)", true},
         {"cpu-time", OptKind::Text, "0", "SECONDS",
          "Kill the whole jail after this much CPU time, all its processes together (0: no limit; "
-         "per process under the rlimit fallback)",
+         "under the rlimit fallback, the processes /proc shows, and RLIMIT_CPU for each)",
          true},
         {"memory", OptKind::Text, "", "SIZE",
          "Memory limit of the whole jail, e.g. 512M (cgroup v2 memory.max, no swap)", true},

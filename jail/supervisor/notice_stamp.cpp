@@ -25,6 +25,7 @@
 #include "hostopen.hpp"
 #include "notice.hpp"
 #include "notice_stamp.hpp"
+#include "proc_stat.hpp"
 #include "sys.hpp"
 #include "trust.hpp"
 

@@ -72,6 +72,7 @@
 #include "init.hpp"
 #include "net_hint.hpp"
 #include "notice_stamp.hpp"
+#include "process_tree.hpp"
 #include "egress_relay.hpp"
 #include "relay.hpp"
 #include "supervise.hpp"
@@ -346,6 +347,14 @@ Supervised supervise_jail(const RunPlan& p, const JailHandle& jail, Channels& ch
         sa.cpu_time = p.policy.limits.cpu_time;
         sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
         sa.kill_all = [&] { leaf->kill_all(); };
+    } else if (std::optional<long> pid1 = p.policy.limits.cpu_time > 0 ? fdinfo_number(jail.pidfd(), "Pid")
+                                                                        : std::nullopt;
+               pid1 && *pid1 > 0) {
+        // The rlimit fallback: RLIMIT_CPU bounds each process alone, so the supervisor sums
+        // the whole tree's (pid 1 and all below it) as cpu.stat would. Its pid from the pidfd,
+        // not from a template's reply: the kernel's word for the process we watch.
+        sa.cpu_time = p.policy.limits.cpu_time;
+        sa.cpu_usage = [root = static_cast<pid_t>(*pid1)] { return process_tree_cpu_s(root); };
     }
     sa.relay = ch.relay ? &*ch.relay : nullptr;
     sa.egress = ch.egress ? &*ch.egress : nullptr;

@@ -28,7 +28,7 @@
 #include "cgroup.hpp"
 #include "error.hpp"
 #include "exitstatus.hpp"
-#include "notice.hpp"  // parse_proc_stat
+#include "proc_stat.hpp"
 #include "run_request.hpp"
 #include "serve_bounds.hpp"
 #include "spawn.hpp"

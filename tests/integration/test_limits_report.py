@@ -92,6 +92,35 @@ def test_cpu_timeout(run_jail, world_tmp, as_user):
     assert r.report["wall_time_s"] < 10
 
 
+# Three processes that each use SECONDS of CPU, at once; "done" once all have.
+WORKERS = ("import os, sys, time\n"
+           "def burn(s):\n"
+           "    end = time.process_time() + s\n"
+           "    while time.process_time() < end: pass\n"
+           "kids = []\n"
+           "for _ in range(3):\n"
+           "    kid = os.fork()\n"
+           "    if kid == 0: burn(float(sys.argv[1])); os._exit(0)\n"
+           "    kids.append(kid)\n"
+           "for kid in kids: os.waitpid(kid, 0)\n"
+           "print('done')\n")
+
+
+def test_cpu_time_counts_every_process_of_the_jail_together(run_jail, world_tmp, as_user):
+    # Under the limit: 0.9 s of CPU in all, against 2 s.
+    under = run_with_report(run_jail, world_tmp, ["--cpu-time", "2", "--wall-time", "30", "--", "python3", "-c",
+                                                  WORKERS, "0.3"], as_user)
+    assert under.returncode == 0 and under.stdout == "done\n", under.stderr
+    assert under.report["status"] == "ok"
+    # Over it: 4.5 s in all, though each process stays under 2 s. Under the rlimit fallback
+    # RLIMIT_CPU alone (per process) let this finish; the supervisor sums the jail's processes.
+    over = run_with_report(run_jail, world_tmp, ["--cpu-time", "2", "--wall-time", "30", "--", "python3", "-c",
+                                                 WORKERS, "1.5"], as_user)
+    assert over.returncode == 124 and over.stdout == "", over.stderr
+    assert over.report["status"] == "cpu-timeout"
+    assert "CPU time limit of 2s reached" in over.stderr
+
+
 def test_output_limit_stops_the_program(run_jail, world_tmp, as_user):
     r = run_with_report(run_jail, world_tmp,
                         ["--output-limit", "1000", "--", "python3", "-c",

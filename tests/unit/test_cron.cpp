@@ -8,6 +8,7 @@
 #include "limits.hpp"
 #include "notice.hpp"
 #include "policy.hpp"
+#include "proc_stat.hpp"
 #include "profile.hpp"
 
 using namespace pyjail;
