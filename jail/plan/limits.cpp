@@ -126,7 +126,7 @@ void plan_chosen_limits(LimitPlan& p, const Limits& l, bool cgroup) {
             // if it ignores that.
             p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU", secs + 1});
             p.entries.push_back({"cpu-time", v, Mechanism::Rlimit,
-                                 "RLIMIT_CPU per process; the whole tree's from /proc, checked by the supervisor"});
+                                 "RLIMIT_CPU (per process) and the supervisor's sum from /proc (per jail)"});
         }
     }
     if (l.fsize) {
