@@ -267,11 +267,9 @@ def check_out_parent(parent):
     entries; so does a directory only root can write."""
     if os.geteuid() != 0:
         return
-    st = os.stat(parent)
-    if rootfs_packages.others_can_change(st, 0) and not (st.st_uid == 0 and st.st_mode & stat.S_ISVTX):
-        raise BuildError("--out in %s" % parent,
-                         "another user can change that directory (owner uid %d, mode %o)"
-                         % (st.st_uid, stat.S_IMODE(st.st_mode)),
+    why = rootfs_packages.root_walk_refusal(os.stat(parent), parent)
+    if why:
+        raise BuildError("--out in %s" % parent, why,
                          "build into a directory only root can change, or build as that user")
 
 
@@ -349,13 +347,9 @@ def read_ca_bundle(path, what, euid):
         parts = [p for p in real.split("/") if p]
         here = "/"
         for i, part in enumerate(parts):
-            st = os.fstat(fd)
-            # A sticky directory keeps others from renaming root's entries, unless they own it.
-            if euid == 0 and rootfs_packages.others_can_change(st, euid) and \
-                    not (st.st_mode & stat.S_ISVTX and st.st_uid == 0):
-                raise BuildError(what, "%s belongs to uid %d with mode %o: others can change "
-                                 "it, and root builds this rootfs"
-                                 % (here, st.st_uid, stat.S_IMODE(st.st_mode)), fix)
+            why = euid == 0 and rootfs_packages.root_walk_refusal(os.fstat(fd), here)
+            if why:
+                raise BuildError(what, why, fix)
             here = os.path.join(here, part)
             last = i == len(parts) - 1
             try:

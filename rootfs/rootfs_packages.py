@@ -779,11 +779,31 @@ def others_can_change(st, euid):
         not stat.S_ISLNK(st.st_mode)
 
 
+def root_walk_refusal(st, path, sticky_ok=True):
+    """Why root must not pass directory `path` (`st`, its stat) on the way to what it copies
+    into a rootfs or builds in, or None. Another user must not be able to change it: owned by
+    root, writable by no one else, or a sticky directory of root's (/tmp; `sticky_ok`). Attack:
+    whoever can rename entries there (any writer of a plain directory, the owner of a sticky
+    one, sticky bit or not) swaps what root reads for a tree or a link of their own between
+    root's checks and its copy, or before root's next `rebuild --if-stale`. The one rule of
+    --from-venv, --ca-certificates and --out."""
+    if not others_can_change(st, 0):
+        return None
+    if sticky_ok and st.st_uid == 0 and st.st_mode & stat.S_ISVTX:
+        return None
+    if st.st_mode & stat.S_ISVTX and st.st_uid != 0:
+        return ("%s belongs to uid %d with mode %o: its owner can rename what is in it, sticky "
+                "or not, and root builds this rootfs" % (path, st.st_uid, stat.S_IMODE(st.st_mode)))
+    return ("%s belongs to uid %d with mode %o: others can change it, and root builds this "
+            "rootfs" % (path, st.st_uid, stat.S_IMODE(st.st_mode)))
+
+
 def open_venv_site(site, euid):
     """A descriptor of the virtualenv's site-packages, opened from / one component at a time
     without following a symlink below the virtualenv. For root, the virtualenv, its
     site-packages and every directory above it must be root's and writable by no one else
-    (a sticky directory such as /tmp may be shared). Raises BuildError."""
+    (above the virtualenv, a sticky directory of root's such as /tmp may be shared:
+    root_walk_refusal, as for --ca-certificates). Raises BuildError."""
     venv = os.path.realpath(os.path.join(site, os.pardir, os.pardir, os.pardir))
     below = os.path.relpath(site, os.path.join(site, os.pardir, os.pardir, os.pardir))
     fix = ("make the virtualenv as root, where only root can write, or build the rootfs as "
@@ -793,11 +813,10 @@ def open_venv_site(site, euid):
     path = "/"
     try:
         for i, part in enumerate(parts):
-            st = os.fstat(fd)
-            if euid == 0 and others_can_change(st, euid) and not (
-                    st.st_mode & stat.S_ISVTX and i < len(parts) - 3):
-                raise BuildError("--from-venv %s" % venv, "%s can be changed by uid %d or by "
-                                 "others, and root builds this rootfs" % (path, st.st_uid), fix)
+            # Sticky (root's) only above the virtualenv: in it, others could add a lib/.
+            why = euid == 0 and root_walk_refusal(os.fstat(fd), path, i < len(parts) - 3)
+            if why:
+                raise BuildError("--from-venv %s" % venv, why, fix)
             path = os.path.join(path, part)
             try:
                 nfd = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -808,10 +827,9 @@ def open_venv_site(site, euid):
                                  "pass a virtualenv whose lib directory is a directory")
             os.close(fd)
             fd = nfd
-        st = os.fstat(fd)
-        if euid == 0 and others_can_change(st, euid):
-            raise BuildError("--from-venv %s" % venv, "%s can be changed by uid %d or by "
-                             "others, and root builds this rootfs" % (path, st.st_uid), fix)
+        why = euid == 0 and root_walk_refusal(os.fstat(fd), path, False)
+        if why:
+            raise BuildError("--from-venv %s" % venv, why, fix)
         return fd
     except BaseException:
         os.close(fd)

@@ -69,8 +69,8 @@ def test_root_refuses_a_venv_another_user_can_change(binary, users):
             os.lchown(p, UNPRIVILEGED, UNPRIVILEGED)
         r = run(binary, users["root"], "rootfs", "build", "--out", out, "--from-venv", venv,
                 "--quiet")
-        one_error(r, r"--from-venv %s: %s can be changed by uid %d or by others, and root "
-                     r"builds this rootfs \(make the virtualenv as root"
+        one_error(r, r"--from-venv %s: %s belongs to uid %d with mode 755: others can change "
+                     r"it, and root builds this rootfs \(make the virtualenv as root"
                   % (venv, venv, UNPRIVILEGED))
         assert not out.exists()
         # Root's again, but one package directory others may write to.
@@ -83,5 +83,37 @@ def test_root_refuses_a_venv_another_user_can_change(binary, users):
         one_error(r, r"--from-venv %s: shared in its site-packages can be changed by uid 0 or "
                      r"by others, and root builds this rootfs" % venv)
         assert not out.exists()
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_root_refuses_a_venv_in_a_sticky_directory_of_another_user(binary, users):
+    # Attack: the owner of a sticky directory may rename anything in it, sticky bit or not:
+    # between root's checks of the virtualenv (all root's) and its copy, or before root's next
+    # `rebuild --if-stale`, they put a virtualenv of their own in its place. Root walks to a
+    # virtualenv as to a --ca-certificates bundle: only root's sticky directories are shared.
+    if "root" not in users:
+        skip_or_fail("only root's builds refuse another user's directories (not root here)")
+    top = world_dir()
+    try:
+        shared = top / "shared"
+        shared.mkdir()
+        os.chmod(shared, 0o1777)
+        os.chown(shared, UNPRIVILEGED, UNPRIVILEGED)
+        venv, _ = make_venv(shared)          # root's, every file of it
+        out = top / "r"
+        r = run(binary, users["root"], "rootfs", "build", "--out", out, "--from-venv", venv,
+                "--quiet")
+        one_error(r, r"--from-venv %s: %s belongs to uid %d with mode 1777: its owner can "
+                     r"rename what is in it, sticky or not, and root builds this rootfs "
+                     r"\(make the virtualenv as root, where only root can write"
+                  % (venv, shared, UNPRIVILEGED))
+        assert not out.exists()
+        # The same directory as root's (as /tmp is) is shared: others cannot rename root's.
+        os.chown(shared, 0, 0)
+        r = run(binary, users["root"], "rootfs", "build", "--out", out, "--from-venv", venv,
+                "--quiet")
+        assert r.returncode == 0, describe(r)
+        assert list(out.glob("usr/*/lib/python3*/*-packages/plainmod.py"))
     finally:
         shutil.rmtree(top, ignore_errors=True)

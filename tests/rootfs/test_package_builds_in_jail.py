@@ -328,9 +328,9 @@ def test_root_does_not_build_in_a_directory_another_user_can_change(binary, user
     try:
         os.chown(top, UNPRIVILEGED, UNPRIVILEGED)
         r = run(binary, users["root"], "rootfs", "build", "--out", top / "r", "--quiet")
-        one_error(r, r"--out in %s: another user can change that directory \(owner uid %d, mode 755\) "
-                     r"\(build into a directory only root can change, or build as that user\)$"
-                  % (re.escape(str(top)), UNPRIVILEGED))
+        one_error(r, r"--out in %s: %s belongs to uid %d with mode 755: others can change it, and "
+                     r"root builds this rootfs \(build into a directory only root can change, or "
+                     r"build as that user\)$" % (re.escape(str(top)), re.escape(str(top)), UNPRIVILEGED))
         assert list(top.iterdir()) == []
     finally:
         shutil.rmtree(top, ignore_errors=True)
