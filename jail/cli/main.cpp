@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <ctime>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -307,7 +308,15 @@ int serve_launched_runs() {
     });
 }
 
+// Now, by the realtime clock, in milliseconds since the epoch: the report's started_at.
+std::int64_t unix_now_ms() {
+    struct timespec ts{};
+    ::clock_gettime(CLOCK_REALTIME, &ts);
+    return static_cast<std::int64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
+
 int run(int argc, char** argv) {
+    const std::int64_t started_ms = unix_now_ms();
     std::vector<std::string> args(argv + 1, argv + argc);
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) return answer_now(cli, args);
@@ -325,6 +334,7 @@ int run(int argc, char** argv) {
     // option value is reported to whoever reads it.
     RunRecords rec{ReportTarget::open(cli_path(cli, "report", cwd), cli_report_fd(cli)), {}, {}};
     rec.facts.command = cli.command;
+    rec.facts.started_unix_ms = started_ms;
     if (auto code = inline_program(cli.command)) rec.audit.program_sha256 = sha256_hex(*code);
     try {
         return plan_and_run(cli, cwd, rec, argv);

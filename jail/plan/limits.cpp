@@ -25,6 +25,14 @@ std::string cpu_max_value(double cpus) {
     return fmt::format("{} {}", quota, period);
 }
 
+LimitEntry limit_entry(std::string name, std::uint64_t amount, const char* unit, Mechanism m, std::string detail) {
+    return {std::move(name), std::to_string(amount), m, std::move(detail), unit, amount};
+}
+
+LimitEntry limit_entry(std::string name, double amount, const char* unit, Mechanism m, std::string detail) {
+    return {std::move(name), fmt::format("{}", amount), m, std::move(detail), unit, amount};
+}
+
 namespace {
 
 // The limits every jail gets, whatever the policy says (but the number of open files).
@@ -32,7 +40,7 @@ void plan_fixed_limits(LimitPlan& p, std::uint64_t nofile) {
     // Always: no core files, a bounded number of open files.
     p.rlimits.push_back({RLIMIT_CORE, 0, "RLIMIT_CORE"});
     p.rlimits.push_back({RLIMIT_NOFILE, nofile, "RLIMIT_NOFILE"});
-    p.entries.push_back({"nofile", std::to_string(nofile), Mechanism::Rlimit, "RLIMIT_NOFILE"});
+    p.entries.push_back(limit_entry("nofile", nofile, "count", Mechanism::Rlimit, "RLIMIT_NOFILE"));
     // Never inherited from the invoker: no real-time scheduling (a SCHED_FIFO busy loop would
     // starve the host's CPUs), no raised priority (RLIMIT_NICE 0: no nice value below the
     // current one), and locked memory capped at 64 KiB (locked pages are out of reach of
@@ -40,9 +48,9 @@ void plan_fixed_limits(LimitPlan& p, std::uint64_t nofile) {
     p.rlimits.push_back({RLIMIT_RTPRIO, 0, "RLIMIT_RTPRIO"});
     p.rlimits.push_back({RLIMIT_NICE, 0, "RLIMIT_NICE"});
     p.rlimits.push_back({RLIMIT_MEMLOCK, kMemlockLimit, "RLIMIT_MEMLOCK"});
-    p.entries.push_back({"rtprio", "0", Mechanism::Rlimit, "RLIMIT_RTPRIO"});
-    p.entries.push_back({"nice", "0", Mechanism::Rlimit, "RLIMIT_NICE"});
-    p.entries.push_back({"memlock", std::to_string(kMemlockLimit), Mechanism::Rlimit, "RLIMIT_MEMLOCK"});
+    p.entries.push_back(limit_entry("rtprio", std::uint64_t{0}, "priority", Mechanism::Rlimit, "RLIMIT_RTPRIO"));
+    p.entries.push_back(limit_entry("nice", std::uint64_t{0}, "priority", Mechanism::Rlimit, "RLIMIT_NICE"));
+    p.entries.push_back(limit_entry("memlock", kMemlockLimit, "bytes", Mechanism::Rlimit, "RLIMIT_MEMLOCK"));
     // Queued signals (sigqueue, real-time signals, POSIX timers) count against the host
     // user's one budget, in every user namespace up the chain: a program that queued signals
     // until the kernel refused took it all, and the host user's own sigqueue() and
@@ -50,7 +58,7 @@ void plan_fixed_limits(LimitPlan& p, std::uint64_t nofile) {
     // what the jail can hold pending; 1024 is far more than a program waits on at once
     // (POSIX asks for 32).
     p.rlimits.push_back({RLIMIT_SIGPENDING, kSigpendingLimit, "RLIMIT_SIGPENDING"});
-    p.entries.push_back({"sigpending", std::to_string(kSigpendingLimit), Mechanism::Rlimit, "RLIMIT_SIGPENDING"});
+    p.entries.push_back(limit_entry("sigpending", kSigpendingLimit, "count", Mechanism::Rlimit, "RLIMIT_SIGPENDING"));
     // The jail's user namespace: inotify instances and watches are counted per host user
     // (128 instances by default), so without a cap of its own a jail could take them all and
     // break the host user's file watchers; every watch also pins kernel memory. Namespaces:
@@ -69,11 +77,12 @@ void plan_fixed_limits(LimitPlan& p, std::uint64_t nofile) {
         {"max_cgroup_namespaces", 0, true},
         {"max_time_namespaces", 0, false},
     };
-    p.entries.push_back({"inotify-instances", std::to_string(kInotifyInstances),
-                         Mechanism::UserNamespace, "user.max_inotify_instances"});
-    p.entries.push_back({"inotify-watches", std::to_string(kInotifyWatches),
-                         Mechanism::UserNamespace, "user.max_inotify_watches"});
-    p.entries.push_back({"namespaces", "0", Mechanism::UserNamespace, "user.max_*_namespaces"});
+    p.entries.push_back(limit_entry("inotify-instances", kInotifyInstances, "count", Mechanism::UserNamespace,
+                                    "user.max_inotify_instances"));
+    p.entries.push_back(limit_entry("inotify-watches", kInotifyWatches, "count", Mechanism::UserNamespace,
+                                    "user.max_inotify_watches"));
+    p.entries.push_back(
+        limit_entry("namespaces", std::uint64_t{0}, "count", Mechanism::UserNamespace, "user.max_*_namespaces"));
 }
 
 // The limits the policy chose: each by the cgroup when there is one, else by an rlimit (a
@@ -87,55 +96,53 @@ void plan_chosen_limits(LimitPlan& p, const Limits& l, bool cgroup) {
             // kill takes the whole jail, so no half-dead process tree is left running.
             p.cgroup_files.push_back({"memory.swap.max", "0"});
             p.cgroup_files.push_back({"memory.oom.group", "1"});
-            p.entries.push_back({"memory", v, Mechanism::CgroupV2, "memory.max, memory.swap.max=0"});
+            p.entries.push_back(limit_entry("memory", *l.memory, "bytes", Mechanism::CgroupV2, "memory.max, memory.swap.max=0"));
         } else {
             // The last resort: per process, and it counts private writable mappings rather
             // than address space, so runtimes that reserve address space still start.
             p.rlimits.push_back({RLIMIT_DATA, *l.memory, "RLIMIT_DATA"});
-            p.entries.push_back({"memory", v, Mechanism::Rlimit, "RLIMIT_DATA (per process)"});
+            p.entries.push_back(limit_entry("memory", *l.memory, "bytes", Mechanism::Rlimit, "RLIMIT_DATA (per process)"));
         }
     }
     if (l.pids) {
         std::string v = std::to_string(*l.pids);
         if (cgroup) {
             p.cgroup_files.push_back({"pids.max", v});
-            p.entries.push_back({"pids", v, Mechanism::CgroupV2, "pids.max"});
+            p.entries.push_back(limit_entry("pids", *l.pids, "count", Mechanism::CgroupV2, "pids.max"));
         } else {
             p.rlimits.push_back({RLIMIT_NPROC, *l.pids, "RLIMIT_NPROC"});
-            p.entries.push_back({"pids", v, Mechanism::Rlimit,
-                                 "RLIMIT_NPROC (counted per user namespace: per jail)"});
+            p.entries.push_back(limit_entry("pids", *l.pids, "count", Mechanism::Rlimit,
+                                            "RLIMIT_NPROC (counted per user namespace: per jail)"));
         }
     }
     if (l.cpus) {
-        std::string v = fmt::format("{}", *l.cpus);
         if (cgroup) {
             p.cgroup_files.push_back({"cpu.max", cpu_max_value(*l.cpus)});
-            p.entries.push_back({"cpus", v, Mechanism::CgroupV2, "cpu.max"});
+            p.entries.push_back(limit_entry("cpus", *l.cpus, "cpus", Mechanism::CgroupV2, "cpu.max"));
         } else {
-            p.entries.push_back({"cpus", v, Mechanism::NotEnforced, "needs cgroup v2"});
+            p.entries.push_back(limit_entry("cpus", *l.cpus, "cpus", Mechanism::NotEnforced, "needs cgroup v2"));
         }
     }
     if (l.cpu_time > 0) {
-        std::string v = fmt::format("{}", l.cpu_time);
         if (cgroup) {
-            p.entries.push_back({"cpu-time", v, Mechanism::CgroupV2,
-                                 "cpu.stat usage, whole tree, checked by the supervisor"});
+            p.entries.push_back(limit_entry("cpu-time", l.cpu_time, "seconds", Mechanism::CgroupV2,
+                                            "cpu.stat usage, whole tree, checked by the supervisor"));
         } else {
             auto secs = static_cast<std::uint64_t>(std::ceil(l.cpu_time));
             // SIGXCPU at the soft limit says why the process ended; SIGKILL a second later
             // if it ignores that.
             p.rlimits.push_back({RLIMIT_CPU, secs, "RLIMIT_CPU", secs + 1});
-            p.entries.push_back({"cpu-time", v, Mechanism::Rlimit,
-                                 "RLIMIT_CPU (per process) and the supervisor's sum from /proc (per jail)"});
+            p.entries.push_back(limit_entry("cpu-time", l.cpu_time, "seconds", Mechanism::Rlimit,
+                                            "RLIMIT_CPU (per process) and the supervisor's sum from /proc (per jail)"));
         }
     }
     if (l.fsize) {
         p.rlimits.push_back({RLIMIT_FSIZE, *l.fsize, "RLIMIT_FSIZE"});
-        p.entries.push_back({"fsize", std::to_string(*l.fsize), Mechanism::Rlimit, "RLIMIT_FSIZE"});
+        p.entries.push_back(limit_entry("fsize", *l.fsize, "bytes", Mechanism::Rlimit, "RLIMIT_FSIZE"));
     }
     if (l.output)
-        p.entries.push_back({"output", std::to_string(*l.output), Mechanism::Supervisor,
-                             "stdout and stderr relayed and counted"});
+        p.entries.push_back(limit_entry("output", *l.output, "bytes", Mechanism::Supervisor,
+                                        "stdout and stderr relayed and counted"));
 }
 
 }  // namespace
@@ -148,8 +155,7 @@ LimitPlan plan_limits(const Limits& l, bool cgroup) {
 }
 
 LimitEntry wall_time_entry(double seconds) {
-    return {"wall-time", fmt::format("{}", seconds), Mechanism::Supervisor,
-            "the whole jail killed at the deadline"};
+    return limit_entry("wall-time", seconds, "seconds", Mechanism::Supervisor, "the whole jail killed at the deadline");
 }
 
 }  // namespace pyjail

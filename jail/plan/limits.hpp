@@ -12,6 +12,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 namespace pyjail {
@@ -38,10 +39,18 @@ struct RlimitValue {
 
 struct LimitEntry {
     std::string name;      // "memory", "pids", ... as in the report
-    std::string value;     // as the report shows it (bytes, count, seconds)
+    std::string value;     // as the report shows it (bytes, count, seconds), text
     Mechanism mechanism;
     std::string detail;    // "memory.max", "RLIMIT_DATA (per process)", ...
+    // The same value as a number, for the report's readers to compare without parsing text:
+    // whole for "bytes", "count" and "priority", fractional for "seconds" and "cpus".
+    const char* unit = "count";
+    std::variant<std::uint64_t, double> amount = std::uint64_t{0};
 };
+
+// An entry whose text and number are the same value.
+LimitEntry limit_entry(std::string name, std::uint64_t amount, const char* unit, Mechanism m, std::string detail);
+LimitEntry limit_entry(std::string name, double amount, const char* unit, Mechanism m, std::string detail);
 
 // A limit of the jail's own user namespace: /proc/sys/user/<name>, written by the child while
 // it holds CAP_SYS_RESOURCE there. The kernel checks these counts in every namespace up the

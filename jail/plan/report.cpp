@@ -6,10 +6,21 @@
 
 #include <csignal>
 #include <cstring>
+#include <variant>
+
+#include "utc_time.hpp"
 
 namespace pyjail {
 
 std::string json_string(const std::string& s) { return nlohmann::json(s).dump(); }
+
+std::string utc_timestamp_ms(std::int64_t unix_ms) {
+    std::int64_t ms = unix_ms % 1000;
+    if (ms < 0) ms += 1000;  // before 1970: the second below, plus the milliseconds
+    const UtcTime u = utc_time((unix_ms - ms) / 1000);
+    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", u.year, u.month, u.day, u.hour, u.minute,
+                       u.second, ms);
+}
 
 RunStatus classify_run(const RunFacts& f) {
     const Outcome& o = f.outcome;
@@ -44,6 +55,19 @@ bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int 
 }
 
 namespace {
+
+// Each limit: its text (as ever), how it is enforced, and the same value as a number.
+nlohmann::ordered_json limits_json(const std::vector<LimitEntry>& entries) {
+    using Json = nlohmann::ordered_json;
+    Json limits = Json::object();
+    for (const auto& l : entries)
+        limits[l.name] = {{"value", l.value},
+                          {"mechanism", mechanism_name(l.mechanism)},
+                          {"detail", l.detail},
+                          {"amount", std::visit([](auto n) { return Json(n); }, l.amount)},
+                          {"unit", l.unit}};
+    return limits;
+}
 
 // --net allow: every decision once (repeats counted), at most kMaxEgressDecisions; else null.
 nlohmann::ordered_json egress_json(const EgressReport& e) {
@@ -88,6 +112,7 @@ std::string report_json(const RunFacts& f) {
     j["signal"] = signal != 0 ? Json(signal) : Json(nullptr);
     j["signal_name"] = signal_name(signal);
     j["relayed_signal"] = signal_name(f.relayed_signal);
+    j["started_at"] = f.started_unix_ms ? Json(utc_timestamp_ms(*f.started_unix_ms)) : Json(nullptr);
     j["wall_time_s"] = f.wall_s;
     j["cpu_user_s"] = f.user_s ? Json(*f.user_s) : Json(nullptr);
     j["cpu_system_s"] = f.system_s ? Json(*f.system_s) : Json(nullptr);
@@ -95,11 +120,7 @@ std::string report_json(const RunFacts& f) {
     j["memory_peak_source"] = f.memory_peak ? Json(f.memory_peak_source) : Json(nullptr);
     j["usage_partial"] = f.usage_partial;
     j["setup_time_ms"] = f.setup_ms;
-    Json limits = Json::object();
-    for (const auto& l : f.limits)
-        limits[l.name] = {{"value", l.value}, {"mechanism", mechanism_name(l.mechanism)},
-                          {"detail", l.detail}};
-    j["limits"] = limits;
+    j["limits"] = limits_json(f.limits);
     j["cgroup"] = f.cgroup.empty() ? Json(nullptr) : Json(f.cgroup);
     j["host_uid"] = f.host_uid ? Json(*f.host_uid) : Json(nullptr);
     j["host_gid"] = f.host_gid ? Json(*f.host_gid) : Json(nullptr);

@@ -47,6 +47,8 @@ struct Usage {
 // field by field), and what pyjail adds.
 struct RunFacts : JailEnd, Usage {
     int exit_code = 0;                       // pyjail's own exit status
+    // When pyjail began the run (the realtime clock, milliseconds since the epoch), or none.
+    std::optional<std::int64_t> started_unix_ms;
     // The streams the relay stopped writing at a limit (a regular file's --fsize, or
     // --output-limit): the program may end well after, of EPIPE, or not at all.
     std::vector<StreamCut> streams_cut;
@@ -88,6 +90,9 @@ bool usage_is_partial(bool from_cgroup, bool setup_error, bool pid1_exited, int 
 std::string report_json(const RunFacts& facts);
 
 std::string json_string(const std::string& s);
+
+// RFC 3339 in UTC with milliseconds: "2026-12-03T18:45:12.345Z".
+std::string utc_timestamp_ms(std::int64_t unix_ms);
 
 // Where the report goes (--report FILE, --report-fd N), checked before anything runs so that
 // an unwritable report fails the run up front. A FILE is written when the run is over, as a

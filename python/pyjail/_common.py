@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import decimal
 import json
 import os
@@ -384,6 +385,16 @@ def jail_args(*, profile: Optional[str] = None, wall_time: Optional[float] = Non
     return args
 
 
+def _utc_time(text: Any) -> Optional[datetime.datetime]:
+    """The report's "2026-12-03T18:45:12.345Z" as an aware datetime, None if it is not one."""
+    if not isinstance(text, str):
+        return None
+    try:
+        return datetime.datetime.strptime(text, "%Y-%m-%dT%H:%M:%S.%f%z")
+    except ValueError:
+        return None
+
+
 @dataclass
 class Report:
     """pyjail's result report (``--report``): how the jail ended. Field names
@@ -399,6 +410,8 @@ class Report:
     cpu_system_s: Optional[float] = None
     memory_peak_bytes: Optional[int] = None
     setup_time_ms: Optional[float] = None
+    #: When pyjail began the run (UTC, to the millisecond); None from an older pyjail.
+    started_at: Optional[datetime.datetime] = None
     limits: Dict[str, Any] = field(default_factory=dict)
     denied_syscalls: List[Dict[str, Any]] = field(default_factory=list)
     error: Optional[Dict[str, Any]] = None
@@ -421,6 +434,7 @@ class Report:
             cpu_system_s=get("cpu_system_s", (int, float)),
             memory_peak_bytes=get("memory_peak_bytes", (int,)),
             setup_time_ms=get("setup_time_ms", (int, float)),
+            started_at=_utc_time(obj.get("started_at")),
             limits=dict(obj.get("limits") or {}),
             denied_syscalls=list(obj.get("denied_syscalls") or []),
             error=obj.get("error") if isinstance(obj.get("error"), dict) else None,
@@ -447,6 +461,18 @@ class Report:
         except ValueError:
             return None
         return cls.from_json(obj) if isinstance(obj, dict) else None
+
+    @property
+    def limit_amounts(self) -> Dict[str, Union[int, float]]:
+        """Each limit as a number in its unit (``limits[name]["unit"]``: bytes, seconds,
+        count, cpus, priority), e.g. ``{"memory": 536870912, "wall-time": 30.0}``; limits
+        from an older pyjail, which gave only text, are left out."""
+        out: Dict[str, Union[int, float]] = {}
+        for name, limit in self.limits.items():
+            amount = limit.get("amount") if isinstance(limit, dict) else None
+            if isinstance(amount, (int, float)) and not isinstance(amount, bool):
+                out[name] = amount
+        return out
 
     @property
     def timed_out(self) -> bool:

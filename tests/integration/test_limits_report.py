@@ -2,8 +2,10 @@
 delegated cgroup exists, the rlimit fallback (which must say so) where it does not. The
 cgroup v2 limits themselves are tested in the VM (tests/vm)."""
 
+import datetime
 import json
 import os
+import re
 
 import pytest
 
@@ -49,6 +51,35 @@ def test_a_plain_run_reports_ok_with_times_and_limits(run_jail, world_tmp, as_us
     else:
         assert limits["memory"]["mechanism"] == "cgroup-v2"
         assert FALLBACK not in r.stderr
+
+
+def test_the_report_says_when_the_run_started_and_each_limit_as_a_number(run_jail, world_tmp, as_user):
+    # Cron and batch users compare and sort runs by these: no text to parse.
+    before = datetime.datetime.now(datetime.timezone.utc)
+    r = run_with_report(run_jail, world_tmp, ["--wall-time", "7.5", "--", "python3", "-c", "1"], as_user)
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert r.returncode == 0, r.stderr
+    rep = r.report
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", rep["started_at"]), rep["started_at"]
+    started = datetime.datetime.strptime(rep["started_at"], "%Y-%m-%dT%H:%M:%S.%f%z")
+    # Milliseconds, cut: the test's own start cut the same way.
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= started <= after
+    limits = rep["limits"]
+    assert {"memory", "pids", "cpus", "wall-time", "nofile"} <= set(limits)
+    units = {"bytes": int, "count": int, "priority": int, "seconds": float, "cpus": float}
+    for name, limit in limits.items():
+        assert type(limit["amount"]) is units[limit["unit"]], (name, limit)
+        assert limit["amount"] == float(limit["value"]), (name, limit)
+    assert (limits["memory"]["amount"], limits["memory"]["unit"]) == (512 << 20, "bytes")
+    assert (limits["pids"]["amount"], limits["pids"]["unit"]) == (128, "count")
+    assert (limits["wall-time"]["amount"], limits["wall-time"]["unit"]) == (7.5, "seconds")
+    # A run that failed to start says when it started too.
+    r = run_with_report(run_jail, world_tmp,
+                        ["--ro-bind", "/nonexistent-pyjail-test:/mnt/x", "--", "python3", "-c", "1"],
+                        as_user)
+    assert r.returncode == 125 and r.report["status"] == "setup-error"
+    started = datetime.datetime.strptime(r.report["started_at"], "%Y-%m-%dT%H:%M:%S.%f%z")
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= started
 
 
 def test_exit_and_signal(run_jail, world_tmp, as_user):

@@ -1,5 +1,6 @@
 """pyjail.run: one program, one fresh jail."""
 
+import datetime
 import os
 import shutil
 import time
@@ -11,6 +12,7 @@ from pyjail_testing.web import hello_server
 
 
 def test_output_exit_code_and_report():
+    before = datetime.datetime.now(datetime.timezone.utc)
     r = pyjail.run("import sys\nprint('out')\nprint('err', file=sys.stderr)\nsys.exit(3)")
     assert r.stdout == "out\n"
     # pyjail's own lines (e.g. the cgroup fallback notice) never reach the program's stderr.
@@ -21,6 +23,23 @@ def test_output_exit_code_and_report():
     assert r.report.wall_time_s > 0 and r.report.memory_peak_bytes > 0
     assert r.report.cpu_time_s is not None
     assert "memory" in r.report.limits
+    # When it started (to the millisecond, cut) and the limits as numbers.
+    after = datetime.datetime.now(datetime.timezone.utc)
+    assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= r.report.started_at <= after
+    amounts = r.report.limit_amounts
+    assert type(amounts["memory"]) is int and amounts["memory"] == int(r.report.limits["memory"]["value"])
+    assert type(amounts["wall-time"]) is float and r.report.limits["wall-time"]["unit"] == "seconds"
+
+
+def test_a_report_of_an_older_pyjail_has_no_start_time_or_amounts():
+    old = pyjail.Report.from_json({"status": "ok", "limits": {"memory": {"value": "1024"}}})
+    assert old.started_at is None and old.limit_amounts == {}
+    bad = pyjail.Report.from_json({"status": "ok", "started_at": "yesterday", "limits": {"x": 3}})
+    assert bad.started_at is None and bad.limit_amounts == {}
+    now = pyjail.Report.from_json({"status": "ok", "started_at": "2026-12-03T18:45:12.345Z",
+                                   "limits": {"pids": {"value": "64", "amount": 64, "unit": "count"}}})
+    assert now.started_at == datetime.datetime(2026, 12, 3, 18, 45, 12, 345000, datetime.timezone.utc)
+    assert now.limit_amounts == {"pids": 64}
 
 
 def test_ok_stdin_args_and_env():

@@ -119,7 +119,9 @@ TEST_CASE("the report is JSON with stable fields") {
     f.system_s = 0.125;
     f.memory_peak = 1024;
     f.memory_peak_source = "memory.peak";
-    f.limits = {{"memory", "1024", Mechanism::CgroupV2, "memory.max"}};
+    f.limits = {limit_entry("memory", std::uint64_t{1024}, "bytes", Mechanism::CgroupV2, "memory.max"),
+                wall_time_entry(2.5)};
+    f.started_unix_ms = 1764787512345;
     f.denied.add("ptrace", 2);
     f.denied_throttled = 3;
     f.relayed_signal = SIGTERM;
@@ -137,8 +139,15 @@ TEST_CASE("the report is JSON with stable fields") {
     CHECK(j["cpu_user_s"] == 0.25);
     CHECK(j["cpu_system_s"] == 0.125);
     CHECK(j["memory_peak_bytes"] == 1024);
+    // The text as ever, then the same value as a number: whole for bytes, fractional for seconds.
     CHECK(j["limits"]["memory"] == nlohmann::ordered_json{{"value", "1024"}, {"mechanism", "cgroup-v2"},
-                                                  {"detail", "memory.max"}});
+                                                          {"detail", "memory.max"}, {"amount", 1024},
+                                                          {"unit", "bytes"}});
+    CHECK(j["limits"]["memory"]["amount"].is_number_unsigned());
+    CHECK(j["limits"]["wall-time"]["value"] == "2.5");
+    CHECK(j["limits"]["wall-time"]["amount"] == 2.5);
+    CHECK(j["limits"]["wall-time"]["unit"] == "seconds");
+    CHECK(j["started_at"] == "2025-12-03T18:45:12.345Z");
     CHECK(j["denied_syscalls"] == nlohmann::ordered_json::parse(R"([{"syscall": "ptrace", "count": 2}])"));
     CHECK(j["denied_syscalls_throttled"] == 3);
     CHECK(j["relayed_signal"] == "SIGTERM");
@@ -152,13 +161,56 @@ TEST_CASE("the report is JSON with stable fields") {
     for (const auto& item : j.items()) keys.push_back(item.key());
     CHECK(keys == std::vector<std::string>{
                       "pyjail_version", "status", "exit_code", "program_exit_code", "signal",
-                      "signal_name", "relayed_signal", "wall_time_s", "cpu_user_s",
+                      "signal_name", "relayed_signal", "started_at", "wall_time_s", "cpu_user_s",
                       "cpu_system_s", "memory_peak_bytes", "memory_peak_source",
                       "usage_partial", "setup_time_ms", "limits", "cgroup", "host_uid", "host_gid",
                       "host_ids", "budgets_shared_with", "budgets_shared_why",
                       "counts_charged_to_uid", "oom_kills",
                       "pids_limit_hits", "streams_cut", "denied_syscalls", "denied_syscalls_throttled",
                       "egress", "error", "profile", "command"});
+}
+
+TEST_CASE("the start time is RFC 3339 in UTC with milliseconds, or null") {
+    CHECK(utc_timestamp_ms(0) == "1970-01-01T00:00:00.000Z");
+    CHECK(utc_timestamp_ms(951782400007) == "2000-02-29T00:00:00.007Z");  // a leap day
+    CHECK(utc_timestamp_ms(-1) == "1969-12-31T23:59:59.999Z");
+    CHECK(nlohmann::json::parse(report_json(RunFacts{}))["started_at"].is_null());
+}
+
+TEST_CASE("every limit's number is the value its text says, in its unit") {
+    Limits l;
+    l.memory = 512ULL << 20;
+    l.pids = 64;
+    l.cpus = 1.5;
+    l.cpu_time = 10;
+    l.fsize = 1 << 20;
+    l.output = 4096;
+    for (bool cgroup : {true, false}) {
+        LimitPlan p = plan_limits(l, cgroup);
+        p.entries.push_back(wall_time_entry(30));
+        auto limits = nlohmann::json::parse(report_json([&] {
+                          RunFacts f;
+                          f.limits = p.entries;
+                          return f;
+                      }()))["limits"];
+        CHECK(limits.size() == 15);
+        for (const auto& [name, e] : limits.items()) {
+            CAPTURE(name);
+            const std::string unit = e["unit"];
+            const bool whole = unit == "bytes" || unit == "count" || unit == "priority";
+            CHECK((whole || unit == "seconds" || unit == "cpus"));
+            CHECK(e["amount"].is_number_unsigned() == whole);
+            CHECK(e["amount"].get<double>() == std::stod(e["value"].get<std::string>()));
+        }
+        CHECK(limits["memory"]["amount"] == 512ULL << 20);
+        CHECK(limits["memory"]["unit"] == "bytes");
+        CHECK(limits["pids"]["unit"] == "count");
+        CHECK(limits["cpus"]["amount"] == 1.5);
+        CHECK(limits["cpu-time"]["amount"] == 10.0);
+        CHECK(limits["cpu-time"]["unit"] == "seconds");
+        CHECK(limits["wall-time"]["amount"] == 30.0);
+        CHECK(limits["nofile"]["amount"] == 1024);
+    }
 }
 
 TEST_CASE("a grace timeout: killed with SIGKILL after the relayed signal") {
