@@ -14,6 +14,10 @@ inline constexpr int kExitWallTimeout = 124;  // as timeout(1)
 inline constexpr int kExitJailError = 125;
 inline constexpr int kExitCannotExecute = 126;
 inline constexpr int kExitNotFound = 127;
+// `pyjail serve` stopped because the reader of its stdout is gone (its owner died), not because
+// it was asked to: 128 + SIGPIPE, what a program whose reader went away ends with, so that a
+// supervisor (systemd's Restart=on-failure, a pipeline's pipefail) counts it as a failure.
+inline constexpr int kExitServeOwnerGone = 141;
 
 struct Outcome {
     enum class Kind {

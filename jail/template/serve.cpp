@@ -252,8 +252,13 @@ public:
                         std::fprintf(stderr, "pyjail serve: stopping\n");
                         return 0;
                     case Watch::Kind::Owner:
-                        std::fprintf(stderr, "pyjail serve: stopping: the reader of its output is gone\n");
-                        return 0;
+                        // Not 0: nobody asked it to stop, and its runs were cut short.
+                        std::fprintf(stderr,
+                                     "pyjail serve: stopping (exit status %d): the reader of its standard output is "
+                                     "gone (the program that started it ended); stop it with SIGTERM, or give it "
+                                     "an output that stays open\n",
+                                     kExitServeOwnerGone);
+                        return kExitServeOwnerGone;
                     case Watch::Kind::Listen: accept_now = true; break;
                     case Watch::Kind::Control:
                         if (control_ && (events[i].events & EPOLLOUT)) on_template_writable();

@@ -32,8 +32,9 @@ inline constexpr const char* kTemplateDirInJail = "/tmp/.pyjail-template";
 // The template's command: the rootfs's interpreter importing `preload`, then serving.
 std::vector<std::string> template_command(const std::vector<std::string>& preload);
 
-// Serves until SIGTERM, SIGINT or SIGHUP (exit status 0), or until the first template cannot
-// start (JailError). `prepared` is the template's jail (RunPlan::is_template); `runs` the
+// Serves until SIGTERM, SIGINT or SIGHUP (exit status 0), until the reader of its stdout (a
+// pipe or socket) is gone (kExitServeOwnerGone), or until the first template cannot start
+// (JailError). `prepared` is the template's jail (RunPlan::is_template); `runs` the
 // settings as given (before the template's own: no time limits), the most a run may have
 // (serve_bounds.hpp).
 int serve(const PreparedRun& prepared, const Policy& runs, const std::string& socket,

@@ -298,6 +298,24 @@ def test_a_template_that_cannot_start_says_why(serve, as_user):
         "above) (check that the rootfs has every --preload module)"), err
 
 
+def test_a_server_whose_owner_is_gone_stops_with_a_failure_status(serve, as_user):
+    # The reader of its stdout (the program that started it) gone, nobody asked it to stop and
+    # its runs were cut short: systemd's Restart=on-failure, a pipeline's pipefail and a cron
+    # wrapper must see a failure, not 0. 141: 128 + SIGPIPE, as for a program whose reader left.
+    sock, p = serve(as_user)
+    p.stdout.close()
+    assert p.wait(30) == 141, p.stderr.read()
+    assert p.stderr.read().decode().splitlines()[-1] == (
+        "pyjail serve: stopping (exit status 141): the reader of its standard output is gone (the program "
+        "that started it ended); stop it with SIGTERM, or give it an output that stays open")
+    assert not os.path.exists(sock)
+    # Asked to stop, it has done its job.
+    sock, p = serve(as_user)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0, p.stderr.read()
+    assert not os.path.exists(sock)
+
+
 def test_preloads_are_module_names_several_to_a_value_if_given_so(serve, run_jail, as_user):
     # Several modules to one --preload (as the Python package's Pool takes a list), each once.
     sock, p = serve(as_user, "--preload", "json,decimal", "--preload", "json", ready=False)
