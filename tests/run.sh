@@ -15,7 +15,8 @@
 # whole when the lane ends:
 #   host:    tests/integration, tests/man, tests/test_must_work.py, tests/test_layout.py (which
 #            folder may include which), tests/test_function_length.py (no function in jail/
-#            over 80 lines), then the attack suites again through a template -- the tests that
+#            over 80 lines), tests/test_quickstart.py (the quick start's build jobs), then
+#            the attack suites again through a template -- the tests that
 #            look for leftovers on this host
 #   vm:      tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
 #            tests/rootfs/test_package_builds_in_jail.py (the pip jails' builds), which would
@@ -122,7 +123,7 @@ pytest=(/usr/bin/python3 -m pytest -q -p no:cacheprovider --durations=10)
 lane_host() {
     local status=0
     "${pytest[@]}" tests/integration tests/man tests/test_must_work.py tests/test_layout.py \
-        tests/test_function_length.py "$@" || status=$?
+        tests/test_function_length.py tests/test_quickstart.py "$@" || status=$?
     echo "==> the attack tests again, every run they can make forked from a template (pyjail serve)"
     PYJAIL_THROUGH_TEMPLATE=1 "${pytest[@]}" \
         tests/integration/test_jail_namespaces.py tests/integration/test_jail_processes.py \
