@@ -846,6 +846,9 @@ class Builder:
         if a.from_venv:
             self.venv_site = rootfs_packages.read_venv(os.path.abspath(a.from_venv),
                                                        self.info["version"])
+            # Root's refusal of a virtualenv others can change, before anything is built;
+            # install_venv walks to it again for the descriptor it copies from.
+            os.close(rootfs_packages.open_venv_site(self.venv_site, os.geteuid()))
 
     def site_dir(self):
         """Where packages go in the tree: the interpreter's own default install directory
