@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import selectors
 import shutil
@@ -39,7 +40,8 @@ class Result:
     stdout_omitted: int = 0
     stderr_omitted: int = 0
     report: Optional[Report] = None
-    """pyjail's result report: status, times, peak memory, denied syscalls, limits."""
+    """pyjail's result report: status, start and other times, peak memory, denied
+    syscalls, limits (as text and, ``limit_amounts``, as numbers)."""
     files: Dict[str, bytes] = field(default_factory=dict)
     """Files collected from the work directory (``outputs=``), by relative name
     (checked as ``files=`` names are: relative, no ``..``; matching ``outputs``,
@@ -87,6 +89,11 @@ class Result:
     @property
     def wall_time_s(self) -> Optional[float]:
         return self.report.wall_time_s if self.report is not None else None
+
+    @property
+    def started_at(self) -> Optional[datetime.datetime]:
+        """When pyjail began the run (UTC, to the millisecond), from its report."""
+        return self.report.started_at if self.report is not None else None
 
 
 def _outputs_from_jail(reply: Dict[str, Any], body: bytes, collect: Union[bool, List[str]],

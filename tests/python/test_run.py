@@ -26,6 +26,7 @@ def test_output_exit_code_and_report():
     # When it started (to the millisecond, cut) and the limits as numbers.
     after = datetime.datetime.now(datetime.timezone.utc)
     assert before.replace(microsecond=before.microsecond // 1000 * 1000) <= r.report.started_at <= after
+    assert r.started_at == r.report.started_at
     amounts = r.report.limit_amounts
     assert type(amounts["memory"]) is int and amounts["memory"] == int(r.report.limits["memory"]["value"])
     assert type(amounts["wall-time"]) is float and r.report.limits["wall-time"]["unit"] == "seconds"
