@@ -89,8 +89,8 @@ std::vector<std::string> list_named_rootfs(const DataDirs& dirs) {
         std::vector<std::string> here;
         list_dir(d.path, "", here);
         for (auto& n : here)
-            if (rootfs_name_problem(n).empty() && n.find(".tmp-") == std::string::npos &&
-                n.find(".pip-") == std::string::npos && is_dir(d.path + "/" + n))
+            if (rootfs_name_problem(n).empty() && !is_builder_sibling_name(n) &&
+                is_dir(d.path + "/" + n))
                 names.push_back(n);
     }
     std::sort(names.begin(), names.end());

@@ -19,6 +19,13 @@ bool is_rootfs_name(std::string_view value);
 // could leave the directory it is looked up in ("..", "").
 std::string rootfs_name_problem(std::string_view name);
 
+// Whether `name` is one the builder gives what it leaves beside a rootfs NAME while it builds,
+// or keeps for jails: NAME.pyjail-tmp-, .pyjail-pip-, .pyjail-old- and 8 of [A-Za-z0-9_]
+// (perhaps then ".old"), or the names earlier versions gave them (NAME.tmp-XXXXXXXX, ...).
+// Never a rootfs of its own: left out of the names listed (rootfs_rebuild.py's
+// is_sibling_name, which the builder uses, says the same).
+bool is_builder_sibling_name(std::string_view name);
+
 // The user's own directory of named rootfses: $XDG_DATA_HOME/pyjail/rootfs when that is an
 // absolute path, else $HOME/.local/share/pyjail/rootfs; "" without either (null: unset).
 std::string user_rootfs_dir(const char* xdg_data_home, const char* home);

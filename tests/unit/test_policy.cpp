@@ -221,8 +221,8 @@ TEST_CASE("sensitive binds: /, homes and their ancestors, credential directories
     CHECK(why("/home/u/.local/share/keyrings") == "inside .local, which holds credentials");
     // pyjail's own data in .local (a named rootfs's build): its subtree only, unless it holds
     // credentials itself; never another user's, nor a look-alike path.
-    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pip-x1") == "");
-    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pip-x1/relay.sock") == "");
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pyjail-pip-x1") == "");
+    CHECK(why("/home/u/.local/share/pyjail/rootfs/mine.pyjail-pip-x1/relay.sock") == "");
     CHECK(why("/home/u/.local/share/pyjail/rootfs/x", {".ssh"}) == "a directory holding credentials (.ssh)");
     CHECK(why("/home/u/.local/share/pyjail-other") == "inside .local, which holds credentials");
     CHECK(why("/home/u/.local/share") == "inside .local, which holds credentials");

@@ -46,3 +46,23 @@ TEST_CASE("root builds named rootfses into the installed directory, others into 
           "/usr/lib/pyjail/rootfs.d");
     CHECK(rootfs_build_dir(1000, "/home/u/x", "/usr/lib/pyjail/rootfs.d") == "/home/u/x");
 }
+
+TEST_CASE("the names the builder gives what it leaves beside a rootfs are no rootfs names") {
+    CHECK(is_builder_sibling_name("data.pyjail-tmp-abcd_123"));
+    CHECK(is_builder_sibling_name("data.pyjail-pip-x1y2z3w4"));
+    CHECK(is_builder_sibling_name("data.pyjail-old-ABCDEFGH"));
+    CHECK(is_builder_sibling_name("data.pyjail-tmp-abcd_123.old"));
+    // As earlier versions named them (and as people name backups): still not listed.
+    CHECK(is_builder_sibling_name("data.old-20240101"));
+    CHECK(is_builder_sibling_name("py.tmp-2024_jan"));
+    CHECK(is_builder_sibling_name("data.tmp-abcdefgh.old"));
+    CHECK_FALSE(is_builder_sibling_name("data"));
+    CHECK_FALSE(is_builder_sibling_name("data.old"));
+    CHECK_FALSE(is_builder_sibling_name("data.old-2024"));           // 8 characters, no fewer
+    CHECK_FALSE(is_builder_sibling_name("data.old-2024-01-01"));     // nor others
+    CHECK_FALSE(is_builder_sibling_name("data-old-20240101"));
+    CHECK_FALSE(is_builder_sibling_name("data.pyjail-new-abcdefgh"));
+    CHECK_FALSE(is_builder_sibling_name("data.pyjail-tmp-abcdefgh.new"));
+    CHECK_FALSE(is_builder_sibling_name("old-abcdefgh"));
+    CHECK_FALSE(is_builder_sibling_name(""));
+}
