@@ -9,8 +9,8 @@ hash-based bytecode (so nothing is stat'ed or rewritten at import time on the
 read-only root), a few files in /etc, and a sha256 manifest.
 
 The build is reproducible (same inputs give a byte-identical tree, mtimes
-included) and atomic: it happens in DIR.tmp-XXXX next to DIR, which is renamed
-into place only once everything succeeded.
+included) and atomic: it happens in DIR.pyjail-tmp-XXXXXXXX next to DIR, which is
+renamed into place only once everything succeeded.
 
 Third-party packages come from wheels, resolved and installed by pip in a jail on
 the tree being built, as its own interpreter (--requirements, --pip: no package
@@ -410,9 +410,9 @@ class Builder:
         self.python = args.python
         self.quiet = args.quiet
         self.out = os.path.abspath(args.out)
-        self.root = None            # the DIR.tmp-XXXX being filled
-        self.stage = None           # the DIR.pip-XXXX pip installs into
-        self.relay_dir = None       # another DIR.pip-XXXX, with the relay's socket
+        self.root = None            # the DIR.pyjail-tmp-XXXXXXXX being filled
+        self.stage = None           # the DIR.pyjail-pip-XXXXXXXX pip installs into
+        self.relay_dir = None       # another DIR.pyjail-pip-XXXXXXXX, with the relay's socket
         # Descriptors of those directories, each holding its flock (rootfs_rebuild.lock_sibling)
         # for as long as the build runs, and of the previous tree while it is swapped out.
         self.locks = []
@@ -1593,12 +1593,12 @@ class Builder:
         earlier tree keep it (rootfs_rebuild.retire)."""
         out, tmp = self.out, self.root
         self.check_out()
-        rootfs_rebuild.sweep(out, self.say, ours)
+        rootfs_rebuild.sweep(out, self.say, ours, point_out=False)   # said at the start
         if not os.path.lexists(out):
             os.rename(tmp, out)
             self.root = None
             return
-        # The previous tree, which the swap puts at DIR.tmp-XXXXXXXX, stays locked until
+        # The previous tree, which the swap puts at DIR.pyjail-tmp-XXXXXXXX, stays locked until
         # retire() is done with it: another build's sweep would take it for a killed build's.
         # Never waited for: anyone who can read the tree can hold a lock on it (a jail's
         # program, whose / it is), and would hold the build up for as long as it liked. If
@@ -1823,8 +1823,8 @@ class Builder:
               flush=True)
 
     def sibling(self, kind):
-        """A new directory beside the output (DIR.tmp-XXXXXXXX, DIR.pip-XXXXXXXX), locked
-        until cleanup(): if the builder is killed, the next build of DIR removes it."""
+        """A new directory beside the output (DIR.pyjail-tmp-XXXXXXXX, DIR.pyjail-pip-XXXXXXXX),
+        locked until cleanup(): if the builder is killed, the next build of DIR removes it."""
         path, fd = rootfs_rebuild.lock_sibling(self.out, kind)
         self.locks.append(fd)
         return path
@@ -2002,14 +2002,17 @@ def parse_build_args(argv, prog):
                              "puts a user's in ~/.local/share/pyjail/rootfs, and HOME is not "
                              "set)", "set HOME, run it as pyjail rootfs build, or use --out DIR")
         args.out = os.path.abspath(os.path.join(args.named_dir, args.name))
-    if args.out and rootfs_rebuild.SIBLING_RE.search(os.path.basename(args.out.rstrip("/"))):
+    if args.out and rootfs_rebuild.is_sibling_name(os.path.basename(args.out.rstrip("/"))):
         # Such a name is what a build of another rootfs leaves beside it while it runs, or
-        # keeps for jails: a build of that other rootfs would take this one for its own.
+        # keeps for jails: a build of that other rootfs would take this one for its own and
+        # remove it. The names earlier versions gave them too: an earlier pyjail still
+        # installed would, and pyjail rootfs list skips them.
         raise BuildError("%s %s" % ("--name" if args.name is not None else "--out",
                                     args.name if args.name is not None else args.out),
-                         "names ending in .tmp-, .pip- or .old- and 8 letters, digits or '_' "
-                         "are the builder's own (what a build of another rootfs leaves beside "
-                         "it)", "choose another name")
+                         "names ending in .pyjail-tmp-, .pyjail-pip- or .pyjail-old- (or, as "
+                         "earlier versions made them, .tmp-, .pip- or .old-) and 8 letters, "
+                         "digits or '_' are the builder's own (what a build of another rootfs "
+                         "leaves beside it)", "choose another name")
     return args
 
 

@@ -1,17 +1,20 @@
 """Rebuilding a rootfs in place, while jails run in it.
 
-A build or rebuild makes the new tree beside the old one (DIR.tmp-XXXXXXXX) and swaps the two
+A build or rebuild makes the new tree beside the old one (DIR.pyjail-tmp-XXXXXXXX) and swaps the two
 with one rename, so DIR is always a whole tree. The old tree is then deleted -- unless a running
 jail still has it mounted: deleting it would pull the files out from under that jail (a module it
-has not imported yet would be gone). Such a tree is kept as DIR.old-XXXXXXXX, and every later
-build or rebuild of DIR deletes the kept trees that no jail uses any more.
+has not imported yet would be gone). Such a tree is kept as DIR.pyjail-old-XXXXXXXX, and every
+later build or rebuild of DIR deletes the kept trees that no jail uses any more.
 
-A build also has staging directories beside DIR (DIR.pip-XXXXXXXX: what pip's jail writes, the
-relay's socket), and removes them and its DIR.tmp- when it ends. A builder that is killed
+A build also has staging directories beside DIR (DIR.pyjail-pip-XXXXXXXX: what pip's jail writes,
+the relay's socket), and removes them and its DIR.pyjail-tmp- when it ends. A builder that is killed
 (SIGKILL, the OOM killer) cannot: each build holds a flock on each of its own directories for
 its whole life (lock_sibling), and a later build or rebuild of DIR removes those whose lock it
 can take (sweep). Everything is removed by descriptor, iteratively (remove_tree): a jail chose
-the depth, width and modes of what it wrote.
+the depth, width and modes of what it wrote. Only names with the token .pyjail- are ever taken:
+earlier versions named these directories DIR.tmp-, DIR.pip-, DIR.old- and eight characters, as
+people name a backup of their own (data.old-20240101), which sweep() removed; a build now only
+names such directories, once, for the user to remove by hand (LEGACY_SIBLING_RE).
 
 Whether a jail uses a tree is read from /proc/PID/mountinfo, which every user may read: a jail's
 mount namespace holds a bind mount of its rootfs (or of its top-level directories), whose root
@@ -30,9 +33,22 @@ import re
 import stat
 import tempfile
 
-# What a build leaves beside DIR while it runs (tmp, pip) or keeps for running jails (old):
-# never a rootfs of its own (pyjail rootfs list skips them).
-SIBLING_RE = re.compile(r"\.(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
+# What a build leaves beside DIR while it runs (tmp, pip) or keeps for running jails (old),
+# and sweep() removes: never a rootfs of its own (pyjail rootfs list skips them, a build refuses
+# such a name). The token .pyjail- is what keeps a user's own directory out of the sweep: no one
+# names a backup so by accident (jail/plan/rootfs_name.cpp matches the same names).
+SIBLING_RE = re.compile(r"\.pyjail-(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
+# What earlier versions of pyjail named them, and what people name backups (data.old-20240101):
+# never removed, only pointed out by a build; still skipped by list and refused as a name (an
+# earlier pyjail still installed would sweep such a rootfs, and its half-built trees are no
+# rootfs for `rebuild --all`).
+LEGACY_SIBLING_RE = re.compile(r"\.(tmp|pip|old)-[A-Za-z0-9_]{8}(\.old)?$")
+
+
+def is_sibling_name(name):
+    """Whether `name` is one a build makes beside a rootfs, or earlier versions made: not the
+    name of a rootfs of its own."""
+    return bool(SIBLING_RE.search(name) or LEGACY_SIBLING_RE.search(name))
 
 # A directory of a tree, opened without following a symlink.
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -300,21 +316,21 @@ def retire(old, out, say):
     if not why:
         remove_path(old)
         return
-    m = re.search(r"\.tmp-([A-Za-z0-9_]{8})", os.path.basename(old))
-    kept = out + ".old-" + (m.group(1) if m else "00000000")
+    m = re.search(r"\.pyjail-tmp-([A-Za-z0-9_]{8})", os.path.basename(old))
+    kept = out + ".pyjail-old-" + (m.group(1) if m else "00000000")
     os.rename(old, kept)
     say("the previous tree is kept as %s for the jails still running in it (%s); the next "
         "build or rebuild of %s deletes it once they have ended" % (kept, why, out))
 
 
 def lock_sibling(out, kind):
-    """A new directory OUT.KIND-XXXXXXXX beside `out` ("tmp": the tree being built, "pip": a
+    """A new directory OUT.pyjail-KIND-XXXXXXXX beside `out` ("tmp": the tree being built, "pip": a
     staging directory), with an exclusive flock held while the returned descriptor is open:
     (path, fd). A build holds the lock of each of its own for its whole life, so a later
     build's sweep() takes only those of a build that was killed."""
     parent, base = os.path.split(out)
     for _ in range(8):
-        path = tempfile.mkdtemp(prefix="%s.%s-" % (base, kind), dir=parent)
+        path = tempfile.mkdtemp(prefix="%s.pyjail-%s-" % (base, kind), dir=parent)
         fd = os.open(path, DIR_FLAGS)
         fcntl.flock(fd, fcntl.LOCK_EX)
         # A sweep that took the lock between mkdtemp and flock has removed the directory.
@@ -328,22 +344,28 @@ def lock_sibling(out, kind):
     raise OSError(errno.EAGAIN, "another build of it removed each one made", path)
 
 
-def sweep(out, say, ours):
+def sweep(out, say, ours, point_out=True):
     """Removes what earlier builds of `out` left beside it: the build and staging directories
-    (.tmp-, .pip-) of a build that was killed (SIGKILL, the OOM killer: no process holds their
-    lock any more, lock_sibling), which may hold hundreds of MB, and the trees kept for jails
-    (.old-) that no jail uses any more. Only real directories whose owner passes `ours(uid)`
-    (the builder, and for root the host ids its pip jails run as), and that no jail has
-    mounted: another user's entry of such a name in a shared directory (/tmp) is left alone."""
+    (.pyjail-tmp-, .pyjail-pip-) of a build that was killed (SIGKILL, the OOM killer: no process
+    holds their lock any more, lock_sibling), which may hold hundreds of MB, and the trees kept
+    for jails (.pyjail-old-) that no jail uses any more. Only real directories whose owner passes
+    `ours(uid)` (the builder, and for root the host ids its pip jails run as), and that no jail
+    has mounted: another user's entry of such a name in a shared directory (/tmp) is left alone.
+    `point_out`: also say, in one line, which directories of ours beside `out` have the names
+    earlier versions gave theirs (LEGACY_SIBLING_RE), which are never removed."""
     parent, base = os.path.split(out)
     try:
         pfd = os.open(parent or ".", DIR_FLAGS)
     except OSError:
         return
+    legacy = []
     try:
         for name in sorted(os.listdir(pfd)):
-            m = SIBLING_RE.match(name[len(base):]) if name.startswith(base) else None
+            rest = name[len(base):] if name.startswith(base) else ""
+            m = SIBLING_RE.match(rest)
             if not m:
+                if point_out and LEGACY_SIBLING_RE.match(rest) and is_ours_dir(pfd, name, ours):
+                    legacy.append(os.path.join(parent, name))
                 continue
             path = os.path.join(parent, name)
             if sweep_one(pfd, name, path, ours):
@@ -354,6 +376,27 @@ def sweep(out, say, ours):
         pass
     finally:
         os.close(pfd)
+    if legacy:
+        # A backup of the user's (cp -a data data.old-20240101) cannot be told from what an
+        # earlier version left: the user decides.
+        one = len(legacy) == 1
+        shown = legacy[:4] if len(legacy) <= 4 else legacy[:3] + ["%d more" % (len(legacy) - 3)]
+        named = shown[0] if one else ", ".join(shown[:-1]) + " and " + shown[-1]
+        say("%s: named as earlier versions of pyjail named what a build leaves beside %s, which a "
+            "build no longer removes (%s); remove %s by hand if %s" % (
+                named, base, "it may be a backup of yours" if one else
+                "they may be backups of yours", "it" if one else "them",
+                "it is such a leftover" if one else "they are such leftovers"))
+
+
+def is_ours_dir(pfd, name, ours):
+    """Whether entry `name` of `pfd` is a real directory (not a symlink) whose owner passes
+    `ours(uid)`."""
+    try:
+        st = os.stat(name, dir_fd=pfd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISDIR(st.st_mode) and ours(st.st_uid)
 
 
 def sweep_one(pfd, name, path, ours):
@@ -402,7 +445,7 @@ def targets(paths, all_, default, dirs):
                 names = sorted(os.listdir(d))
             except OSError:
                 continue
-            found += [os.path.join(d, n) for n in names if not SIBLING_RE.search(n)]
+            found += [os.path.join(d, n) for n in names if not is_sibling_name(n)]
         found = [p for p in found if os.path.isfile(os.path.join(p, "etc/pyjail-rootfs"))]
     seen, unique = set(), []
     for p in list(paths) + found:

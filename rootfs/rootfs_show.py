@@ -8,7 +8,7 @@ import json
 import os
 
 from rootfs_packages import LOCK, BuildError
-from rootfs_rebuild import SIBLING_RE
+from rootfs_rebuild import is_sibling_name
 
 INFO = "etc/pyjail-rootfs"
 MANIFEST = "etc/pyjail-manifest.sha256"
@@ -113,7 +113,7 @@ def show_list(dirs, default):
             continue
         for name in names:
             path = os.path.join(d, name)
-            if SIBLING_RE.search(name) or not os.path.isfile(
+            if is_sibling_name(name) or not os.path.isfile(
                     os.path.join(path, INFO)):
                 continue
             rows.append((name if name not in seen else name + " (hidden)", where, path))

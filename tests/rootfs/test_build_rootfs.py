@@ -235,7 +235,7 @@ def test_pyc_unchecked_hash(stdlib, info):
                       "print(marshal.loads(open(sys.argv[1], 'rb').read()[16:]).co_filename)",
                       str(pyc))
     assert filename == info["STDLIB"] + "/json/decoder.py"
-    assert str(stdlib) not in filename and ".tmp-" not in filename
+    assert str(stdlib) not in filename and ".pyjail-tmp-" not in filename
 
 
 def test_permissions(root):

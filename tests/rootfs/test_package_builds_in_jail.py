@@ -275,7 +275,8 @@ import glob, os, sys, time
 top, deadline, got = sys.argv[1], time.monotonic() + float(sys.argv[2]), set()
 print("watching", flush=True)
 while time.monotonic() < deadline:
-    for d in glob.glob(os.path.join(top, "r.pip-*")) + glob.glob(os.path.join(top, "r.pip-*/*/")):
+    for d in (glob.glob(os.path.join(top, "r.pyjail-pip-*")) +
+              glob.glob(os.path.join(top, "r.pyjail-pip-*/*/"))):
         try:
             with open(os.path.join(d, "zz_intruder.pth"), "w") as f:
                 f.write("import sys\\n")
@@ -394,7 +395,7 @@ def test_a_killed_builder_leaves_no_pip_jail_running_and_the_next_build_removes_
                                     "--no-index", "--find-links", str(links), "--pip", "sleeper",
                                     "--allow-build", "--quiet"], cwd="/", stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)
-        mark = "--workdir\0%s/r.pip-" % top
+        mark = "--workdir\0%s/r.pyjail-pip-" % top
         deadline = time.monotonic() + 60
         while not pids_with(mark) and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -414,15 +415,16 @@ def test_a_killed_builder_leaves_no_pip_jail_running_and_the_next_build_removes_
         assert not left, "the pip jail outlived its builder"
 
         killed = sorted(p.name for p in top.iterdir())
-        assert [re.sub(r"-\w{8}$", "", n) for n in killed] == ["r.pip", "r.tmp"], killed
+        assert [re.sub(r"-\w{8}$", "", n) for n in killed] == [
+            "r.pyjail-pip", "r.pyjail-tmp"], killed
         assert not any(locked(top / n) for n in killed)
         # Another user's entry, a symlink, and a running build's directory, by those names.
-        other = top / "r.pip-foreign1"
+        other = top / "r.pyjail-pip-foreign1"
         other.mkdir()
         (other / "data").write_text("theirs\n")
         os.chown(other, 0 if uid else UNPRIVILEGED, 0 if uid else UNPRIVILEGED)
-        (top / "r.tmp-alink123").symlink_to(links)
-        running = top / "r.tmp-running1"
+        (top / "r.pyjail-tmp-alink123").symlink_to(links)
+        running = top / "r.pyjail-tmp-running1"
         running.mkdir()
         (running / "data").write_text("in use\n")
         os.chown(running, uid, uid)
@@ -438,7 +440,7 @@ def test_a_killed_builder_leaves_no_pip_jail_running_and_the_next_build_removes_
             assert "removed %s, left by a build of r that was killed" % (top / n) in r.stdout, \
                 r.stdout
         assert sorted(p.name for p in top.iterdir()) == [
-            "r", "r.pip-foreign1", "r.tmp-alink123", "r.tmp-running1"]
+            "r", "r.pyjail-pip-foreign1", "r.pyjail-tmp-alink123", "r.pyjail-tmp-running1"]
         assert (other / "data").exists() and (running / "data").exists()
         assert sorted(p.name for p in links.iterdir()) == [
             "sleeper-1.0.tar.gz", "widener-1.0.tar.gz"]

@@ -30,8 +30,8 @@ def raises(pattern, fn, *args):
 
 
 def plan(**kw):
-    args = dict(pyjail="/bin/pyjail", rootfs="/out/r.tmp-x", python="/usr/bin/python3.11",
-                pip_dir="/usr/lib/python3/dist-packages/pip", stage="/out/r.pip-x",
+    args = dict(pyjail="/bin/pyjail", rootfs="/out/r.pyjail-tmp-x", python="/usr/bin/python3.11",
+                pip_dir="/usr/lib/python3/dist-packages/pip", stage="/out/r.pyjail-pip-x",
                 requirements=["/home/u/req.txt"], specs=["cffi"], find_links=["/w"],
                 no_index=True, allow_build=False)
     args.update(kw)
@@ -44,8 +44,8 @@ def pairs(cmd, opt):
 
 def test_the_jail_sees_its_inputs_read_only_and_writes_only_the_stage():
     cmd = plan()
-    assert pairs(cmd, "--rootfs") == ["/out/r.tmp-x"]
-    assert pairs(cmd, "--workdir") == ["/out/r.pip-x"]
+    assert pairs(cmd, "--rootfs") == ["/out/r.pyjail-tmp-x"]
+    assert pairs(cmd, "--workdir") == ["/out/r.pyjail-pip-x"]
     assert pairs(cmd, "--bind") == []
     assert pairs(cmd, "--ro-bind") == ["/usr/lib/python3/dist-packages/pip:/pyjail/pip/pip",
                                        "/w:/pyjail/links/0",
@@ -91,10 +91,10 @@ def test_the_exec_refusal_holds_for_a_child_and_fails_closed(tmp_path):
 
 
 def test_with_an_index_the_jail_has_loopback_and_the_relay():
-    cmd = plan(no_index=False, find_links=[], relay="/out/r.pip-y/relay.sock",
+    cmd = plan(no_index=False, find_links=[], relay="/out/r.pyjail-pip-y/relay.sock",
                index_urls=["https://pypi.example/simple"], ca_file="/etc/ssl/ca.crt")
     assert pairs(cmd, "--net") == ["loopback"]
-    assert pairs(cmd, "--ro-bind")[1:3] == ["/out/r.pip-y/relay.sock:/pyjail/relay.sock",
+    assert pairs(cmd, "--ro-bind")[1:3] == ["/out/r.pyjail-pip-y/relay.sock:/pyjail/relay.sock",
                                             "/etc/ssl/ca.crt:/pyjail/ca.pem"]
     pip = cmd[cmd.index("--") + 1:]
     assert pip[3] == rp.NO_EXEC + rp.RUN_PIP_RELAYED and "--no-index" not in pip

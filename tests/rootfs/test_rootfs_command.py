@@ -549,12 +549,17 @@ def test_bad_rootfs_name(binary, users):
     r = pyjail(binary, current(users), "--rootfs", "a b", "--", "python3", "-c", "pass")
     assert r.returncode == 125
     assert "'a b' is not a rootfs name: it may hold only letters" in r.stderr
-    # The names a build of another rootfs leaves beside it (py.tmp-XXXXXXXX while it runs):
-    # a build of `py` would take such a rootfs for its own leftover and remove it.
-    for opt, value in (("--name", "py.tmp-2024_jan"), ("--out", "/tmp/data.old-20240101")):
+    # The names a build of another rootfs leaves beside it (py.pyjail-tmp-XXXXXXXX while it
+    # runs): a build of `py` would take such a rootfs for its own leftover and remove it. And
+    # those earlier versions gave them: an earlier pyjail would, and rootfs list skips them.
+    for opt, value in (("--name", "py.pyjail-tmp-2024_jan"),
+                       ("--out", "/tmp/data.pyjail-old-20240101"),
+                       ("--name", "py.tmp-2024_jan"), ("--out", "/tmp/data.old-20240101")):
         r = pyjail(binary, current(users), "rootfs", "build", opt, value, "--quiet")
         assert r.returncode == 125 and stderr_of(r).splitlines() == [
-            "pyjail rootfs: %s %s: names ending in .tmp-, .pip- or .old- and 8 letters, "
-            "digits or '_' are the builder's own (what a build of another rootfs leaves "
-            "beside it) (choose another name)" % (opt, value)], r.stderr
+            "pyjail rootfs: %s %s: names ending in .pyjail-tmp-, .pyjail-pip- or .pyjail-old- "
+            "(or, as earlier versions made them, .tmp-, .pip- or .old-) and 8 letters, digits "
+            "or '_' are the builder's own (what a build of another rootfs leaves beside it) "
+            "(choose another name)" % (opt, value)], r.stderr
+    assert not os.path.exists("/tmp/data.pyjail-old-20240101")
     assert not os.path.exists("/tmp/data.old-20240101")

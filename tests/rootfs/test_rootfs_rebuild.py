@@ -146,8 +146,9 @@ def test_an_upgrade_is_reported_and_rebuild_refreshes_while_a_jail_runs(binary, 
             assert jail.stdout.readline() == "started\n"
             r = run(binary, builder, "rootfs", "rebuild", root, env=dpkg.env, timeout=120)
             assert r.returncode == 0, describe(r)
-            kept = [p for p in top.iterdir() if p.name.startswith("r.old-")]
-            assert len(kept) == 1 and re.fullmatch(r"r\.old-[a-z0-9_]{8}", kept[0].name), \
+            kept = [p for p in top.iterdir() if p.name.startswith("r.pyjail-old-")]
+            assert len(kept) == 1 and re.fullmatch(r"r\.pyjail-old-[a-z0-9_]{8}",
+                                                   kept[0].name), \
                 list(top.iterdir())
             assert "the previous tree is kept as %s for the jails still running in it" \
                 % kept[0] in r.stdout
@@ -175,6 +176,62 @@ def test_an_upgrade_is_reported_and_rebuild_refreshes_while_a_jail_runs(binary, 
         assert r.returncode == 0, describe(r)
         assert sorted(p.name for p in top.iterdir()) == ["dpkg", "r"], describe(r)
         assert manifest(root) == before
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+
+
+def test_a_users_backups_beside_a_rootfs_survive_its_builds(binary, as_user):
+    # Data loss: a build or rebuild of DIR removed every directory of the user's named
+    # DIR.old-XXXXXXXX, DIR.tmp-XXXXXXXX or DIR.pip-XXXXXXXX beside it as its own leftover, and
+    # `cp -a data data.old-20240101` is how people keep a backup. The builder's own names carry
+    # .pyjail- now; those of earlier versions are only pointed out, never removed.
+    top = world_dir()
+    owner = UNPRIVILEGED if as_user.name != "root" and os.geteuid() == 0 else os.geteuid()
+
+    def mine(path):
+        if os.geteuid() == 0:
+            for p in [path, *path.rglob("*")]:
+                os.chown(p, owner, owner, follow_symlinks=False)
+
+    try:
+        mine(top)
+        data = top / "data"
+        notes = top / "data.old-20240101"
+        notes.mkdir()
+        (notes / "notes.txt").write_text("mine\n")
+        mine(notes)
+        r = run(binary, as_user, "rootfs", "build", "--out", data)
+        assert r.returncode == 0, describe(r)
+        assert (notes / "notes.txt").read_text() == "mine\n", describe(r)
+
+        # A whole copy of the tree, and one moved aside and built again, as backups go.
+        subprocess.run(["cp", "-a", str(data), str(top / "data.old-20241201")], check=True)
+        mine(top / "data.old-20241201")
+        os.rename(data, top / "data.tmp-2024_dec")
+        r = run(binary, as_user, "rootfs", "build", "--out", data)
+        assert r.returncode == 0, describe(r)
+        # What a build of this version left when it was killed is still removed.
+        leftover = top / "data.pyjail-tmp-abcd_123"
+        leftover.mkdir()
+        (leftover / "half").write_text("x\n")
+        mine(leftover)
+        r = run(binary, as_user, "rootfs", "rebuild", data)
+        assert r.returncode == 0, describe(r)
+        assert sorted(p.name for p in top.iterdir()) == [
+            "data", "data.old-20240101", "data.old-20241201", "data.tmp-2024_dec"], describe(r)
+        assert (notes / "notes.txt").read_text() == "mine\n"
+        for kept in ("data.old-20241201", "data.tmp-2024_dec"):
+            r2 = subprocess.run(["sha256sum", "-c", "--strict", "--quiet",
+                                 "etc/pyjail-manifest.sha256"], cwd=str(top / kept))
+            assert r2.returncode == 0, kept
+        assert "removed %s, left by a build of data that was killed" % leftover in r.stdout
+        # Said once, in one line, naming them.
+        said = [l for l in r.stdout.splitlines() if "data.old-20240101" in l]
+        assert said == ["build-rootfs: %s, %s and %s: named as earlier versions of pyjail named "
+                        "what a build leaves beside data, which a build no longer removes (they "
+                        "may be backups of yours); remove them by hand if they are such "
+                        "leftovers" % (notes, top / "data.old-20241201",
+                                       top / "data.tmp-2024_dec")], r.stdout
     finally:
         shutil.rmtree(top, ignore_errors=True)
 
@@ -435,7 +492,7 @@ def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
     # afterwards spares a second full rebuild just to return to this host's own database.
     # (Its name has the suffix a build's own temporary tree has, so that retiring it below
     # keeps it under a name of its own.)
-    kept = top / ("default-as-installed.tmp-" + uuid.uuid4().hex[:8])
+    kept = top / ("default-as-installed.pyjail-tmp-" + uuid.uuid4().hex[:8])
     same_fs = top.stat().st_dev == default.stat().st_dev
     subprocess.run(["cp", "-al" if same_fs else "-a", str(default), str(kept)], check=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(user.home)}
@@ -462,7 +519,8 @@ def test_the_apt_hook_rebuilds_the_installed_default_rootfs(binary, users):
             exchange(kept, default)
             # `kept` now holds the rebuilt tree, the root of every jail another lane started
             # since the rebuild (a session imports from it for as long as it lives): it is
-            # retired as the rebuild retires a tree, kept as DIR.old-* while a jail runs in it.
+            # retired as the rebuild retires a tree, kept as DIR.pyjail-old-* while a jail runs in
+            # it.
             rootfs_rebuild.retire(str(kept), str(default), lambda text: None)
         else:
             shutil.rmtree(default, ignore_errors=True)
