@@ -289,7 +289,7 @@ def test_the_report_lists_the_wall_time_limit(run_jail, world_tmp, as_user):
                  user=as_user)
     assert r.returncode == 0, r.stderr
     limits = json.loads(report.read_text())["limits"]
-    assert limits["wall-time"] == {"value": "42", "mechanism": "supervisor",
+    assert limits["wall-time"] == {"value": "42", "amount": 42.0, "unit": "seconds", "mechanism": "supervisor",
                                    "detail": "the whole jail killed at the deadline"}
     r = run_jail(["--explain", "--wall-time", "42"], user=as_user)
     assert "wall-time" in r.stdout.split("# Limits:")[1]

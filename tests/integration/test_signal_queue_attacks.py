@@ -93,5 +93,5 @@ def test_a_program_cannot_make_pid1_end_the_jail_without_its_status(run_jail, se
     assert r.returncode == 7 and r.stdout.endswith("still here\n"), describe(r)
     rep = json.loads(report.read_text())
     assert rep["status"] == "exit" and rep["program_exit_code"] == 7 and rep["signal"] is None, rep
-    assert rep["limits"]["sigpending"] == {"value": "1024", "mechanism": "rlimit",
+    assert rep["limits"]["sigpending"] == {"value": "1024", "amount": 1024, "unit": "count", "mechanism": "rlimit",
                                            "detail": "RLIMIT_SIGPENDING"}, rep["limits"]

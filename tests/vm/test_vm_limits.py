@@ -63,7 +63,8 @@ def test_a_memory_bomb_is_oom_killed_as_a_whole(vm_run, user):
     assert rc == 137, vm_run.describe()
     assert report["status"] == "oom"
     assert report["oom_kills"] >= 1
-    assert report["limits"]["memory"] == {"value": str(64 << 20), "mechanism": "cgroup-v2",
+    assert report["limits"]["memory"] == {"value": str(64 << 20), "amount": 64 << 20, "unit": "bytes",
+                                          "mechanism": "cgroup-v2",
                                           "detail": "memory.max, memory.swap.max=0"}
     assert report["memory_peak_source"] == "memory.peak"
     assert 1 << 20 < report["memory_peak_bytes"] <= (64 << 20) + (1 << 20)
