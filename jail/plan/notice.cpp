@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <cstdio>
+#include <utility>
 
 #include "utc_time.hpp"
 
@@ -39,12 +41,47 @@ std::string utc_day(std::time_t t) {
     return fmt::format("{:04}-{:02}-{:02}", u.year, u.month, u.day);
 }
 
-std::string notice_stamp_text(const std::string& day, const std::string& reason) {
-    // One line: a reason holds no newline (it is printed as one line too).
+namespace {
+
+// The stamp's lines "DAY REASON", in order; a line without its newline (cut at the read's
+// limit) or that does not start with a day is not one.
+std::vector<std::pair<std::string, std::string>> stamp_lines(const std::string& stamp) {
+    std::vector<std::pair<std::string, std::string>> lines;
+    std::size_t start = 0;
+    for (std::size_t end; (end = stamp.find('\n', start)) != std::string::npos; start = end + 1) {
+        std::string line = stamp.substr(start, end - start);
+        const bool dated = line.size() > 11 && line[4] == '-' && line[7] == '-' && line[10] == ' ';
+        if (dated) lines.emplace_back(line.substr(0, 10), line.substr(11));
+    }
+    return lines;
+}
+
+// One line: a reason holds no newline (it is printed as one line too).
+std::string stamp_reason(const std::string& reason) {
     std::string r = reason;
     for (char& c : r)
         if (c == '\n') c = ' ';
-    return day + " " + r + "\n";
+    return r;
+}
+
+}  // namespace
+
+std::string notice_stamp_text(const std::string& stamp, const std::string& day, const std::string& reason) {
+    const std::string said = stamp_reason(reason);
+    // Today's other reasons, oldest first; an older day's say nothing about today.
+    std::vector<std::string> kept;
+    for (const auto& [d, r] : stamp_lines(stamp))
+        if (d == day && r != said) kept.push_back(d + " " + r + "\n");
+    kept.push_back(day + " " + said + "\n");
+    // Bounded: the oldest lines go first, the one just said stays (even alone over the bound:
+    // it is then only said again, as when no stamp can be kept).
+    std::size_t first = kept.size() > kMaxStampReasons ? kept.size() - kMaxStampReasons : 0;
+    std::size_t bytes = 0;
+    for (std::size_t i = first; i < kept.size(); ++i) bytes += kept[i].size();
+    while (first + 1 < kept.size() && bytes > kMaxStampBytes) bytes -= kept[first++].size();
+    std::string out;
+    for (std::size_t i = first; i < kept.size(); ++i) out += kept[i];
+    return out;
 }
 
 bool is_cron_daemon(const std::string& comm) {
@@ -52,7 +89,10 @@ bool is_cron_daemon(const std::string& comm) {
 }
 
 bool daily_notice_due(const std::string& stamp, const std::string& day, const std::string& reason) {
-    return stamp != notice_stamp_text(day, reason);
+    const std::string said = stamp_reason(reason);
+    for (const auto& [d, r] : stamp_lines(stamp))
+        if (d == day && r == said) return false;
+    return true;
 }
 
 }  // namespace pyjail

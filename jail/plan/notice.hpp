@@ -2,14 +2,15 @@
 // delegated cgroup v2 every run would say it, and a cron job would mail it every time. By
 // default (--cgroup-notice daily) it is said once a day per user and per reason: a stamp in
 // the user's state directory (or, where a job has none, a directory of the user's own in the
-// runtime directory or /tmp) records the day and the reason it was last said, so a new
-// reason (the host changed) is said at once. Errors and time-limit messages are never
+// runtime directory or /tmp) records the reasons said today, so a new reason (the host
+// changed) is said at once, and each of two reasons once. Errors and time-limit messages are never
 // affected; the report always names each limit's mechanism.
 //
 // Pure: where the stamp may live, in which order, and whether the notice is due. The stamp is
 // read and written by notice_stamp.cpp.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <ctime>
 #include <optional>
@@ -64,10 +65,19 @@ inline constexpr int kMaxAncestors = 16;
 // "2026-12-01" (UTC).
 std::string utc_day(std::time_t t);
 
-// What the stamp holds once the notice for `reason` was said on `day`.
-std::string notice_stamp_text(const std::string& day, const std::string& reason);
+// The stamp holds one line "DAY REASON" per reason said on that day, so that runs taking turns
+// with two reasons (--cgroup off and a default run) each hear theirs once a day, not on every
+// run. Only the newest day's lines are kept, at most kMaxStampReasons of them, in at most
+// kMaxStampBytes: the stamp is read through a buffer of that size, whatever its file holds.
+inline constexpr std::size_t kMaxStampBytes = 4096;
+inline constexpr std::size_t kMaxStampReasons = 16;
 
-// Whether a daily notice is due, given what the stamp holds ("" when missing).
+// What the stamp holds once the notice for `reason` was said on `day`, given what it held
+// (`stamp`, "" when missing; any text: a line that does not parse is dropped).
+std::string notice_stamp_text(const std::string& stamp, const std::string& day, const std::string& reason);
+
+// Whether a daily notice is due: no line of `stamp` (any text, "" when missing) says `reason`
+// was said on `day`.
 bool daily_notice_due(const std::string& stamp, const std::string& day, const std::string& reason);
 
 }  // namespace pyjail

@@ -125,12 +125,13 @@ bool notice_wanted(NoticeMode mode, const std::string& reason, const char* stamp
     UniqueFd fd = open_stamp(stamp_name);
     if (!fd) return true;
     const std::string day = utc_day(::time(nullptr));
-    char buf[4096];
+    // At most kMaxStampBytes, whatever the file holds: a huge or hostile stamp costs no more.
+    char buf[kMaxStampBytes];
     ssize_t n = ::pread(fd.get(), buf, sizeof buf, 0);
     std::string stamp = n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
     if (!daily_notice_due(stamp, day, reason)) return false;
     // Said now; a failure to record it only means it is said again next time.
-    std::string text = notice_stamp_text(day, reason);
+    std::string text = notice_stamp_text(stamp, day, reason);
     if (::ftruncate(fd.get(), 0) == 0) (void)!::pwrite(fd.get(), text.data(), text.size(), 0);
     return true;
 }

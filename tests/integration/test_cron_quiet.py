@@ -11,6 +11,7 @@ import os
 import shutil
 import stat
 import subprocess
+import time
 from pathlib import Path
 
 from pyjail_testing import skip_or_fail
@@ -92,6 +93,40 @@ def test_the_notice_is_said_once_a_day_per_reason(run_jail, world_tmp, as_user):
     stamp.write_text("2000-01-01 --cgroup off\n")
     assert run_jail(RUN, user=as_user, env=env).stderr.count(NOTICE) == 1
     assert run_jail(RUN, user=as_user, env=env).stderr == ""
+
+
+def test_runs_taking_turns_with_two_reasons_hear_each_once_a_day(run_jail, world_tmp, as_user):
+    """`--cgroup off` runs and runs of another reason, alternating: the stamp keeps each reason's
+    day, so each is said on its first run only (it kept the last reason alone: every run said
+    it)."""
+    home = state_home(world_tmp, as_user)
+    env = {"XDG_STATE_HOME": str(home)}
+    # A parent outside the hierarchy: the fallback, with a reason of its own on every host.
+    other = ["--cgroup-parent", "/pyjail-test-no-such-cgroup", "--", "python3", "-c", "print('ok')"]
+    for turn in range(3):
+        for args in (RUN, other):
+            r = run_jail(args, user=as_user, env=env)
+            assert r.returncode == 0 and r.stdout == "ok\n", r.stderr
+            assert r.stderr.count(NOTICE) == (1 if turn == 0 else 0), (turn, args, r.stderr)
+    lines = (home / "pyjail" / "cgroup-notice").read_text().splitlines()
+    assert len(lines) == 2 and lines[0].endswith(" --cgroup off"), lines
+
+
+def test_a_hostile_stamp_is_read_bounded_and_replaced(run_jail, world_tmp, as_user):
+    """A stamp of 1 MiB of junk with today's line beyond the first 4 KiB: not taken as said (only
+    4 KiB are read), the run goes on, and the stamp is rewritten small."""
+    home = state_home(world_tmp, as_user)
+    d = home / "pyjail"
+    d.mkdir(mode=0o700)
+    today = time.strftime("%Y-%m-%d", time.gmtime())
+    stamp = d / "cgroup-notice"
+    stamp.write_bytes(b"\0junk\n" * (1 << 17) + f"{today} --cgroup off\n".encode())
+    os.chmod(stamp, 0o600)
+    if os.geteuid() == 0:
+        os.chown(d, as_user.invoker_uid, as_user.invoker_uid)
+        os.chown(stamp, as_user.invoker_uid, as_user.invoker_uid)
+    said_once(run_jail, as_user, {"XDG_STATE_HOME": str(home)})
+    assert stamp.read_text() == f"{today} --cgroup off\n"
 
 
 def test_home_local_state_is_the_default(run_jail, world_tmp, as_user):

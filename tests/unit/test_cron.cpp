@@ -2,6 +2,9 @@
 // initramfs root recognised.
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <string>
+
 #include "environment.hpp"
 #include "error.hpp"
 #include "hostroot.hpp"
@@ -65,12 +68,57 @@ TEST_CASE("fallback notice: where the stamp lives and when the notice is due") {
     CHECK(utc_day(1764595640) == "2025-12-01");
     const std::string why = "no cgroup2 file system is mounted";
     CHECK(daily_notice_due("", "2025-12-01", why));
-    std::string stamp = notice_stamp_text("2025-12-01", why);
+    std::string stamp = notice_stamp_text("", "2025-12-01", why);
     CHECK(stamp == "2025-12-01 no cgroup2 file system is mounted\n");
     CHECK_FALSE(daily_notice_due(stamp, "2025-12-01", why));
     CHECK(daily_notice_due(stamp, "2025-12-02", why));         // a new day
     CHECK(daily_notice_due(stamp, "2025-12-01", "--cgroup off"));  // a new reason
     CHECK(daily_notice_due("garbage", "2025-12-01", why));
+}
+
+TEST_CASE("fallback notice: each reason's day is kept, so runs taking turns hear each once") {
+    const std::string why = "no cgroup2 file system is mounted";
+    std::string stamp = notice_stamp_text("", "2025-12-01", why);
+    stamp = notice_stamp_text(stamp, "2025-12-01", "--cgroup off");
+    CHECK(stamp == "2025-12-01 no cgroup2 file system is mounted\n2025-12-01 --cgroup off\n");
+    CHECK_FALSE(daily_notice_due(stamp, "2025-12-01", why));
+    CHECK_FALSE(daily_notice_due(stamp, "2025-12-01", "--cgroup off"));
+    CHECK(daily_notice_due(stamp, "2025-12-01", "a third reason"));
+    // Said again: one line per reason, the newest last.
+    CHECK(notice_stamp_text(stamp, "2025-12-01", why) ==
+          "2025-12-01 --cgroup off\n2025-12-01 no cgroup2 file system is mounted\n");
+    // A new day: yesterday's lines say nothing of today, and go.
+    CHECK(daily_notice_due(stamp, "2025-12-02", why));
+    CHECK(notice_stamp_text(stamp, "2025-12-02", why) == "2025-12-02 no cgroup2 file system is mounted\n");
+    // A reason with a newline is one line, and found again as said.
+    std::string two = notice_stamp_text("", "2025-12-01", "a\nb");
+    CHECK(two == "2025-12-01 a b\n");
+    CHECK_FALSE(daily_notice_due(two, "2025-12-01", "a\nb"));
+}
+
+TEST_CASE("fallback notice: a corrupt or hostile stamp is bounded and never fails") {
+    const std::string day = "2025-12-01";
+    // Lines that do not parse, and a last line cut without its newline, are not reasons said.
+    CHECK(daily_notice_due("2025-12-01 --cgroup off", day, "--cgroup off"));
+    CHECK(daily_notice_due("2025-12-01--cgroup off\n", day, "--cgroup off"));
+    using namespace std::string_literals;
+    CHECK(daily_notice_due("\0\0\n"s, day, "x"));
+    CHECK(notice_stamp_text("junk\n\0\nshort\n2025-12-01\n2025-12-01  \n"s, day, "x") == "2025-12-01  \n2025-12-01 x\n");
+    CHECK(notice_stamp_text(std::string(100000, 'x'), day, "x") == "2025-12-01 x\n");
+    // Many reasons today: at most kMaxStampReasons lines, the newest kept.
+    std::string stamp;
+    for (int i = 0; i < 40; ++i) stamp = notice_stamp_text(stamp, day, "reason " + std::to_string(i));
+    CHECK(std::count(stamp.begin(), stamp.end(), '\n') == static_cast<long>(kMaxStampReasons));
+    CHECK_FALSE(daily_notice_due(stamp, day, "reason 39"));
+    CHECK(daily_notice_due(stamp, day, "reason 0"));
+    // Long reasons: at most kMaxStampBytes, the newest kept whole.
+    stamp.clear();
+    for (char c = 'a'; c <= 'j'; ++c) stamp = notice_stamp_text(stamp, day, std::string(1000, c));
+    CHECK(stamp.size() <= kMaxStampBytes);
+    CHECK_FALSE(daily_notice_due(stamp, day, std::string(1000, 'j')));
+    CHECK(daily_notice_due(stamp, day, std::string(1000, 'a')));
+    // One reason longer than the bound is still written alone (then read cut, so said again).
+    CHECK(notice_stamp_text(stamp, day, std::string(5000, 'z')) == day + " " + std::string(5000, 'z') + "\n");
 }
 
 TEST_CASE("policy: cgroup-notice") {
