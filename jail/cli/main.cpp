@@ -246,8 +246,10 @@ void check_records(const Policy& policy, RunRecords& rec) {
         rec.audit.keep_out_of(places);
         rec.report.keep_out_of(places);
     }
-    std::string notice = env_notice(policy, setup::host_environment());
-    if (!notice.empty() && supervisor::env_notice_wanted()) std::fprintf(stderr, "%s\n", notice.c_str());
+    const auto host_env = setup::host_environment();
+    if (env_notice(policy, host_env).empty()) return;  // nothing to say: no stamp is read
+    if (auto when = supervisor::env_notice_when())
+        std::fprintf(stderr, "%s\n", env_notice(policy, host_env, *when).c_str());
 }
 
 // A run of the command: through a template (--via), explained, or in a fresh jail.

@@ -78,7 +78,7 @@ std::vector<std::string> unpassed_variables(const std::vector<std::string>& host
     return names;
 }
 
-std::string env_notice(const Policy& policy, const std::vector<std::string>& host_env) {
+std::string env_notice(const Policy& policy, const std::vector<std::string>& host_env, NoticeCadence when) {
     if (policy.quiet || !policy.env.empty() || !policy.env_pass.empty()) return {};
     auto names = unpassed_variables(host_env);
     if (names.empty()) return {};
@@ -88,8 +88,8 @@ std::string env_notice(const Policy& policy, const std::vector<std::string>& hos
         shown += (i == 0 ? "" : ", ") + names[i];
     if (names.size() > kShown) shown += fmt::format(" and {} more", names.size() - kShown);
     return fmt::format("pyjail: the jail does not get your environment ({}); pass a variable with "
-                       "--env-pass NAME or set one with --env NAME=VALUE (--quiet: not said)",
-                       shown);
+                       "--env-pass NAME or set one with --env NAME=VALUE (said {}; --quiet silences it)",
+                       shown, when == NoticeCadence::Daily ? "once a day" : "on every run under cron");
 }
 
 }  // namespace pyjail

@@ -23,9 +23,14 @@ std::vector<std::string> jail_environment(const Policy& policy, const std::vecto
 std::vector<std::string> unpassed_variables(const std::vector<std::string>& host_env);
 bool env_notice_ignores(std::string_view name);
 
+// How often the environment notice is said (notice_stamp.hpp, env_notice_when): its line says
+// so, and what silences it.
+enum class NoticeCadence { EveryRun, Daily };
+
 // The one line pyjail says when the invoker's environment holds variables the jail does not
 // get and neither --env nor --env-pass was used ("" when there is nothing to say): at most a
 // few names, never a value.
-std::string env_notice(const Policy& policy, const std::vector<std::string>& host_env);
+std::string env_notice(const Policy& policy, const std::vector<std::string>& host_env,
+                       NoticeCadence when = NoticeCadence::Daily);
 
 }  // namespace pyjail

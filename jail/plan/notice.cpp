@@ -36,6 +36,10 @@ std::vector<StateDirPlan> state_dir_plans(const StateDirEnv& env, std::uint32_t 
     return plans;
 }
 
+std::string cgroup_notice_tail(NoticeMode mode) {
+    return mode == NoticeMode::Daily ? " (said once a day; --cgroup-notice off silences it)" : "";
+}
+
 std::string utc_day(std::time_t t) {
     const UtcTime u = utc_time(t);
     return fmt::format("{:04}-{:02}-{:02}", u.year, u.month, u.day);

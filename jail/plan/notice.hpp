@@ -62,6 +62,10 @@ bool is_cron_daemon(const std::string& comm);
 // script that runs pyjail, perhaps through sudo or setpriv).
 inline constexpr int kMaxAncestors = 16;
 
+// What ends the fallback line under `mode`: how often it is said and what silences it alone
+// (--quiet silences every line of pyjail's but errors), "" where the user chose every run.
+std::string cgroup_notice_tail(NoticeMode mode);
+
 // "2026-12-01" (UTC).
 std::string utc_day(std::time_t t);
 

@@ -153,10 +153,11 @@ bool under_cron() {
 
 }  // namespace
 
-bool env_notice_wanted() {
-    if (under_cron()) return true;
-    if (::isatty(STDERR_FILENO) == 1) return notice_wanted(NoticeMode::Daily, "environment", kEnvNoticeStampName);
-    return false;
+std::optional<NoticeCadence> env_notice_when() {
+    if (under_cron()) return NoticeCadence::EveryRun;
+    if (::isatty(STDERR_FILENO) == 1 && notice_wanted(NoticeMode::Daily, "environment", kEnvNoticeStampName))
+        return NoticeCadence::Daily;
+    return std::nullopt;
 }
 
 }  // namespace pyjail::supervisor

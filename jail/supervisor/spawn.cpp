@@ -244,8 +244,8 @@ void say_no_cgroup(const RunPlan& p) {
             fallback += fmt::format("{}{} {}", fallback.empty() ? "" : ", ", e.name,
                                     e.mechanism == Mechanism::NotEnforced ? "NOT enforced"
                                                                            : "by " + e.detail);
-    std::fprintf(stderr, "pyjail: no cgroup v2 for the limits (%s); falling back: %s\n",
-                 p.cgroup.why_not.c_str(), fallback.c_str());
+    std::fprintf(stderr, "pyjail: no cgroup v2 for the limits (%s); falling back: %s%s\n",
+                 p.cgroup.why_not.c_str(), fallback.c_str(), cgroup_notice_tail(p.policy.cgroup_notice).c_str());
 }
 
 // The report's account of whose kernel budgets the jail uses.

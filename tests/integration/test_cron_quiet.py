@@ -77,7 +77,8 @@ def test_the_notice_is_said_once_a_day_per_reason(run_jail, world_tmp, as_user):
     # One line, naming only the limits a cgroup would have enforced.
     assert r.stderr == (OFF_NOTICE + "memory by RLIMIT_DATA (per process), pids by RLIMIT_NPROC "
                         "(counted per user namespace: per jail), cpus NOT enforced, cpu-time by RLIMIT_CPU "
-                        "(per process) and the supervisor's sum from /proc (per jail)\n"), r.stderr
+                        "(per process) and the supervisor's sum from /proc (per jail) (said once a day; "
+                        "--cgroup-notice off silences it)\n"), r.stderr
     stamp = home / "pyjail" / "cgroup-notice"
     assert stat.S_IMODE((home / "pyjail").stat().st_mode) == 0o700
     assert stat.S_IMODE(stamp.stat().st_mode) == 0o600
@@ -87,6 +88,7 @@ def test_the_notice_is_said_once_a_day_per_reason(run_jail, world_tmp, as_user):
     # always: every run; off: never.
     r = run_jail(["--cgroup-notice", "always", *RUN], user=as_user, env=env)
     assert r.stderr.count(NOTICE) == 1
+    assert r.stderr.endswith("cpu-time by RLIMIT_CPU (per process)\n"), r.stderr  # as asked: no tail
     r = run_jail(["--cgroup-notice", "off", *RUN], user=as_user, env={"XDG_STATE_HOME": "/nonexistent"})
     assert r.returncode == 0 and r.stderr == ""
     # A stamp of another day, or of another reason, is said again.

@@ -125,7 +125,7 @@ def test_under_cron_a_variable_left_behind_is_said(run_jail, pyjail_bin, world_t
     assert r.stdout == "largest 30 threshold 1000\n"
     notices = [l for l in r.stderr.splitlines() if l.startswith(NOTICE)]
     assert notices == [NOTICE + "THRESHOLD); pass a variable with --env-pass NAME or set one with "
-                       "--env NAME=VALUE (--quiet: not said)"], r.stderr
+                       "--env NAME=VALUE (said on every run under cron; --quiet silences it)"], r.stderr
     # --quiet: not said.
     r, _, _ = run_recipe(pyjail_bin, world_tmp, as_user,
                          edit=lambda s: s.replace("    --env-pass THRESHOLD \\\n", "    --quiet \\\n"))
@@ -184,6 +184,7 @@ def test_at_a_terminal_the_notice_is_said_once_a_day(pyjail_bin, world_tmp, as_u
     r, err = stderr_on_a_terminal()
     assert r.stdout == "None\n"
     assert err.count(NOTICE + "API_TOKEN)") == 1, err
+    assert "(said once a day; --quiet silences it)" in err, err
     assert "not-for-the-jail" not in err
     r, err = stderr_on_a_terminal()
     assert r.stdout == "None\n" and NOTICE not in err, err

@@ -74,6 +74,10 @@ TEST_CASE("fallback notice: where the stamp lives and when the notice is due") {
     CHECK(daily_notice_due(stamp, "2025-12-02", why));         // a new day
     CHECK(daily_notice_due(stamp, "2025-12-01", "--cgroup off"));  // a new reason
     CHECK(daily_notice_due("garbage", "2025-12-01", why));
+    // The line says how often it is said and what silences it alone; not when the user
+    // asked for every run.
+    CHECK(cgroup_notice_tail(NoticeMode::Daily) == " (said once a day; --cgroup-notice off silences it)");
+    CHECK(cgroup_notice_tail(NoticeMode::Always) == "");
 }
 
 TEST_CASE("fallback notice: each reason's day is kept, so runs taking turns hear each once") {
@@ -189,8 +193,14 @@ TEST_CASE("the environment notice: what the jail does not get, names only") {
     CHECK(unpassed_variables(with) == std::vector<std::string>{"DB_URL", "THRESHOLD"});
     std::string line = env_notice(plain, with);
     CHECK(line == "pyjail: the jail does not get your environment (DB_URL, THRESHOLD); pass a "
-                  "variable with --env-pass NAME or set one with --env NAME=VALUE (--quiet: not said)");
+                  "variable with --env-pass NAME or set one with --env NAME=VALUE (said once a day; "
+                  "--quiet silences it)");
     CHECK(line.find("secret") == std::string::npos);
+    // Under cron it is said on every run, and says so.
+    CHECK(env_notice(plain, with, NoticeCadence::EveryRun) ==
+          "pyjail: the jail does not get your environment (DB_URL, THRESHOLD); pass a variable with "
+          "--env-pass NAME or set one with --env NAME=VALUE (said on every run under cron; --quiet "
+          "silences it)");
     for (int i = 0; i < 7; ++i) with.push_back("V" + std::to_string(i) + "=1");
     CHECK(env_notice(plain, with).find("(DB_URL, THRESHOLD, V0, V1, V2 and 4 more)") != std::string::npos);
     // --env, --env-pass or --quiet: not said.
