@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 
 #include "cgroup.hpp"
@@ -440,20 +441,53 @@ Check check_rootfs(const std::string& self, const DataDirs& dirs, const std::str
             ""};
 }
 
-// Each shipped profile parses and plans here (--explain does all but start the jail).
+// Why profile `name` cannot plan from `dir` ("" the current directory), or nothing: its
+// --explain's error as its report gives it (a message, without the path and line of the key
+// it names), or the first line it printed.
+std::optional<std::string> profile_plan_refusal(const std::string& self, const std::string& name,
+                                                const std::string& dir) {
+    std::string out;
+    int rc = run_capture((dir.empty() ? "" : "cd " + quote(dir) + " && ") + quote(self) + " --profile " +
+                             quote(name) + " --quiet --explain --report-fd 3 -- python3 -c pass 3>&1 >/dev/null",
+                         out);
+    if (rc == 0) return std::nullopt;
+    auto j = nlohmann::json::parse(out, nullptr, false);
+    if (!j.is_object() || !j["error"].is_object() || !j["error"]["message"].is_string())
+        return first_line(out);
+    std::string m = j["error"]["message"].get<std::string>();
+    if (auto key = m.find(": key '"); key != std::string::npos)
+        if (auto end = m.find("': ", key + 7); end != std::string::npos) m.erase(0, end + 3);
+    const std::string binds = fmt::format("--profile {} binds the current directory ", name);
+    if (m.rfind(binds, 0) == 0) m.erase(0, binds.size());
+    return m;
+}
+
+// Each shipped profile parses and plans here (--explain does all but start the jail), from
+// the current directory, which standard and batch bind. One that refuses it but plans from a
+// project directory (the rootfs's: one every jail can read) is fine on this host: that is
+// said once, with why, rather than warned of as a fault of the host (a home, or /).
 Check check_profiles(const std::string& self, const DataDirs& dirs) {
-    std::string good, bad, out;
+    std::vector<std::string> good, here_only, bad, why_here;
     for (const auto& name : list_profiles(dirs)) {
-        int rc = run_capture(quote(self) + " --profile " + quote(name) +
-                                 " --quiet --explain -- python3 -c pass",
-                             out);
-        if (rc == 0) good += (good.empty() ? "" : ", ") + name;
-        else bad += fmt::format("{}{}: {}", bad.empty() ? "" : "; ", name, first_line(out));
+        auto why = profile_plan_refusal(self, name, "");
+        if (!why) good.push_back(name);
+        else if (!profile_plan_refusal(self, name, dirs.rootfs)) {
+            good.push_back(name);
+            here_only.push_back(name);
+            if (std::find(why_here.begin(), why_here.end(), *why) == why_here.end()) why_here.push_back(*why);
+        } else bad.push_back(fmt::format("{}: {}", name, *why));
+    }
+    std::string detail = fmt::format("{} plan here", fmt::join(good, ", "));
+    if (!here_only.empty()) {
+        const bool one = here_only.size() == 1;
+        detail += fmt::format("; {} {} the current directory, and {} this one: {} (run {} from a project directory)",
+                              fmt::join(here_only, " and "), one ? "binds" : "bind", one ? "refuses" : "refuse",
+                              fmt::join(why_here, "; "), one ? "it" : "them");
     }
     if (!bad.empty())
-        return {"profiles", Check::Verdict::Warn, fmt::format("can plan: {}; cannot: {}", good, bad),
-                "run those from a directory they accept, or fix what the message says"};
-    return {"profiles", Check::Verdict::Ok, fmt::format("{} plan here", good), ""};
+        return {"profiles", Check::Verdict::Warn, fmt::format("{}; cannot: {}", detail, fmt::join(bad, "; ")),
+                "fix what the message says"};
+    return {"profiles", Check::Verdict::Ok, detail, ""};
 }
 
 // The shipped sets should load compiled at build time; compiling one at run time works, but

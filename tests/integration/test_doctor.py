@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 
-def doctor(pyjail_bin, user, *args, prefix=(), cwd="/"):
+def doctor(pyjail_bin, user, *args, prefix=(), cwd="/", env=None):
     return subprocess.run([*prefix, *user.prefix, str(pyjail_bin), "doctor", *args],
-                          capture_output=True, text=True, timeout=60, cwd=str(cwd))
+                          capture_output=True, text=True, timeout=60, cwd=str(cwd),
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_doctor_on_this_host(pyjail_bin, as_user, world_tmp):
@@ -35,6 +36,28 @@ def test_doctor_on_this_host(pyjail_bin, as_user, world_tmp):
     if status["cgroup v2"] == "warn":  # say why, and how to get one
         assert "fix: " in r.stdout
     assert lines[-1] == "=> --profile strict can run here."
+
+
+def test_doctor_from_home_says_once_that_binding_profiles_refuse_it(pyjail_bin, as_user, world_tmp):
+    """From the home directory, standard and batch (which bind the current directory) refuse to
+    run: that is where the doctor was started, not a fault of the host, so it says so once, as
+    a fact of this directory, and the profiles still plan (it warned, a message per profile)."""
+    home = world_tmp.dir(0o755)
+    if os.geteuid() == 0:
+        os.chown(home, as_user.invoker_uid, as_user.invoker_uid)
+    r = doctor(pyjail_bin, as_user, "--json", cwd=home, env={"HOME": str(home)})
+    assert r.returncode == 0, r.stdout + r.stderr
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "profiles")
+    assert check["status"] == "ok", check
+    assert check["detail"] == (f"batch, repl, standard, strict plan here; batch and standard bind the current "
+                               f"directory, and refuse this one: {home} is your home directory: the jail would "
+                               f"see every file there and reach its Unix sockets (run them from a project "
+                               f"directory)"), check
+    # From a project directory nothing of the kind is said.
+    r = doctor(pyjail_bin, as_user, "--json", cwd=world_tmp.dir(), env={"HOME": str(home)})
+    check = next(c for c in json.loads(r.stdout)["checks"] if c["check"] == "profiles")
+    assert check == {"check": "profiles", "status": "ok", "detail": "batch, repl, standard, strict plan here",
+                     "fix": ""}
 
 
 def test_doctor_json(pyjail_bin, as_user):
