@@ -31,6 +31,32 @@ const char* source_name(Source s) {
     return "";
 }
 
+// Whether `v` is a TOML integer or float as written bare: 300, 0.5 (not 007, 1., +1, 1e3, "").
+bool is_toml_number(const std::string& v) {
+    std::size_t i = 0;
+    auto digits = [&] {
+        std::size_t start = i;
+        while (i < v.size() && v[i] >= '0' && v[i] <= '9') ++i;
+        return i - start;
+    };
+    std::size_t whole = digits();
+    if (whole == 0 || (whole > 1 && v[0] == '0')) return false;
+    if (i < v.size() && v[i] == '.') {
+        ++i;
+        if (digits() == 0) return false;
+    }
+    return i == v.size();
+}
+
+// A scalar as TOML types it, so that whoever reads --explain (tomllib, a profile) gets a
+// boolean and a number where pyjail takes one: a flag bare (true, false), a count or a time
+// bare when it is a number, anything else a string ("" for none, "512M", "auto").
+std::string explain_value(const OptionSpec& o, const std::string& value) {
+    if (o.kind == OptKind::Flag && (value == "true" || value == "false")) return value;
+    if (is_number_option(o) && is_toml_number(value)) return value;
+    return toml_quote(value);
+}
+
 // Every setting as TOML, with where it came from.
 std::string explain_settings(const ExplainInput& in) {
     std::string out = "# pyjail --explain: the effective policy (nothing was run).\n"
@@ -53,7 +79,7 @@ std::string explain_settings(const ExplainInput& in) {
             // The rootfs as it was found: the default one, or the directory a name names.
             std::string value =
                 o.name == "rootfs" && (it.value.empty() || is_rootfs_name(it.value)) ? in.rootfs : it.value;
-            std::string line = fmt::format("{} = {}", o.name, toml_quote(value));
+            std::string line = fmt::format("{} = {}", o.name, explain_value(o, value));
             out += fmt::format("{:<40} # {}{}\n", line, source_name(it.source),
                                it.source == Source::Default ? "" : " (" + it.origin + ")");
         }

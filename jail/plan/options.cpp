@@ -126,6 +126,10 @@ const std::vector<OptionSpec>& option_table() {
     return table;
 }
 
+bool is_number_option(const OptionSpec& o) {
+    return o.kind == OptKind::Text && (o.value_name == "SECONDS" || o.value_name == "N" || o.value_name == "X");
+}
+
 const OptionSpec* find_option(std::string_view name) {
     for (const auto& o : option_table())
         if (o.name == name) return &o;

@@ -27,6 +27,10 @@ struct OptionSpec {
 };
 
 const std::vector<OptionSpec>& option_table();
+
+// Whether the option's value is a number (SECONDS, N or X: wall-time, pids, cpus, ...), which
+// --explain writes bare, as a profile may; sizes (512M) and words are strings.
+bool is_number_option(const OptionSpec& o);
 const OptionSpec* find_option(std::string_view name);
 
 // The closest known profile key to a misspelt one, or "" when nothing is close (more than

@@ -6,6 +6,7 @@ import os
 import re
 import shutil
 import subprocess
+import tomllib
 
 from pyjail_testing import skip_or_fail
 
@@ -143,12 +144,33 @@ def test_explain_prints_the_policy_and_runs_nothing(run_jail, as_user, world_tmp
 
     assert setting("net") == ('"loopback"', "command line (--net)")
     assert setting("tmpfs-size") == ('"3M"', f"profile ({profile}:2)")
-    assert setting("wall-time") == ('"7"', f"profile ({profile}:3)")
+    assert setting("wall-time") == ("7", f"profile ({profile}:3)")
     assert setting("hostname") == ('"pyjail"', "default")
     value, source = setting("bind")
     assert f"{out}:/mnt/out" in value and "command line" in source
     assert "/work/would_run.py" in text
     assert r.stderr == ""
+
+
+def test_explain_writes_booleans_and_numbers_as_toml_types(run_jail, as_user, world_tmp):
+    """Parsed as TOML (it is a profile), a flag is a boolean and a time or count a number, not
+    the strings "true" and "300"; sizes and words stay strings, and none is "". Saved as a
+    profile, it plans the same."""
+    r = run_jail(["--explain", "--allow-sensitive-bind", "--cpus", "0.5", "--pids", "64", "--wall-time", "2.5"],
+                 user=as_user)
+    assert r.returncode == 0, r.stderr
+    settings = tomllib.loads(r.stdout)
+    assert settings["allow-sensitive-bind"] is True
+    assert settings["cpus"] == 0.5 and settings["wall-time"] == 2.5
+    assert settings["pids"] == 64 and type(settings["pids"]) is int
+    for key in ("cpu-time", "kill-grace", "nofile"):
+        assert type(settings[key]) is int, (key, settings[key])
+    assert settings["memory"] == "512M" and settings["output-limit"] == "" and settings["net"] == "none"
+    assert tomllib.loads(run_jail(["--explain"], user=as_user).stdout)["allow-sensitive-bind"] is False
+    saved = world_tmp.file("saved.toml", r.stdout)
+    again = run_jail(["--profile", saved, "--explain"], user=as_user)
+    assert again.returncode == 0, again.stderr
+    assert tomllib.loads(again.stdout) == settings
 
 
 def test_explain_lines_up_the_limits(run_jail, as_user):
@@ -246,18 +268,18 @@ def test_a_profile_starts_from_strict_unless_it_extends_another(run_jail, as_use
     def explained(profile):
         r = run_jail(["--profile", profile, "--explain"], user=as_user, cwd=work)
         assert r.returncode == 0, r.stderr
-        return {m[0]: m[1] for m in re.findall(r'^([a-z-]+) = (".*?"|\[.*?\])', r.stdout, re.M)}
+        return tomllib.loads(r.stdout)
 
     mine = explained(d / "mine.toml")
     # The keys it leaves out are strict's, not the built-in "no limit".
     assert (mine["hostname"], mine["wall-time"], mine["cpu-time"], mine["pids"], mine["fsize"]) == \
-        ('"mine"', '"300"', '"120"', '"128"', '"64M"')
+        ("mine", 300, 120, 128, "64M")
     deeper = explained(d / "deeper.toml")
     assert (deeper["hostname"], deeper["pids"], deeper["wall-time"], deeper["cpu-time"]) == \
-        ('"wide"', '"7"', '"3600"', '"0"')
+        ("wide", 7, 3600, 0)
     # The shipped profiles are what they were.
     standard = explained("standard")
-    assert (standard["wall-time"], standard["fsize"], standard["ro-bind"]) == ('"900"', '""', '[".:/work"]')
+    assert (standard["wall-time"], standard["fsize"], standard["ro-bind"]) == (900, "", [".:/work"])
 
 
 def test_a_missing_base_or_a_cycle_is_one_line(run_jail, as_user, world_tmp):

@@ -199,6 +199,15 @@ TEST_CASE("cli: values, repeats and mistakes") {
     }
 }
 
+TEST_CASE("the options --explain writes as TOML numbers") {
+    std::vector<std::string> numbers;
+    for (const auto& o : option_table())
+        if (o.profile_key && is_number_option(o)) numbers.emplace_back(o.name);
+    CHECK(numbers == std::vector<std::string>{"wall-time", "kill-grace", "cpu-time", "pids", "cpus", "nofile"});
+    CHECK_FALSE(is_number_option(*find_option("memory")));  // a size: "512M"
+    CHECK_FALSE(is_number_option(*find_option("allow-sensitive-bind")));  // a flag: true/false
+}
+
 namespace {
 // Profiles by name, as profile_loader would find them: a missing one throws as read_profile
 // does.
