@@ -31,6 +31,7 @@
 #include "policy.hpp"
 #include "prepare.hpp"
 #include "profile.hpp"
+#include "profiles_command.hpp"
 #include "report.hpp"
 #include "sha256.hpp"
 #include "rootfs_command.hpp"
@@ -323,6 +324,7 @@ int run(int argc, char** argv) {
     CliArgs cli = parse_cli(args);
     if (cli.exit_now) return answer_now(cli, args);
     if (cli.subcommand == Subcommand::Doctor) return run_doctor(cli);
+    if (cli.subcommand == Subcommand::Profiles) return run_profiles_command();
     if (cli.subcommand == Subcommand::Launcher) return serve_launched_runs();
     if (cli.subcommand == Subcommand::Rootfs) {
         std::vector<std::string> rootfs = {"rootfs"};

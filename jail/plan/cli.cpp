@@ -40,6 +40,7 @@ constexpr const char* kSummary =
 constexpr const char* kFooter =
     "Run:   pyjail [OPTIONS] [--] COMMAND [ARGS...]\n"
     "       pyjail doctor [--json]   (can this host run jails? how to fix it)\n"
+    "       pyjail profiles          (the profiles --profile NAME finds)\n"
     "  python, python3 and python3.X name the rootfs's interpreter; in\n"
     "  `python script.py`, the script is made visible read-only inside the jail.\n"
     "Exit status: the program's own; 128+N if it died of signal N; 124 when\n"
@@ -56,6 +57,12 @@ constexpr const char* kDoctorHelp =
     "Checks whether this host can run jails and says how to fix what is missing.\n"
     "--rootfs also verifies that rootfs against its manifest.\n"
     "Exit status 0 when --profile strict can run here (and every rootfs checks out), 1 if not.\n";
+
+constexpr const char* kProfilesUsage = "usage: pyjail profiles";
+constexpr const char* kProfilesHelp =
+    "Usage: pyjail profiles\n"
+    "Lists the profiles --profile NAME finds: each name, the first line of its file's opening\n"
+    "comment, and the file. --profile FILE takes any other profile file.\n";
 
 // CLI11's layout, with pyjail's usage line: the command comes after the options.
 class HelpFormatter : public CLI::Formatter {
@@ -77,6 +84,7 @@ struct Model {
     CLI::Option* doctor_json = nullptr;
     CLI::Option* doctor_rootfs = nullptr;
     CLI::App* rootfs = nullptr;  // everything after it is the builder's
+    CLI::App* profiles = nullptr;  // no options
 
     // For --help, `values` (the settings of a profile) give each option's default. A parse's
     // model has only the subcommand its first word names (`first`), if any (see parse_cli).
@@ -142,6 +150,10 @@ struct Model {
             doctor_json = doctor->add_flag("--json")->disable_flag_override();
             doctor_rootfs = doctor->add_option("--rootfs")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
             doctor->allow_extras();  // refused in parse_cli, in doctor's own words
+        }
+        if (for_help || first == "profiles") {
+            profiles = app.add_subcommand("profiles", text("List the profiles, with what each is for"));
+            profiles->allow_extras();  // refused in parse_cli, in its own words
         }
         if (first == "launcher") {  // the Python package's, not a user's: not in --help
             launcher = app.add_subcommand("launcher");
@@ -273,6 +285,33 @@ void collect_doctor(const Model& m, CliArgs& out) {
     for (const auto& r : m.doctor_rootfs->results()) out.doctor_rootfses.push_back(r);
 }
 
+// --help: a subcommand's own, where it has one, or pyjail's.
+CliArgs help_of(const Model& m) {
+    CliArgs out;
+    out.exit_now = 0;
+    if (m.doctor != nullptr && m.doctor->parsed()) {
+        out.subcommand = Subcommand::Doctor;
+        out.output = kDoctorHelp;
+    } else if (m.profiles != nullptr && m.profiles->parsed()) {
+        out.subcommand = Subcommand::Profiles;
+        out.output = kProfilesHelp;
+    } else {
+        out.help = true;
+        out.output = usage_text();
+    }
+    return out;
+}
+
+// `pyjail profiles` takes nothing: a run's option or a word after it is a mistake.
+void collect_profiles(const Model& m, CliArgs& out) {
+    out.subcommand = Subcommand::Profiles;
+    if (!out.given.empty())
+        throw UsageError(fmt::format("profiles: --{} is not an option of pyjail profiles", out.given.begin()->first),
+                         kProfilesUsage);
+    if (auto extra = m.profiles->remaining(); !extra.empty())
+        throw UsageError(fmt::format("profiles: unknown argument '{}'", extra[0]), kProfilesUsage);
+}
+
 }  // namespace
 
 CliArgs parse_cli(const std::vector<std::string>& args) {
@@ -295,15 +334,7 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
     try {
         m.app.parse(static_cast<int>(argv.size()), argv.data());
     } catch (const CLI::CallForHelp&) {
-        out.exit_now = 0;
-        if (m.doctor != nullptr && m.doctor->parsed()) {
-            out.subcommand = Subcommand::Doctor;
-            out.output = kDoctorHelp;
-            return out;
-        }
-        out.help = true;
-        out.output = usage_text();
-        return out;
+        return help_of(m);
     } catch (const CLI::ArgumentMismatch& e) {
         if (std::string_view(e.what()).find("flag override") != std::string_view::npos)
             throw UsageError(fmt::format("--{} takes no value", std::string(e.what()).substr(0, std::string(e.what()).find(' '))),
@@ -328,6 +359,10 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
                              "pyjail rootfs --help");
         out.subcommand = Subcommand::Rootfs;
         out.rootfs_args = m.rootfs->remaining();
+        return out;
+    }
+    if (m.profiles != nullptr && m.profiles->parsed()) {
+        collect_profiles(m, out);
         return out;
     }
     if (m.launcher != nullptr && m.launcher->parsed()) {

@@ -1,6 +1,6 @@
 // The command line, parsed by CLI11 from a model built from the option table (options.hpp):
 // `pyjail [OPTIONS] [--] COMMAND [ARGS...]` and its subcommands, `serve` (the same options),
-// `doctor` and `rootfs` (their own), and `launcher` (none: launcher.hpp). It only collects text; checking values is policy.cpp's
+// `doctor` and `rootfs` (their own), `profiles` and `launcher` (none: launcher.hpp). It only collects text; checking values is policy.cpp's
 // job, the same as for profiles, so both report bad values the same way.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 namespace pyjail {
 
-enum class Subcommand { Run, Serve, Doctor, Rootfs, Launcher };
+enum class Subcommand { Run, Serve, Doctor, Rootfs, Profiles, Launcher };
 
 struct CliArgs {
     Subcommand subcommand = Subcommand::Run;

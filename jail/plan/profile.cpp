@@ -293,4 +293,32 @@ Settings settings_from_chain(const std::vector<Profile>& chain) {
     return s;
 }
 
+std::string profile_description(std::string_view text, std::string_view name) {
+    std::string line;
+    for (std::size_t start = 0; start < text.size();) {
+        std::size_t end = std::min(text.find('\n', start), text.size());
+        std::string_view l = text.substr(start, end - start);
+        start = end + 1;
+        std::size_t first = l.find_first_not_of(" \t\r");
+        if (first == std::string_view::npos) continue;  // blank lines before the comment
+        if (l[first] != '#') break;                       // a key: the file opens with none
+        l.remove_prefix(first + 1);
+        first = l.find_first_not_of("# \t");
+        if (first == std::string_view::npos) continue;  // a rule or an empty comment line
+        line = std::string(l.substr(first));
+        break;
+    }
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r')) line.pop_back();
+    const std::string prefix = std::string(name) + ": ";
+    if (line.rfind(prefix, 0) == 0) line.erase(0, prefix.size());
+    if (line.size() > kMaxDescription) {
+        std::size_t cut = kMaxDescription - 3;
+        while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;  // not mid-character
+        line = line.substr(0, cut) + "...";
+    }
+    for (char& c : line)
+        if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    return line;
+}
+
 }  // namespace pyjail

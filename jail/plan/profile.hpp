@@ -4,6 +4,7 @@
 // else is an error that names the file, the line and the key.
 #pragma once
 
+#include <cstddef>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -60,5 +61,12 @@ std::vector<Profile> profile_chain(const std::string& name, const ProfileLoader&
 
 // default_settings() with each profile of the chain laid over it in turn.
 Settings settings_from_chain(const std::vector<Profile>& chain);
+
+// What `pyjail profiles` says of a profile: the first line of the comment that opens its file
+// (before any key), without `#`, the spaces around it and a leading "NAME: "; at most
+// kMaxDescription bytes, each byte a terminal would act on (a control character) shown as
+// '?'. "" when the file opens with no comment.
+inline constexpr std::size_t kMaxDescription = 100;
+std::string profile_description(std::string_view text, std::string_view name);
 
 }  // namespace pyjail

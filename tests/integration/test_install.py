@@ -108,10 +108,12 @@ t {prefix}/bin/pyjail --memory 1G -- py
 t {prefix}/bin/pyjail ro
 t {prefix}/bin/pyjail se
 t {prefix}/bin/pyjail rootfs ''
+t {prefix}/bin/pyjail pr
+t {prefix}/bin/pyjail profiles ''
 '''
     out = subprocess.run(["bash", "-c", script], capture_output=True, text=True).stdout.splitlines()
     assert out == ["--wall-time", "none loopback", "standard strict", "python python3", "rootfs", "serve",
-                   "build rebuild info list"]
+                   "build rebuild info list", "profiles", ""]
 
 
 def test_bash_completion_without_the_bash_completion_package(prefix, world_tmp):

@@ -7,6 +7,7 @@ import re
 import shutil
 import subprocess
 import tomllib
+from pathlib import Path
 
 from pyjail_testing import skip_or_fail
 
@@ -322,3 +323,56 @@ def test_help_shows_the_values_of_the_chosen_profile(run_jail, current_user):
     assert "[default: 0]" in line(r.stdout, "--wall-time")
     assert r.stderr.startswith("pyjail: --help shows the built-in defaults: --profile: no profile "
                                "named 'nosuch' (available: ")
+
+
+def test_pyjail_profiles_lists_what_profile_finds(pyjail_bin, as_user, world_tmp):
+    """Each shipped profile once: its name, its opening comment's first line, and its file;
+    strict marked as the default. Nothing else of the command line is taken."""
+    def profiles(*args):
+        return subprocess.run([*as_user.prefix, str(pyjail_bin), "profiles", *args], capture_output=True,
+                              text=True, timeout=60, cwd=str(world_tmp.dir()))
+
+    r = profiles()
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["NAME", "DESCRIPTION"]
+    rows = lines[1:]
+    assert len(rows) == 8, r.stdout  # a line of name and description, then one of the file
+    names = [row.split()[0] for row in rows[::2]]
+    assert names == ["batch", "repl", "standard", "strict"]
+    for name, about, where in zip(names, rows[::2], rows[1::2]):
+        path = Path(where.split()[0])
+        assert path.name == f"{name}.toml" and path.is_file() and where.startswith(" ")
+        first = path.read_text().splitlines()[0]
+        assert about[len("standard") + 2:] == first.removeprefix(f"# {name}: "), (about, first)
+        assert where.endswith(" (the default)") == (name == "strict")
+    r = profiles("strict")
+    assert r.returncode == 125 and r.stdout == ""
+    assert r.stderr == "pyjail: profiles: unknown argument 'strict' (usage: pyjail profiles)\n"
+    r = profiles("--help")
+    assert r.returncode == 0 and r.stdout.startswith("Usage: pyjail profiles\n")
+
+
+def test_pyjail_profiles_says_why_a_profile_cannot_be_used(pyjail_bin, as_user, world_tmp):
+    """A profile file anyone may write is listed with the reason --profile refuses it, not with
+    a description taken from it; the others are listed as ever."""
+    prefix = Path(pyjail_bin).resolve().parents[1]
+    if not (prefix / "share" / "pyjail" / "profiles").is_dir():
+        skip_or_fail("pyjail is not an installed copy (run through tests/run.sh)")
+    copy = world_tmp.dir(0o755) / "prefix"
+    shutil.copytree(prefix / "bin", copy / "bin")
+    shutil.copytree(prefix / "share" / "pyjail", copy / "share" / "pyjail")
+    (copy / "lib" / "pyjail" / "rootfs").mkdir(parents=True)  # not read by `profiles`
+    for d in (copy, copy / "lib", copy / "lib" / "pyjail", copy / "lib" / "pyjail" / "rootfs"):
+        os.chmod(d, 0o755)
+    victim = copy / "share" / "pyjail" / "profiles" / "batch.toml"
+    os.chmod(victim, 0o666)
+    r = subprocess.run([*as_user.prefix, str(copy / "bin" / "pyjail"), "profiles"], capture_output=True,
+                       text=True, timeout=60, cwd="/")
+    assert r.returncode == 0, r.stderr
+    rows = r.stdout.splitlines()[1:]
+    assert rows[0] == (f"batch     cannot be used: data: refusing {victim}: it is writable by everyone, so others "
+                       "could choose the jail's profiles or filter (make it owned by root (or you) and not writable "
+                       "by others (chmod go-w))")
+    assert rows[1].strip() == str(victim)
+    assert [row.split()[0] for row in rows[2::2]] == ["repl", "standard", "strict"]

@@ -6,6 +6,7 @@
 #include "error.hpp"
 #include "options.hpp"
 #include "profile.hpp"
+#include "profiles_command.hpp"
 
 using namespace pyjail;
 
@@ -197,6 +198,53 @@ TEST_CASE("cli: values, repeats and mistakes") {
     } catch (const UsageError& e) {
         CHECK(e.hint() == "did you mean --wall-time?");
     }
+}
+
+TEST_CASE("pyjail profiles: each profile's description is its opening comment's first line") {
+    CHECK(profile_description("# strict: the default profile, for code you do not trust.\n# More.\nnet = \"none\"\n",
+                              "strict") == "the default profile, for code you do not trust.");
+    // Blank lines and rules before it are passed over; the name is taken off only as a prefix.
+    CHECK(profile_description("\n   \n#\n####\n  #  mine: for my data   \n", "mine") == "for my data");
+    CHECK(profile_description("# for my data\n", "mine") == "for my data");
+    CHECK(profile_description("# minefield: x\n", "mine") == "minefield: x");
+    // A key first: the file opens with no comment (a later comment is a key's).
+    CHECK(profile_description("net = \"none\"  # no network\n# later\n", "p").empty());
+    CHECK(profile_description("", "p").empty());
+    CHECK(profile_description("# \r\n", "p").empty());
+    // Bounded, and nothing a terminal would act on.
+    CHECK(profile_description("# \x1b]0;pwned\x07 x\n", "p") == "?]0;pwned? x");
+    std::string long_line = profile_description("# " + std::string(300, 'a') + "\n", "p");
+    CHECK(long_line == std::string(kMaxDescription - 3, 'a') + "...");
+    std::string accents;
+    for (int i = 0; i < 60; ++i) accents += "\xc3\xa9";  // U+00E9, two bytes each
+    std::string cut = profile_description("# " + accents + "\n", "p");
+    CHECK(cut.size() <= kMaxDescription);
+    CHECK(cut == accents.substr(0, 96) + "...");  // not within a character
+}
+
+TEST_CASE("pyjail profiles: the list, and its command line") {
+    std::vector<ProfileListing> list = {
+        {"batch", "for cron.", "/p/batch.toml", false, ""},
+        {"strict", "the default.", "/p/strict.toml", true, ""},
+        {"x\x1b", "", "/p/x\x1b.toml", false, "profile: /p/x.toml is writable by uid 7"},
+    };
+    CHECK(format_profile_list(list) == "NAME      DESCRIPTION\n"
+                                       "batch     for cron.\n"
+                                       "          /p/batch.toml\n"
+                                       "strict    the default.\n"
+                                       "          /p/strict.toml (the default)\n"
+                                       "x?        cannot be used: profile: /p/x.toml is writable by uid 7\n"
+                                       "          /p/x?.toml\n");
+    CHECK(parse_cli({"profiles"}).subcommand == Subcommand::Profiles);
+    auto help = parse_cli({"profiles", "--help"});
+    CHECK(help.exit_now == 0);
+    CHECK(help.output.rfind("Usage: pyjail profiles\n", 0) == 0);
+    CHECK_THROWS_WITH_AS(parse_cli({"profiles", "strict"}), "profiles: unknown argument 'strict'", UsageError);
+    CHECK_THROWS_WITH_AS(parse_cli({"profiles", "--json"}), "profiles: unknown argument '--json'", UsageError);
+    // Only as pyjail's first word: elsewhere it is a command to run in the jail, as ever.
+    CHECK(parse_cli({"--", "profiles"}).command == std::vector<std::string>{"profiles"});
+    CHECK(parse_cli({"--net", "none", "profiles"}).subcommand == Subcommand::Run);
+    CHECK(parse_cli({"--help"}).output.find("pyjail profiles") != std::string::npos);
 }
 
 TEST_CASE("the options --explain writes as TOML numbers") {
