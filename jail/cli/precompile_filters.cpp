@@ -56,7 +56,7 @@ int precompile(const std::string& profiles, const std::string& out) {
         std::string set_path = seccomp_dir + "/" + file;
         FilterInputs in{read_file(set_path, "seccomp set"), groups_text, NetMode::None};
         SeccompSet set = parse_seccomp_set(in.set_text, set_path, in.groups_text, groups_path);
-        for (NetMode net : {NetMode::None, NetMode::Loopback}) {
+        for (NetMode net : {NetMode::None, NetMode::Loopback}) {  // allow's is loopback's (filter_net_mode)
             in.net = net;
             CompiledFilter c{set.allow, set.deny, compile_seccomp(set, net)};
             std::string name = compiled_filter_file_name(in);

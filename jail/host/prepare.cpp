@@ -111,10 +111,7 @@ void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
     if (policy.seccomp == "off") return;
     FoundFile set = read_seccomp_set(policy.seccomp, dirs);
     std::string groups_path = dirs.profiles + "/seccomp/groups.toml";
-    // --net allow filters sockets as loopback does: what a socket can reach is decided by the
-    // network namespace (only lo, and pyjail's listeners), not by the filter.
-    NetMode net = policy.net == NetMode::Allow ? NetMode::Loopback : policy.net;
-    FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), net};
+    FilterInputs in{std::move(set.text), read_data_file(groups_path, "seccomp"), policy.net};
     std::string file;
     if (auto compiled = load_compiled_filter(dirs, in, file)) {
         p.seccomp = SeccompSet{policy.seccomp, false, std::move(compiled->allow),
@@ -124,7 +121,7 @@ void plan_seccomp(RunPlan& p, const DataDirs& dirs) {
     } else {
         p.seccomp = parse_seccomp_set(in.set_text, set.path, in.groups_text, groups_path);
         p.seccomp->name = policy.seccomp;
-        p.seccomp_filter = compile_seccomp(*p.seccomp, net);
+        p.seccomp_filter = compile_seccomp(*p.seccomp, policy.net);
     }
 }
 

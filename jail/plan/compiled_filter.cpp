@@ -100,7 +100,15 @@ private:
 
 }  // namespace
 
-const char* net_mode_name(NetMode net) { return net == NetMode::Loopback ? "loopback" : "none"; }
+const char* net_mode_name(NetMode net) {
+    return net == NetMode::Loopback ? "loopback" : net == NetMode::Allow ? "allow" : "none";
+}
+
+namespace {
+// The mode a filter file is named and checked by: the filter's own, so that --net allow
+// loads loopback's file, and never none's (which refuses internet sockets).
+const char* filter_file_net(const FilterInputs& in) { return net_mode_name(filter_net_mode(in.net)); }
+}  // namespace
 
 std::string compiled_filter_file_name(const FilterInputs& in) {
     // FNV-1a over 8-byte words (it runs on every run): only a file name, since the file
@@ -118,13 +126,13 @@ std::string compiled_filter_file_name(const FilterInputs& in) {
     };
     mix(in.set_text);
     mix(in.groups_text);
-    mix(net_mode_name(in.net));
+    mix(filter_file_net(in));
     return fmt::format("{:016x}.bpf", h);
 }
 
 std::string encode_compiled_filter(const FilterInputs& in, const CompiledFilter& out) {
     std::string s = header();
-    s += fmt::format("net {}\n", net_mode_name(in.net));
+    s += fmt::format("net {}\n", filter_file_net(in));
     put_blob(s, "set", in.set_text);
     put_blob(s, "groups", in.groups_text);
     put_names(s, "allow", out.allow);
@@ -136,7 +144,7 @@ std::string encode_compiled_filter(const FilterInputs& in, const CompiledFilter&
 
 std::optional<CompiledFilter> decode_compiled_filter(const std::string& file, const FilterInputs& in) {
     FilterFileReader r(file);
-    if (!r.literal(header()) || !r.literal(fmt::format("net {}\n", net_mode_name(in.net))) ||
+    if (!r.literal(header()) || !r.literal(fmt::format("net {}\n", filter_file_net(in))) ||
         !r.blob_equals("set", in.set_text) || !r.blob_equals("groups", in.groups_text))
         return std::nullopt;
     CompiledFilter out;

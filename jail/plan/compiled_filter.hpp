@@ -29,7 +29,7 @@ namespace pyjail {
 struct FilterInputs {
     std::string set_text;
     std::string groups_text;
-    NetMode net = NetMode::None;
+    NetMode net = NetMode::None;  // the run's --net: its filter's (filter_net_mode) decides
 };
 
 struct CompiledFilter {
@@ -38,7 +38,7 @@ struct CompiledFilter {
     std::vector<sock_filter> program;
 };
 
-// "none" / "loopback", as in the file names and the profile key.
+// "none", "loopback" or "allow", as the profile key says it.
 const char* net_mode_name(NetMode net);
 
 // The file name for these inputs: a hash of them, so any copy of a shipped set also hits.

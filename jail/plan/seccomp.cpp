@@ -281,12 +281,14 @@ SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set
     return set;
 }
 
+NetMode filter_net_mode(NetMode net) { return net == NetMode::Allow ? NetMode::Loopback : net; }
+
 std::string seccomp_pfc(const SeccompSet& set, NetMode net) {
-    return export_with(build(set, net), seccomp_export_pfc);
+    return export_with(build(set, filter_net_mode(net)), seccomp_export_pfc);
 }
 
 std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net) {
-    std::string raw = export_with(build(set, net), seccomp_export_bpf);
+    std::string raw = export_with(build(set, filter_net_mode(net)), seccomp_export_bpf);
     std::vector<sock_filter> prog(raw.size() / sizeof(sock_filter));
     std::copy(raw.begin(), raw.begin() + static_cast<std::ptrdiff_t>(prog.size() * sizeof(sock_filter)),
               reinterpret_cast<char*>(prog.data()));

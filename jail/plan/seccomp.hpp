@@ -37,10 +37,18 @@ struct SeccompSet {
 SeccompSet parse_seccomp_set(const std::string& set_text, const std::string& set_path,
                              const std::string& groups_text, const std::string& groups_path);
 
-// The filter for a set and a network mode, as libseccomp's PFC text (for tests and review).
+// The network mode a filter is made for: --net allow filters sockets as loopback does (what a
+// socket can reach is decided by the network namespace: only lo, and pyjail's listeners). Every
+// filter is compiled, precompiled and looked up for this mode, so a fresh jail and a run from
+// a template under the same --net get the same filter.
+NetMode filter_net_mode(NetMode net);
+
+// The filter for a set and a network mode (the run's --net: filter_net_mode applies), as
+// libseccomp's PFC text (for tests and review).
 std::string seccomp_pfc(const SeccompSet& set, NetMode net);
 
-// The filter as BPF, ready for seccomp(SECCOMP_SET_MODE_FILTER). Throws JailError.
+// The filter as BPF, ready for seccomp(SECCOMP_SET_MODE_FILTER), for the run's --net
+// (filter_net_mode applies). Throws JailError.
 std::vector<sock_filter> compile_seccomp(const SeccompSet& set, NetMode net);
 
 // A template's own filter (`pyjail serve`), under its runs' filters: the syscalls no template

@@ -876,6 +876,31 @@ def test_a_template_s_allowlist_bounds_what_its_runs_may_ask(run_jail, serve, in
         assert len(lines) == 1 and "cannot start the run: the run asks for " + asked in lines[0], describe(r)
 
 
+def test_a_run_with_a_seccomp_set_of_its_own_reaches_the_template_s_allowed_hosts(run_jail, serve, internet,
+                                                                                    world_tmp, as_user):
+    # A run whose set is not its template's gets a filter the server compiles for it. Under
+    # --net allow that filter must let the program open internet sockets, as a fresh jail's
+    # does: it was compiled as for --net none, and the run reached no allowed host.
+    from pathlib import Path
+    web = ["--allow-host", f"web.test:{internet.http_port}", "--net-resolve", "web.test:127.0.0.1"]
+    shipped = (Path(__file__).resolve().parents[2] / "profiles" / "seccomp" / "python.toml").read_text()
+    assert ', "@numa-self"]' in shipped
+    no_numa = str(world_tmp.file("no-numa.toml", shipped.replace(', "@numa-self"]', "]", 1)))
+    sock, _ = serve(as_user, "--net", "allow", *web)
+    code = f"""
+import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+numa = "ok" if libc.syscall(239, 0, 0, 0, 0, 0) == 0 else errno.errorcode[ctypes.get_errno()]
+print(fetch('http://web.test:{internet.http_port}/').strip(), attempt(socket.socket, socket.AF_INET6), numa)
+"""
+    # Control: under the template's own set.
+    r = via_egress(run_jail, as_user, sock, code, web)
+    assert (r.returncode, r.stdout) == (0, f"hello web.test:{internet.http_port} ok ok\n"), describe(r)
+    # Under a set of its own (get_mempolicy is no name to it: the set took effect).
+    r = via_egress(run_jail, as_user, sock, code, [*web, "--seccomp", no_numa])
+    assert (r.returncode, r.stdout) == (0, f"hello web.test:{internet.http_port} ok ENOSYS\n"), describe(r)
+
+
 def test_a_run_from_a_template_reaches_no_other_run_s_listeners(run_jail, popen_jail, serve, internet, as_user):
     db = ["--allow-host", f"db.test:{internet.db.port}", "--net-resolve", "db.test:127.0.0.1"]
     web = ["--allow-host", f"web.test:{internet.http_port}", "--net-resolve", "web.test:127.0.0.1"]

@@ -46,6 +46,19 @@ TEST_CASE("any other input misses: an edited set or groups file, another network
     CHECK(compiled_filter_file_name(f.in) == compiled_filter_file_name(Fixture().in));
 }
 
+TEST_CASE("--net allow loads loopback's file, never none's") {
+    Fixture none;
+    FilterInputs loop_in = none.in, allow_in = none.in;
+    loop_in.net = NetMode::Loopback;
+    allow_in.net = NetMode::Allow;
+    CompiledFilter loop_out{none.set.allow, none.set.deny, compile_seccomp(none.set, NetMode::Loopback)};
+    std::string loop_file = encode_compiled_filter(loop_in, loop_out);
+    CHECK(compiled_filter_file_name(allow_in) == compiled_filter_file_name(loop_in));
+    CHECK(decode_compiled_filter(loop_file, allow_in));
+    CHECK_FALSE(decode_compiled_filter(none.file, allow_in));
+    CHECK(std::string(net_mode_name(NetMode::Allow)) == "allow");
+}
+
 TEST_CASE("a stale, truncated or padded file is never loaded") {
     Fixture f;
     std::string other_version = f.file;

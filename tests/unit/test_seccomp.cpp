@@ -278,6 +278,24 @@ TEST_CASE("socketpair: only AF_UNIX, in every network mode") {
     CHECK(seccomp_errno_for(python_set(), SYS_socketpair) == EPERM);
 }
 
+TEST_CASE("--net allow's filter is loopback's, whoever compiles it") {
+    // A run from a template compiles its filter in the server from the policy's --net: under
+    // allow it refused internet sockets, and the run reached none of its allowed hosts.
+    CHECK(filter_net_mode(NetMode::Allow) == NetMode::Loopback);
+    CHECK(filter_net_mode(NetMode::Loopback) == NetMode::Loopback);
+    CHECK(filter_net_mode(NetMode::None) == NetMode::None);
+    auto allow = compile_seccomp(python_set(), NetMode::Allow);
+    auto loop = compile_seccomp(python_set(), NetMode::Loopback);
+    CHECK(run_filter(allow, SYS_socket, {2, 1, 0, 0, 0, 0}) == kAllow);
+    CHECK(run_filter(allow, SYS_socket, {10, 1, 0, 0, 0, 0}) == kAllow);
+    REQUIRE(allow.size() == loop.size());
+    for (std::size_t i = 0; i < allow.size(); ++i) {
+        CHECK(allow[i].code == loop[i].code);
+        CHECK(allow[i].k == loop[i].k);
+    }
+    CHECK(seccomp_pfc(python_set(), NetMode::Allow) == seccomp_pfc(python_set(), NetMode::Loopback));
+}
+
 TEST_CASE("no syscall may make a setuid or setgid file") {
     auto bpf = compile_seccomp(python_set(), NetMode::None);
     struct Case {
