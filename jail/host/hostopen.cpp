@@ -431,8 +431,10 @@ static JailError script_open_error(int err, const std::string& path, const std::
     return JailError("script", fmt::format("cannot open {}", shown), err, hint);
 }
 
-HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& host_user, bool writable) {
-    AsHostUser as(host_user, "bind");
+HostUserReach reach_as_host_user(const std::string& path, const std::optional<HostUserIds>& host_user,
+                                 bool writable) {
+    std::optional<AsHostUser> as;
+    if (host_user) as.emplace(*host_user, "bind");
     HostUserReach r;
     UniqueFd fd(::open(path.c_str(), O_PATH | O_CLOEXEC));
     if (!fd) {
@@ -457,8 +459,9 @@ HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& hos
     };
     if (S_ISDIR(st.st_mode))
         if ((r.enter_err = denied(X_OK)) != 0) return r;  // writability is moot: this stops the run
-    // AT_EACCESS: checked against the file ids (the host user's now, without root's file
-    // capabilities), not the real ids, which are root's. What is asked about is what was opened.
+    // AT_EACCESS: checked against the file ids (root's jails: the host user's now, without
+    // root's file capabilities), not the real ids, which are root's. What is asked about is what
+    // was opened.
     if (writable) r.write_err = denied(W_OK);
     return r;
 }

@@ -37,8 +37,9 @@ struct HostUserIds {
 
 namespace setup {
 
-// What `host_user` (the jail's, when root runs pyjail) can do with a bind's source, asked as
-// that user: each 0, or the errno.
+// What the jail's host user can do with a bind's source, asked as that user: `host_user` when
+// root runs pyjail, else the invoking user, whose rights a user's jail with a bind has
+// (hostid.hpp). Each 0, or the errno.
 struct HostUserReach {
     int open_err = 0;   // opening it as the jail's pid 1 will, to bind it (O_PATH: every
                         // directory above it searchable)
@@ -47,7 +48,8 @@ struct HostUserReach {
     int write_err = 0;  // writing it, asked only for a writable bind: the kernel's answer, which
                         // counts ACLs and read-only mounts as the mode bits alone do not
 };
-HostUserReach reach_as_host_user(const std::string& path, const HostUserIds& host_user, bool writable);
+HostUserReach reach_as_host_user(const std::string& path, const std::optional<HostUserIds>& host_user,
+                                 bool writable);
 
 // The script the jail runs, open for reading (O_NONBLOCK: a FIFO cannot hang us), a regular
 // file. `host_user`: pyjail runs as root and the jail as this user. `shown`: the name the user

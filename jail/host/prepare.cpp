@@ -84,9 +84,9 @@ BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
                      std::vector<UnwritableBind>& unwritable) {
     UniqueFd fd(::open(b.source.c_str(), O_PATH | O_CLOEXEC));
     if (!fd) throw bind_source_error(b, errno, as.described, as.cwd, as.profile);
-    // Root reaches and writes everything: what counts is what the jail's host user can do.
-    HostUserReach reach;
-    if (as.host_user) reach = reach_as_host_user(b.source, *as.host_user, b.writable);
+    // What counts is what the jail's host user can do: root reaches and writes everything, and
+    // a user may open (O_PATH) a directory it cannot enter, as its jail would find only inside.
+    HostUserReach reach = reach_as_host_user(b.source, as.host_user, b.writable);
     if (reach.open_err != 0) throw bind_source_error(b, reach.open_err, as.described, as.cwd, as.profile);
     if (reach.enter_err != 0)
         throw bind_source_error(b, reach.enter_err, as.described, as.cwd, as.profile, BindRefusal::Enter);

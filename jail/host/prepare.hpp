@@ -33,8 +33,9 @@ struct Invoker {
     bool is_root() const { return uid == 0; }
 };
 
-// A writable bind whose source the jail's host user cannot write, when root runs pyjail: what
-// the program writes there will fail (supervisor::check_host_before_run warns of it).
+// A writable bind whose source the jail's host user (root's --host-user, or the invoking user)
+// cannot write: what the program writes there will fail (supervisor::check_host_before_run
+// warns of it).
 struct UnwritableBind {
     std::string origin;  // where the bind was asked for ("--bind", a profile's line)
     std::string source;  // the host path
@@ -50,7 +51,7 @@ struct RunPlan {
     std::vector<std::string> argv;  // as the program gets it (script path made in-jail)
     std::vector<std::string> env;
     std::vector<BindSpec> binds;    // every bind, the profile's and the command line's
-    std::vector<UnwritableBind> unwritable_binds;  // root's only: as the host user found them
+    std::vector<UnwritableBind> unwritable_binds;  // as the jail's host user found them
     MountPlan mounts;
     IdMaps ids;                     // host_uid/gid: who owns what the jail writes to host binds
     HostIdPlan host_ids;            // the jail's own host ids (hostid.hpp), taken when it runs

@@ -271,7 +271,8 @@ JailError bind_source_error(const BindSpec& b, int err, const JailHostUser& user
     // A profile's bind of the current directory (standard's `.`, batch's workdir): the user
     // named neither, so the message says what the profile does and how to do without it.
     if (!b.named_on_command_line && b.source == normalize_path(cwd)) {
-        std::string fix = "run from a directory you can read, or use --profile strict";
+        std::string fix = fmt::format("run from a directory you can {}, or use --profile strict",
+                                      enter ? "enter" : "read");
         if (!user.is_invoker)
             fix = enter ? "run from a directory it can enter, chmod o+rx this one, use --profile strict, or "
                           "--host-user USER"

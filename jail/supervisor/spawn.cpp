@@ -182,11 +182,18 @@ public:
     SignalRelay signals;
 };
 
-// When root runs pyjail, the jail writes as --host-user: say so up front instead of letting
-// the program fail later with a bare EACCES. Which binds it cannot write, the plan found out
-// as that user (setup::reach_as_host_user).
+// A writable bind the jail's host user cannot write: say so up front instead of letting the
+// program fail later with a bare EACCES. Which binds those are, the plan found out as that
+// user (setup::reach_as_host_user): --host-user when root runs pyjail, else the invoking user.
 void warn_unwritable_binds(const RunPlan& p) {
     for (const UnwritableBind& b : p.unwritable_binds) {
+        if (!p.invoker.is_root()) {
+            std::fprintf(stderr,
+                         "pyjail: warning: %s: %s is not writable by you, %s: what the program writes "
+                         "there will fail (make it writable by you, or bind a directory you can write)\n",
+                         b.origin.c_str(), b.source.c_str(), uid_with_name(p.invoker.uid).c_str());
+            continue;
+        }
         // The fix names a user: the owner, when the jail may write as them (never root).
         std::string fix = b.owner != 0
                               ? fmt::format("its owner is {}: run with --host-user {}, or chown it",
@@ -204,7 +211,7 @@ void warn_unwritable_binds(const RunPlan& p) {
 // warnings about the plan, and whether this kernel can filter syscalls at all -- failing
 // closed, and early.
 void check_host_before_run(const RunPlan& p) {
-    if (p.invoker.is_root() && !p.policy.quiet) warn_unwritable_binds(p);
+    if (!p.policy.quiet) warn_unwritable_binds(p);
     if (p.seccomp) {
         if (int e = seccomp_user_notif_errno(); e != 0)
             throw JailError("seccomp", "this kernel cannot filter syscalls with user notification",

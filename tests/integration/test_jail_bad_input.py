@@ -205,27 +205,39 @@ def test_a_profile_binding_a_current_directory_out_of_reach(run_jail, as_user, w
 
 
 @pytest.mark.parametrize("profile", ["standard", "batch"])
-def test_roots_current_directory_the_host_user_cannot_enter(run_jail, root_user, world_tmp, profile):
-    # Root's `mktemp -d` (0700) under a /tmp everyone may search: the host user can open it
-    # (O_PATH) but not enter it. Refused while planning, in one line that says so -- not
-    # "chdir: cannot enter /work" from inside the jail, and not batch's warning that the
+def test_a_current_directory_the_jails_host_user_cannot_enter(run_jail, as_user, world_tmp, profile):
+    # Root's `mktemp -d` (0700) under a /tmp everyone may search: the jail's host user (root's
+    # --host-user, or the unprivileged user itself) can open it (O_PATH) but not enter it.
+    # Refused while planning, in one line that says so -- not "chdir: cannot enter /work" from
+    # inside the jail (as the unprivileged user's run failed), and not batch's warning that the
     # directory is not writable first.
     here = world_tmp.dir(0o700)
-    r = run_jail(["--profile", profile, "--", "python", "-c", "1"], user=root_user, cwd=here)
-    who = f"uid {root_user.host_uid} ({pwd.getpwuid(root_user.host_uid).pw_name}), the jail's host user,"
-    line = assert_one_error(r, 125, f"pyjail: bind: --profile {profile} binds the current directory {here}, which "
-                                    f"{who} cannot enter: Permission denied (run from a directory it can enter, "
-                                    "chmod o+rx this one, use --profile strict, or --host-user USER)")
+    r = run_jail(["--profile", profile, "--", "python", "-c", "1"], user=as_user, cwd=here)
+    who = f"uid {as_user.host_uid} ({pwd.getpwuid(as_user.host_uid).pw_name})"
+    if as_user.is_root:
+        line = assert_one_error(r, 125, f"pyjail: bind: --profile {profile} binds the current directory {here}, "
+                                        f"which {who}, the jail's host user, cannot enter: Permission denied (run "
+                                        "from a directory it can enter, chmod o+rx this one, use --profile strict, "
+                                        "or --host-user USER)")
+    else:
+        line = assert_one_error(r, 125, f"pyjail: bind: --profile {profile} binds the current directory {here}, "
+                                        f"which you, {who}, cannot enter: Permission denied (run from a directory "
+                                        "you can enter, or use --profile strict)")
     assert "chdir" not in line and "not writable" not in line
 
 
 @pytest.mark.parametrize("option", ["--ro-bind", "--bind"])
-def test_a_bind_the_jails_host_user_cannot_enter(run_jail, root_user, world_tmp, option):
+def test_a_bind_the_jails_host_user_cannot_enter(run_jail, as_user, world_tmp, option):
+    # The unprivileged user's program found out for itself: PermissionError on /data.
     closed = world_tmp.dir(0o700)
-    r = run_jail([option, f"{closed}:/data", "--", "python", "-c", "1"], user=root_user)
-    who = f"uid {root_user.host_uid} ({pwd.getpwuid(root_user.host_uid).pw_name})"
-    assert_one_error(r, 125, f"pyjail: bind: {option}: {who}, the jail's host user, cannot enter {closed}: "
-                             "Permission denied (let that user in (chmod o+rx")
+    r = run_jail([option, f"{closed}:/data", "--", "python", "-c", "import os; os.listdir('/data')"], user=as_user)
+    who = f"uid {as_user.host_uid} ({pwd.getpwuid(as_user.host_uid).pw_name})"
+    if as_user.is_root:
+        assert_one_error(r, 125, f"pyjail: bind: {option}: {who}, the jail's host user, cannot enter {closed}: "
+                                 "Permission denied (let that user in (chmod o+rx")
+    else:
+        assert_one_error(r, 125, f"pyjail: bind: {option}: you, {who}, cannot enter {closed}: "
+                                 "Permission denied (make it searchable by you, or bind another directory)")
 
 
 def test_a_rootfs_the_jails_host_user_cannot_reach(run_jail, as_user, world_tmp, jail_rootfs):

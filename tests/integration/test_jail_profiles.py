@@ -3,6 +3,7 @@ line wins over it, and --explain tells all that without running anything."""
 
 import json
 import os
+import pwd
 import re
 import shutil
 import subprocess
@@ -218,6 +219,31 @@ def test_the_unwritable_bind_warning_names_a_fix_that_works(run_jail, root_user,
     assert run.returncode == 0 and "warning" not in run.stderr, helpers.describe(run)
     assert (theirs / "result").read_text() == "ok"
     assert (theirs / "result").stat().st_uid == 12345
+
+
+def test_a_bind_the_jails_host_user_cannot_write_is_warned_of(run_jail, as_user, world_tmp, helpers):
+    # One check as the jail's host user, whoever runs pyjail: a directory of root's is not
+    # nobody's to write, either as root's --host-user or as the unprivileged user itself (whose
+    # program found out only by failing, with no word before).
+    theirs = world_tmp.dir(0o755)
+    who = f"uid {as_user.host_uid} ({pwd.getpwuid(as_user.host_uid).pw_name})"
+    write = ["python", "-c", "open('/mnt/out/result', 'w').write('ok')"]
+    run = run_jail(["--bind", f"{theirs}:/mnt/out", "--", *write], user=as_user)
+    warning = (f"pyjail: warning: --bind: {theirs} is not writable by {who}, the jail's host user when pyjail "
+               "runs as root: what the program writes there will fail (chown it to uid" if as_user.is_root else
+               f"pyjail: warning: --bind: {theirs} is not writable by you, {who}: what the program writes there "
+               "will fail (make it writable by you, or bind a directory you can write)\n")
+    assert warning in run.stderr, helpers.describe(run)
+    assert run.returncode == 1 and not (theirs / "result").exists(), helpers.describe(run)
+    # Control: the user's own directory, no warning, and the write lands.
+    mine = world_tmp.dir(0o755)
+    os.chown(mine, as_user.host_uid, as_user.host_uid)
+    run = run_jail(["--bind", f"{mine}:/mnt/out", "--", *write], user=as_user)
+    assert run.returncode == 0 and "warning" not in run.stderr, helpers.describe(run)
+    assert (mine / "result").read_text() == "ok"
+    # --quiet keeps it quiet, as root's.
+    run = run_jail(["--quiet", "--bind", f"{theirs}:/mnt/out", "--", "python", "-c", "pass"], user=as_user)
+    assert run.returncode == 0 and run.stderr == "", helpers.describe(run)
 
 
 def setfacl(path, entry):
