@@ -60,6 +60,12 @@ std::string child_step_hint(ChildStep step, int err, const std::string& host_use
                            "it searchable (chmod o+x), or bind another; as root, --host-user USER chooses "
                            "who the jail is",
                            who);
+    // The plan refuses the mount points it knows cannot be made (mountplan.cpp,
+    // require_mount_point); this is what it could not know, e.g. a subdirectory on the way.
+    if ((step == ChildStep::Mkdir || step == ChildStep::Mkfile) && (err == EACCES || err == EPERM || err == EROFS))
+        return fmt::format("a bind inside another bind has its mount point made in that bind's host directory, "
+                           "as {}: bind it elsewhere, e.g. /data, or create the mount point there beforehand",
+                           host_user.empty() ? "the jail's host user" : host_user);
     if (step == ChildStep::CopyScript && err == ENOSPC)
         return "the script is copied into the jail's scratch space, which is smaller: raise --tmpfs-size";
     if (step == ChildStep::Keyring && (err == EDQUOT || err == ENOMEM))

@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <grp.h>
 #include <sys/fsuid.h>
 #include <sys/random.h>
@@ -464,6 +466,46 @@ HostUserReach reach_as_host_user(const std::string& path, const std::optional<Ho
     // was opened.
     if (writable) r.write_err = denied(W_OK);
     return r;
+}
+
+// `made` (below `dir`), if it is still what pid 1 made: an empty directory, or an empty file.
+// Attack: the program, which may write `dir`, moves a directory made on the way away and
+// leaves a symbolic link in its place, so that this removal (with the host user's rights)
+// empties another directory. Its directory is reached beneath `dir` and through no link, and
+// a link is never what is removed. Returns whether it is gone.
+static bool remove_made(int dir, const std::string& made) {
+    auto slash = made.rfind('/');
+    UniqueFd parent;
+    if (slash != std::string::npos) {
+        open_how how{};
+        how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+        how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
+        parent.reset(static_cast<int>(::syscall(SYS_openat2, dir, made.substr(0, slash).c_str(), &how, sizeof how)));
+        if (!parent) return false;
+    }
+    int at = parent ? parent.get() : dir;
+    std::string name = made.substr(slash == std::string::npos ? 0 : slash + 1);
+    struct stat st {};
+    if (::fstatat(at, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) return false;
+    if (S_ISDIR(st.st_mode)) return ::unlinkat(at, name.c_str(), AT_REMOVEDIR) == 0;  // only if empty
+    return S_ISREG(st.st_mode) && st.st_size == 0 && st.st_nlink == 1 && ::unlinkat(at, name.c_str(), 0) == 0;
+}
+
+void remove_host_mount_points(const std::vector<HostMountPoint>& points,
+                              const std::optional<HostUserIds>& host_user) noexcept {
+    if (points.empty()) return;
+    try {
+        std::optional<AsHostUser> as;
+        if (host_user) as.emplace(*host_user, "bind");
+        // The last made first: a directory two binds share is empty only once both are gone.
+        for (auto p = points.rbegin(); p != points.rend(); ++p) {
+            UniqueFd dir(::open(p->host_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+            if (!dir) continue;
+            for (const std::string& made : p->made)
+                if (!remove_made(dir.get(), made)) break;  // what is left holds the rest
+        }
+    } catch (...) {  // the host user's ids could not be taken: leave them
+    }
 }
 
 UniqueFd open_script(const std::string& path, const std::string& shown,

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "mountplan.hpp"
 #include "policy.hpp"
 #include "sys.hpp"
 #include "writable_place.hpp"
@@ -50,6 +51,14 @@ struct HostUserReach {
 };
 HostUserReach reach_as_host_user(const std::string& path, const std::optional<HostUserIds>& host_user,
                                  bool writable);
+
+// After the jail is gone: removes what its pid 1 made in host directories as mount points
+// (MountPlan::host_mount_points), as the jail's host user (`host_user` when root runs pyjail),
+// each only while it is an empty directory or an empty regular file of one link, and never
+// through a symbolic link. Anything else -- what the program put there, a directory of the
+// user's -- stays. Best effort: nothing here fails the run.
+void remove_host_mount_points(const std::vector<HostMountPoint>& points,
+                              const std::optional<HostUserIds>& host_user) noexcept;
 
 // The script the jail runs, open for reading (O_NONBLOCK: a FIFO cannot hang us), a regular
 // file. `host_user`: pyjail runs as root and the jail as this user. `shown`: the name the user

@@ -92,8 +92,11 @@ BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
         throw bind_source_error(b, reach.enter_err, as.described, as.cwd, as.profile, BindRefusal::Enter);
     struct stat st {};
     if (::fstat(fd.get(), &st) != 0) throw JailError("bind", b.source, errno);
-    if (reach.write_err != 0) unwritable.push_back({b.origin, b.source, st.st_uid});
     BindFacts f;
+    if (reach.write_err != 0) {
+        unwritable.push_back({b.origin, b.source, st.st_uid});
+        f.writable_by_host_user = false;
+    }
     f.is_dir = S_ISDIR(st.st_mode);
     f.real_source = fd_path(fd.get());
     f.locked_flags = locked_flags_of(fd.get());
@@ -102,6 +105,29 @@ BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
                          target_is_dir == f.is_dir;
     if (f.is_dir) f.credentials = credentials_in(fd.get());
     return f;
+}
+
+// Whether each bind inside another finds its mount point in that one's source: a file or
+// directory like its own source, not a symlink (which the mount would follow in the jail).
+void note_mount_points_in_binds(const std::vector<BindSpec>& binds, std::vector<BindFacts>& facts) {
+    for (std::size_t i = 0; i < binds.size(); ++i) {
+        std::optional<std::size_t> outer = enclosing_bind(binds, i);
+        if (!outer) continue;
+        const std::string& dir = binds[*outer].source;
+        std::string below = binds[i].target.substr(binds[*outer].target.size() + 1);
+        struct stat st {};
+        facts[i].target_in_enclosing = ::lstat((dir + "/" + below).c_str(), &st) == 0 &&
+                                       (facts[i].is_dir ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode));
+        if (facts[i].target_in_enclosing) continue;
+        for (std::size_t end = below.find('/');; end = below.find('/', end + 1)) {
+            std::string part = below.substr(0, end);
+            if (::lstat((dir + "/" + part).c_str(), &st) != 0 && errno == ENOENT) {
+                facts[i].missing_in_enclosing = part;
+                break;
+            }
+            if (end == std::string::npos) break;
+        }
+    }
 }
 
 // The filter is ready before any process exists: compiled at build time for exactly this
@@ -237,6 +263,7 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     if (p.invoker.is_root()) opener.host_user = HostUserIds{root_uid, root_gid};
     for (const auto& b : p.binds)
         facts.binds.push_back(bind_facts(b, rootfs_fd.get(), opener, p.unwritable_binds));
+    note_mount_points_in_binds(p.binds, facts.binds);
     facts.home_dirs = home_dirs();
     if (policy.net == NetMode::Allow) {
         for (const char* const* f = kEgressEtcFiles; *f != nullptr; ++f) {

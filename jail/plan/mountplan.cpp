@@ -94,6 +94,15 @@ std::vector<BindSpec> all_binds(const Policy& policy) {
     return binds;
 }
 
+std::optional<std::size_t> enclosing_bind(const std::vector<BindSpec>& binds, std::size_t i) {
+    std::optional<std::size_t> found;
+    for (std::size_t j = 0; j < binds.size(); ++j)
+        if (j != i && is_under(binds[i].target, binds[j].target) &&
+            (!found || binds[j].target.size() > binds[*found].target.size()))
+            found = j;
+    return found;
+}
+
 unsigned long locked_mount_flags(unsigned long f) {
     unsigned long out = 0;
     if (f & ST_RDONLY) out |= MS_RDONLY;
@@ -318,6 +327,38 @@ void plan_jail_mounts(std::vector<MountOp>& ops, const PlanContext& c) {
     add(ops, {.kind = OpKind::Bind, .target = "tmp", .source = "tmp/.tmp", .flags = MS_BIND});
 }
 
+// A bind inside another gets its mount point in that bind's host directory. Where it is
+// missing and cannot be made there, say so now, with the way out -- not "mkdir: cannot
+// create mount point: Read-only file system" from inside the jail.
+void require_mount_point(const BindSpec& b, const BindFacts& f, const BindSpec& outer, const BindFacts& outer_f) {
+    std::string host = outer.source + b.target.substr(outer.target.size());
+    std::string fix = fmt::format("bind it elsewhere, e.g. /{}, or create the {} {} beforehand",
+                                  basename_of(b.target), f.is_dir ? "directory" : "file", host);
+    if (!outer.writable)
+        throw UsageError(fmt::format("{}: {} lies inside {}, the read-only bind of {} ({}), which has no {} "
+                                     "to mount it on",
+                                     b.origin, b.target, outer.target, outer.source, outer.origin,
+                                     f.is_dir ? "directory" : "file"),
+                         fix);
+    if (!outer_f.writable_by_host_user)
+        throw UsageError(fmt::format("{}: {} lies inside {}, the bind of {} ({}), where its mount point would be "
+                                     "made, but the jail's host user cannot write that directory",
+                                     b.origin, b.target, outer.target, outer.source, outer.origin),
+                         fix);
+}
+
+// What pid 1 makes in the host directory of the writable bind `outer` for b's mount point.
+HostMountPoint host_mount_point(const BindSpec& b, const BindFacts& f, const BindSpec& outer) {
+    HostMountPoint m{outer.source, {}};
+    const std::string& first = f.missing_in_enclosing;
+    for (std::string made = b.target.substr(outer.target.size() + 1); made.size() >= first.size() && !first.empty();
+         made.resize(made.rfind('/'))) {
+        m.made.push_back(made);
+        if (made.find('/') == std::string::npos) break;
+    }
+    return m;
+}
+
 // The user's binds, parents before children so a nested bind lands on top.
 void plan_user_binds(MountPlan& plan, const PlanContext& c) {
     for (std::size_t i : c.order) {
@@ -325,7 +366,8 @@ void plan_user_binds(MountPlan& plan, const PlanContext& c) {
         const BindFacts& f = c.facts.binds.at(i);
         std::string t = rel(b.target);
         std::string top = t.substr(0, t.find('/'));
-        bool in_ro_rootfs = std::find(c.rootfs_dirs.begin(), c.rootfs_dirs.end(), top) != c.rootfs_dirs.end();
+        std::optional<std::size_t> outer = enclosing_bind(c.binds, i);
+        bool in_ro_rootfs = !outer && std::find(c.rootfs_dirs.begin(), c.rootfs_dirs.end(), top) != c.rootfs_dirs.end();
         if (in_ro_rootfs && !f.target_in_rootfs)
             throw UsageError(fmt::format("{}: {} does not exist in the rootfs, and /{} is read-only, so it "
                                          "cannot be created",
@@ -337,10 +379,17 @@ void plan_user_binds(MountPlan& plan, const PlanContext& c) {
                              "use --ro-bind, or a writable directory");
         int slot = static_cast<int>(plan.sources.size());
         plan.sources.push_back({b.source, false});
-        // A mount point is ready only where the rootfs is bound (not under /tmp, /work, ...).
-        bool ready = (in_ro_rootfs && f.target_in_rootfs) ||
-                     (c.rootfs_is_root && std::find(std::begin(kJailMounts), std::end(kJailMounts), t) !=
-                                              std::end(kJailMounts));
+        // A mount point is ready where the rootfs is bound (not under /tmp, /work, ...), or where
+        // the bind it lies in has it.
+        bool ready = outer ? f.target_in_enclosing
+                           : (in_ro_rootfs && f.target_in_rootfs) ||
+                                 (c.rootfs_is_root && std::find(std::begin(kJailMounts), std::end(kJailMounts), t) !=
+                                                          std::end(kJailMounts));
+        if (!ready && outer) {
+            require_mount_point(b, f, c.binds[*outer], c.facts.binds.at(*outer));
+            if (HostMountPoint m = host_mount_point(b, f, c.binds[*outer]); !m.made.empty())
+                plan.host_mount_points.push_back(std::move(m));
+        }
         if (!ready)
             add(plan.ops, {.kind = f.is_dir ? OpKind::Mkdir : OpKind::MkFile, .target = t.c_str(),
                            .mode = f.is_dir ? 0755u : 0644u});

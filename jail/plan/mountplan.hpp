@@ -33,6 +33,13 @@ struct BindFacts {
     unsigned long locked_flags = 0;    // MS_* flags of the source's mount that we must keep
     bool target_in_rootfs = false;     // the target exists in the rootfs (a ready mount point)
     std::vector<std::string> credentials;  // kCredentialNames found directly in the source
+    // Inside another bind (enclosing_bind): the target exists in that bind's source, as a file
+    // or directory like this source (a ready mount point).
+    bool target_in_enclosing = false;
+    // Else the first part of the target's path, below that bind's target, that is missing
+    // there ("a" for /work/a/b/in when /work/a is missing): where pid 1 starts making it.
+    std::string missing_in_enclosing;
+    bool writable_by_host_user = true; // a writable bind: its source is the jail's host user's to write
 };
 
 struct MountFacts {
@@ -80,16 +87,30 @@ struct SourceRef {
     bool content = false;  // opened for reading (copied in) rather than as a path (bound)
 };
 
+// What pid 1 makes on the host: the mount point of a bind inside a writable bind, where that
+// bind's host directory lacks it. pyjail's, not the program's: removed when the run is over
+// (setup::remove_host_mount_points), so no empty file or directory is left in the user's.
+struct HostMountPoint {
+    std::string host_dir;           // the enclosing bind's source
+    std::vector<std::string> made;  // below it, deepest first: the mount point, then each
+                                    // directory made on the way to it
+};
+
 struct MountPlan {
     std::vector<SourceRef> sources;  // the parent opens these; slot 0 is the rootfs
     std::vector<MountOp> ops;
     unsigned long root_flags = 0;    // MS_* flags of the final read-only remount of the root
     std::string cwd = "/work";
     std::optional<std::string> script_jail_path;
+    std::vector<HostMountPoint> host_mount_points;  // in the order pid 1 makes them
 };
 
 // Every bind of the run: the policy's binds plus --workdir (a writable bind at /work).
 std::vector<BindSpec> all_binds(const Policy& policy);
+
+// The innermost other bind whose target holds binds[i]'s, if any: binds[i]'s mount point is
+// in that bind's source, on the host, and made there when it is missing.
+std::optional<std::size_t> enclosing_bind(const std::vector<BindSpec>& binds, std::size_t i);
 
 // MS_* flags a user namespace may not clear on a bind of a mount with these statvfs flags.
 unsigned long locked_mount_flags(unsigned long statvfs_flags);

@@ -67,6 +67,7 @@
 #include "exitstatus.hpp"
 #include "hints.hpp"
 #include "hostid_lease.hpp"
+#include "hostopen.hpp"
 #include "hostroot.hpp"
 #include "network_maker.hpp"
 #include "init.hpp"
@@ -488,6 +489,11 @@ int supervise_to_the_end(const RunPlan& p, JailHandle& jail, Channels& channels,
                          Usage (*usage)(const std::optional<CgroupLeaf>&, const Supervised&)) {
     Supervised s = supervise_jail(p, jail, channels, leaf, started_ms);
     jail.mark_reaped();
+    // The jail is gone, however it ended: so are the mount points its pid 1 made in host
+    // directories (an empty file or directory in the user's, for each bind inside a --workdir).
+    std::optional<HostUserIds> host_user;
+    if (p.invoker.is_root()) host_user = HostUserIds{p.host_ids.files_uid, p.host_ids.files_gid};
+    setup::remove_host_mount_points(p.mounts.host_mount_points, host_user);
     terminal.restore();
     finish_output(p, channels);
     finish_egress(channels, s);

@@ -359,3 +359,90 @@ def test_roots_private_files_stay_private(run_py, root_user, world_tmp, helpers)
     else:
         assert r.returncode == 0, r.stderr
         assert r.result == {"list": "EACCES", "read": "EACCES"}
+
+
+def test_a_bind_inside_a_read_only_bind_needs_its_mount_point_there(run_jail, as_user, world_tmp, helpers):
+    # standard binds the current directory read-only at /work: a bind inside it has its mount
+    # point in that host directory, where the jail cannot make one. Refused while planning, in
+    # one line naming the bind, why, and the way out -- it was "mkfile: cannot create mount
+    # point /work/data.csv: Read-only file system" from inside the jail.
+    proj = world_tmp.dir()
+    data = world_tmp.file("data.csv", "a,b\n")
+    args = ["--profile", "standard", "--ro-bind", f"{data}:/work/data.csv", "--",
+            "python", "-c", "print(open('/work/data.csv').read(), end='')"]
+    r = run_jail(args, user=as_user, cwd=proj)
+    assert r.returncode == 125 and r.stdout == "" and r.stderr.count("\n") == 1, helpers.describe(r)
+    assert r.stderr.startswith(f"pyjail: --ro-bind: /work/data.csv lies inside /work, the read-only bind of "
+                               f"{proj} ("), helpers.describe(r)
+    assert r.stderr.endswith(f"which has no file to mount it on (bind it elsewhere, e.g. /data.csv, or create "
+                             f"the file {proj}/data.csv beforehand)\n"), helpers.describe(r)
+    assert os.listdir(proj) == []
+    # Both ways out work.
+    r = run_jail([*args[:3], f"{data}:/data.csv", "--", "python", "-c", "print(open('/data.csv').read(), end='')"],
+                 user=as_user, cwd=proj)
+    assert (r.returncode, r.stdout) == (0, "a,b\n"), helpers.describe(r)
+    (proj / "data.csv").touch()
+    r = run_jail(args, user=as_user, cwd=proj)
+    assert (r.returncode, r.stdout) == (0, "a,b\n"), helpers.describe(r)
+    assert os.listdir(proj) == ["data.csv"] and (proj / "data.csv").read_text() == ""
+
+
+def test_a_bind_inside_a_workdir_the_jails_host_user_cannot_write(run_jail, as_user, world_tmp, helpers):
+    # batch binds the current directory writable at /work; root's directory is not the jail's
+    # host user's (nobody) to write, so the mount point of a bind inside it cannot be made
+    # there: refused while planning, not "mkdir: cannot create mount point /work/in" from the
+    # jail.
+    proj = world_tmp.dir(0o755)
+    src = world_tmp.dir()
+    r = run_jail(["--profile", "batch", "--ro-bind", f"{src}:/work/in", "--", "python", "-c", "1"],
+                 user=as_user, cwd=proj)
+    assert r.returncode == 125 and r.stdout == "" and r.stderr.count("\n") == 1, helpers.describe(r)
+    assert r.stderr.startswith(f"pyjail: --ro-bind: /work/in lies inside /work, the bind of {proj} ("), \
+        helpers.describe(r)
+    assert r.stderr.endswith("where its mount point would be made, but the jail's host user cannot write that "
+                             f"directory (bind it elsewhere, e.g. /in, or create the directory {proj}/in "
+                             "beforehand)\n"), helpers.describe(r)
+    assert os.listdir(proj) == []
+
+
+def test_mount_points_made_in_a_workdir_are_gone_after_the_run(run_jail, as_user, world_tmp, helpers):
+    # Where the jail's host user can write the host directory, pid 1 makes the mount points
+    # there. They are pyjail's, not the program's: the run removes them (and the directories
+    # it made on the way), leaving what the program wrote and the user's own directories.
+    proj = world_tmp.dir(0o755)
+    (proj / "keep").mkdir()
+    for d in (proj, proj / "keep"):
+        os.chown(d, as_user.host_uid, as_user.host_gid)
+    data = world_tmp.file("data.csv", "a,b\n")
+    src = world_tmp.dir()
+    world_tmp.file("x.txt", "x\n", dir=src)
+    r = run_jail(["--profile", "batch", "--ro-bind", f"{data}:/work/data.csv", "--ro-bind", f"{src}:/work/a/b/in",
+                  "--ro-bind", f"{src}:/work/keep/in", "--", "python", "-c",
+                  "import os; open('out.txt', 'w').write(open('data.csv').read() + open('a/b/in/x.txt').read()); "
+                  "print(sorted(os.listdir('.')))"], user=as_user, cwd=proj)
+    assert (r.returncode, r.stdout) == (0, "['a', 'data.csv', 'keep', 'out.txt']\n"), helpers.describe(r)
+    assert sorted(os.listdir(proj)) == ["keep", "out.txt"], helpers.describe(r)
+    assert os.listdir(proj / "keep") == []
+    assert (proj / "out.txt").read_text() == "a,b\nx\n"
+
+
+def test_removing_the_mount_points_follows_no_link_the_program_left(run_jail, as_user, world_tmp, helpers):
+    # Attack: the program moves away a directory pid 1 made on the way to a mount point and
+    # leaves a symbolic link in its place, so that the removal after the run (as root's
+    # --host-user, or the user) would reach another directory and remove its empty entries.
+    # The removal goes through no link: the victim's stay, and so does the link.
+    proj = world_tmp.dir(0o755)
+    os.chown(proj, as_user.host_uid, as_user.host_gid)
+    victim = world_tmp.dir(0o777)
+    (victim / "b" / "in").mkdir(parents=True)
+    for d in (victim / "b", victim / "b" / "in"):
+        os.chmod(d, 0o777)
+    src = world_tmp.dir()
+    r = run_jail(["--profile", "batch", "--ro-bind", f"{src}:/work/a/b/in", "--", "python", "-c",
+                  f"import os; os.rename('a', 'moved'); os.symlink({str(victim)!r}, 'a'); print('swapped')"],
+                 user=as_user, cwd=proj)
+    assert (r.returncode, r.stdout) == (0, "swapped\n"), helpers.describe(r)
+    assert (victim / "b" / "in").is_dir(), "the removal followed the program's link"
+    assert os.readlink(proj / "a") == str(victim)
+    # What pid 1 made, moved by the program, is the program's now: it stays where it was put.
+    assert sorted(os.listdir(proj)) == ["a", "moved"]

@@ -88,6 +88,22 @@ def test_a_batch_run_through_a_template_reads_and_writes_its_directory(run_jail,
     assert (extra / "note").read_text() == "from the host\n"
 
 
+def test_a_run_s_mount_point_made_in_its_directory_is_gone_after_it(run_jail, as_user, serve, world_tmp):
+    # A bind inside the batch profile's /work has its mount point made in the job's directory
+    # by the run's pid 1 (in the template): the client removes it once the run is over, as a
+    # fresh jail's supervisor does.
+    job = owned_dir(world_tmp)
+    src = world_tmp.dir()
+    world_tmp.file("x.txt", "x\n", dir=src)
+    sock, _ = serve(as_user, "--allow-binds", *LOOSE)
+    r = via(run_jail, as_user, sock, """
+        import json, os
+        print(json.dumps([open("in/x.txt").read(), sorted(os.listdir("."))]))
+    """, opts=("--profile", "batch", "--ro-bind", f"{src}:/work/in"), cwd=job)
+    assert result(r) == ["x\n", ["in"]]
+    assert os.listdir(job) == []
+
+
 def test_a_server_takes_binds_only_when_started_with_allow_binds(run_jail, as_user, serve, world_tmp):
     data = world_tmp.dir()
     sock, _ = serve(as_user)

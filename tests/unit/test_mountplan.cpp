@@ -136,11 +136,77 @@ TEST_CASE("binds: parents before children, mount points created unless the rootf
     Policy p = policy_from("ro-bind = [\"/data/a:/mnt/a/b\", \"/data/b:/mnt/a\", \"/etc/x.conf:/etc/x.conf\"]\n");
     MountFacts f = rootfs_facts();
     f.binds = {{true, "/data/a", 0, false, {}}, {true, "/data/b", 0, false, {}}, {false, "/etc/x.conf", 0, true, {}}};
+    f.binds[0].target_in_enclosing = true;  // /data/b/b: /mnt/a/b's mount point, in /mnt/a's source
     auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
     CHECK(index_of(l, "bind     /mnt/a <- /data/b") < index_of(l, "bind     /mnt/a/b <- /data/a"));
     CHECK(has(l, "mkdir    /mnt/a"));
+    CHECK_FALSE(has(l, "mkdir    /mnt/a/b"));
     CHECK(has(l, "bind     /etc/x.conf <- /etc/x.conf"));
     CHECK_FALSE(has(l, "mkfile   /etc/x.conf"));
+}
+
+TEST_CASE("a bind inside another: its mount point is that bind's, refused at plan time where it cannot be made") {
+    // standard's read-only /work: a missing mount point could only fail in the jail, with
+    // "mkfile: cannot create mount point /work/data: Read-only file system".
+    Policy p = policy_from("ro-bind = [\".:/work\", \"/d/data.csv:/work/data\"]\n");
+    CHECK(enclosing_bind(all_binds(p), 1) == std::optional<std::size_t>(0));
+    CHECK(enclosing_bind(all_binds(p), 0) == std::nullopt);
+    MountFacts f = rootfs_facts();
+    f.binds = {{true, "/home/u/proj", 0, false, {}}, {false, "/d/data.csv", 0, false, {}}};
+    CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
+                         "p.toml:1: key 'ro-bind': /work/data lies inside /work, the read-only bind of "
+                         "/home/u/proj (p.toml:1: key 'ro-bind'), which has no file to mount it on",
+                         UsageError);
+    try {
+        (void)plan_mounts(p, "/rootfs", f, std::nullopt);
+    } catch (const UsageError& e) {
+        CHECK(e.one_line().find("(bind it elsewhere, e.g. /data, or create the file /home/u/proj/data "
+                                "beforehand)") != std::string::npos);
+    }
+    // Where the host directory has it: bound onto it, nothing made.
+    f.binds[1].target_in_enclosing = true;
+    auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
+    CHECK(has(l, "bind     /work/data <- /d/data.csv"));
+    CHECK_FALSE(has(l, "mkfile   /work/data"));
+
+    // A writable /work the jail's host user cannot write: nor can its pid 1 make the mount point.
+    Policy w = policy_from("workdir = \"out\"\nro-bind = [\"/d/in:/work/in\"]\n");
+    MountFacts g = rootfs_facts();
+    g.binds = {{true, "/d/in", 0, false, {}}, {true, "/home/u/proj/out", 0, false, {}}};
+    g.binds[1].writable_by_host_user = false;
+    CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
+                         "p.toml:2: key 'ro-bind': /work/in lies inside /work, the bind of /home/u/proj/out "
+                         "(p.toml:1: key 'workdir'), where its mount point would be made, but the jail's "
+                         "host user cannot write that directory",
+                         UsageError);
+    g.binds[1].writable_by_host_user = true;
+    g.binds[0].missing_in_enclosing = "in";
+    MountPlan made = plan_mounts(w, "/rootfs", g, std::nullopt);
+    CHECK(has(lines(made), "mkdir    /work/in"));
+    REQUIRE(made.host_mount_points.size() == 1);
+    CHECK(made.host_mount_points[0].host_dir == "/home/u/proj/out");
+    CHECK(made.host_mount_points[0].made == std::vector<std::string>{"in"});
+}
+
+TEST_CASE("what pid 1 makes in a writable bind's host directory is listed, deepest first, for removal") {
+    Policy w = policy_from("workdir = \"out\"\nro-bind = [\"/d/x:/work/a/b/in\", \"/d/y:/work/keep/in\", "
+                           "\"/d/z:/work/there\"]\n");
+    MountFacts g = rootfs_facts();
+    g.binds = {{true, "/d/x", 0, false, {}}, {true, "/d/y", 0, false, {}}, {false, "/d/z", 0, false, {}},
+               {true, "/home/u/proj/out", 0, false, {}}};
+    g.binds[0].missing_in_enclosing = "a";        // neither a nor a/b is there: pid 1 makes both
+    g.binds[1].missing_in_enclosing = "keep/in";  // keep is the user's: it stays
+    g.binds[2].target_in_enclosing = true;        // there already: nothing made, nothing removed
+    MountPlan plan = plan_mounts(w, "/rootfs", g, std::nullopt);
+    REQUIRE(plan.host_mount_points.size() == 2);  // in the order pid 1 makes them: the shallower first
+    CHECK(plan.host_mount_points[0].made == std::vector<std::string>{"keep/in"});
+    CHECK(plan.host_mount_points[1].made == std::vector<std::string>{"a/b/in", "a/b", "a"});
+    CHECK_FALSE(has(lines(plan), "mkfile   /work/there"));
+    // Nothing is made on the host without a bind around the target.
+    Policy s = policy_from("ro-bind = [\"/d/x:/mnt/x\"]\n");
+    MountFacts h = rootfs_facts();
+    h.binds = {{true, "/d/x", 0, false, {}}};
+    CHECK(plan_mounts(s, "/rootfs", h, std::nullopt).host_mount_points.empty());
 }
 
 TEST_CASE("binds that cannot be placed fail at plan time") {
