@@ -499,8 +499,12 @@ void remove_host_mount_points(const std::vector<HostMountPoint>& points,
         if (host_user) as.emplace(*host_user, "bind");
         // The last made first: a directory two binds share is empty only once both are gone.
         for (auto p = points.rbegin(); p != points.rend(); ++p) {
+            // By name, so perhaps through a link the program left where the directory was
+            // (it may see that directory's parent through another bind): only the directory
+            // planned is one to remove from.
             UniqueFd dir(::open(p->host_dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-            if (!dir) continue;
+            struct stat st {};
+            if (!dir || ::fstat(dir.get(), &st) != 0 || st.st_dev != p->dev || st.st_ino != p->ino) continue;
             for (const std::string& made : p->made)
                 if (!remove_made(dir.get(), made)) break;  // what is left holds the rest
         }

@@ -98,6 +98,8 @@ BindFacts bind_facts(const BindSpec& b, int rootfs_fd, const BindOpener& as,
         f.writable_by_host_user = false;
     }
     f.is_dir = S_ISDIR(st.st_mode);
+    f.dev = st.st_dev;
+    f.ino = st.st_ino;
     f.real_source = fd_path(fd.get());
     f.locked_flags = locked_flags_of(fd.get());
     bool target_is_dir = false;

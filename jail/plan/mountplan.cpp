@@ -348,8 +348,9 @@ void require_mount_point(const BindSpec& b, const BindFacts& f, const BindSpec& 
 }
 
 // What pid 1 makes in the host directory of the writable bind `outer` for b's mount point.
-HostMountPoint host_mount_point(const BindSpec& b, const BindFacts& f, const BindSpec& outer) {
-    HostMountPoint m{outer.source, {}};
+HostMountPoint host_mount_point(const BindSpec& b, const BindFacts& f, const BindSpec& outer,
+                                const BindFacts& outer_f) {
+    HostMountPoint m{outer.source, {}, outer_f.dev, outer_f.ino};
     const std::string& first = f.missing_in_enclosing;
     for (std::string made = b.target.substr(outer.target.size() + 1); made.size() >= first.size() && !first.empty();
          made.resize(made.rfind('/'))) {
@@ -387,7 +388,7 @@ void plan_user_binds(MountPlan& plan, const PlanContext& c) {
                                                           std::end(kJailMounts));
         if (!ready && outer) {
             require_mount_point(b, f, c.binds[*outer], c.facts.binds.at(*outer));
-            if (HostMountPoint m = host_mount_point(b, f, c.binds[*outer]); !m.made.empty())
+            if (HostMountPoint m = host_mount_point(b, f, c.binds[*outer], c.facts.binds.at(*outer)); !m.made.empty())
                 plan.host_mount_points.push_back(std::move(m));
         }
         if (!ready)

@@ -40,6 +40,8 @@ struct BindFacts {
     // there ("a" for /work/a/b/in when /work/a is missing): where pid 1 starts making it.
     std::string missing_in_enclosing;
     bool writable_by_host_user = true; // a writable bind: its source is the jail's host user's to write
+    dev_t dev = 0;                     // the source, as planned: what a directory reached by its
+    ino_t ino = 0;                     // name later must still be
 };
 
 struct MountFacts {
@@ -94,6 +96,8 @@ struct HostMountPoint {
     std::string host_dir;           // the enclosing bind's source
     std::vector<std::string> made;  // below it, deepest first: the mount point, then each
                                     // directory made on the way to it
+    dev_t dev = 0;                  // host_dir when planned (BindFacts::dev, ino): the program
+    ino_t ino = 0;                  // may have put a link or another directory in its place
 };
 
 struct MountPlan {

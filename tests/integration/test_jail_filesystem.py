@@ -446,3 +446,26 @@ def test_removing_the_mount_points_follows_no_link_the_program_left(run_jail, as
     assert os.readlink(proj / "a") == str(victim)
     # What pid 1 made, moved by the program, is the program's now: it stays where it was put.
     assert sorted(os.listdir(proj)) == ["a", "moved"]
+
+
+def test_removing_the_mount_points_follows_no_link_in_place_of_the_bind_directory(run_jail, as_user, world_tmp,
+                                                                                  helpers):
+    # Attack: the enclosing bind's host directory (here proj/out, bound at /out) is also seen
+    # writable through another bind (proj at /work). The program moves it away there and
+    # leaves a symbolic link in its place: the removal after the run opened proj/out by name,
+    # followed the link, and removed the victim's empty file and directory of the same names.
+    proj = world_tmp.dir(0o755)
+    (proj / "out").mkdir()
+    victim = world_tmp.dir(0o755)
+    (victim / "in").mkdir()
+    (victim / "in" / "data.csv").touch()
+    for d in (proj, proj / "out", victim, victim / "in", victim / "in" / "data.csv"):
+        os.chown(d, as_user.host_uid, as_user.host_gid)
+    data = world_tmp.file("data.csv", "a,b\n")
+    r = run_jail(["--profile", "batch", "--bind", f"{proj}/out:/out", "--ro-bind", f"{data}:/out/in/data.csv",
+                  "--", "python", "-c",
+                  f"import os; os.rename('/work/out', '/work/moved'); os.symlink({str(victim)!r}, '/work/out'); "
+                  "print('swapped')"], user=as_user, cwd=proj)
+    assert (r.returncode, r.stdout) == (0, "swapped\n"), helpers.describe(r)
+    assert (victim / "in" / "data.csv").is_file(), "the removal followed the program's link"
+    assert os.listdir(victim) == ["in"]
