@@ -15,6 +15,20 @@ using namespace pyjail;
 
 namespace {
 
+// A bind's facts as planning finds them: the rest as for a plain bind.
+BindFacts bind_facts(bool is_dir, std::string source, unsigned long locked_flags, bool target_in_rootfs) {
+    BindFacts f;
+    f.is_dir = is_dir;
+    f.real_source = std::move(source);
+    f.locked_flags = locked_flags;
+    f.target_in_rootfs = target_in_rootfs;
+    return f;
+}
+
+}  // namespace
+
+namespace {
+
 Policy policy_from(std::string_view profile) {
     Settings s = default_settings();
     apply_profile(s, parse_profile(profile, "p.toml"));
@@ -103,7 +117,7 @@ TEST_CASE("the rootfs mount's locked flags are kept") {
 TEST_CASE("standard: the current directory read-only at /work; a script there runs in place") {
     Policy p = policy_from("ro-bind = [\".:/work\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/home/u/proj", 0, false, {}}};
+    f.binds = {bind_facts(true, "/home/u/proj", 0, false)};
     f.script_real_path = "/home/u/proj/sub/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/home/u/proj/sub/x.py"));
     auto l = lines(plan);
@@ -121,7 +135,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
     // The rootfs has its own (empty) /work: the jail owns that name, so the mount point must
     // still be made in the new root.
     f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
-    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
+    f.binds = {bind_facts(true, "/home/u/proj/out", 0, true)};
     f.script_real_path = "/opt/jobs/x.py";
     MountPlan plan = plan_mounts(p, "/rootfs", f, std::string("/opt/jobs/x.py"));
     auto l = lines(plan);
@@ -135,7 +149,7 @@ TEST_CASE("a script outside every bind is copied into the read-only root when /w
 TEST_CASE("binds: parents before children, mount points created unless the rootfs has them") {
     Policy p = policy_from("ro-bind = [\"/data/a:/mnt/a/b\", \"/data/b:/mnt/a\", \"/etc/x.conf:/etc/x.conf\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data/a", 0, false, {}}, {true, "/data/b", 0, false, {}}, {false, "/etc/x.conf", 0, true, {}}};
+    f.binds = {bind_facts(true, "/data/a", 0, false), bind_facts(true, "/data/b", 0, false), bind_facts(false, "/etc/x.conf", 0, true)};
     f.binds[0].target_in_enclosing = true;  // /data/b/b: /mnt/a/b's mount point, in /mnt/a's source
     auto l = lines(plan_mounts(p, "/rootfs", f, std::nullopt));
     CHECK(index_of(l, "bind     /mnt/a <- /data/b") < index_of(l, "bind     /mnt/a/b <- /data/a"));
@@ -152,7 +166,7 @@ TEST_CASE("a bind inside another: its mount point is that bind's, refused at pla
     CHECK(enclosing_bind(all_binds(p), 1) == std::optional<std::size_t>(0));
     CHECK(enclosing_bind(all_binds(p), 0) == std::nullopt);
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/home/u/proj", 0, false, {}}, {false, "/d/data.csv", 0, false, {}}};
+    f.binds = {bind_facts(true, "/home/u/proj", 0, false), bind_facts(false, "/d/data.csv", 0, false)};
     CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
                          "p.toml:1: key 'ro-bind': /work/data lies inside /work, the read-only bind of "
                          "/home/u/proj (p.toml:1: key 'ro-bind'), which has no file to mount it on",
@@ -172,7 +186,7 @@ TEST_CASE("a bind inside another: its mount point is that bind's, refused at pla
     // A writable /work the jail's host user cannot write: nor can its pid 1 make the mount point.
     Policy w = policy_from("workdir = \"out\"\nro-bind = [\"/d/in:/work/in\"]\n");
     MountFacts g = rootfs_facts();
-    g.binds = {{true, "/d/in", 0, false, {}}, {true, "/home/u/proj/out", 0, false, {}}};
+    g.binds = {bind_facts(true, "/d/in", 0, false), bind_facts(true, "/home/u/proj/out", 0, false)};
     g.binds[1].writable_by_host_user = false;
     CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
                          "p.toml:2: key 'ro-bind': /work/in lies inside /work, the bind of /home/u/proj/out "
@@ -192,8 +206,8 @@ TEST_CASE("what pid 1 makes in a writable bind's host directory is listed, deepe
     Policy w = policy_from("workdir = \"out\"\nro-bind = [\"/d/x:/work/a/b/in\", \"/d/y:/work/keep/in\", "
                            "\"/d/z:/work/there\"]\n");
     MountFacts g = rootfs_facts();
-    g.binds = {{true, "/d/x", 0, false, {}}, {true, "/d/y", 0, false, {}}, {false, "/d/z", 0, false, {}},
-               {true, "/home/u/proj/out", 0, false, {}}};
+    g.binds = {bind_facts(true, "/d/x", 0, false), bind_facts(true, "/d/y", 0, false), bind_facts(false, "/d/z", 0, false),
+               bind_facts(true, "/home/u/proj/out", 0, false)};
     g.binds[0].missing_in_enclosing = "a";        // neither a nor a/b is there: pid 1 makes both
     g.binds[1].missing_in_enclosing = "keep/in";  // keep is the user's: it stays
     g.binds[2].target_in_enclosing = true;        // there already: nothing made, nothing removed
@@ -205,14 +219,14 @@ TEST_CASE("what pid 1 makes in a writable bind's host directory is listed, deepe
     // Nothing is made on the host without a bind around the target.
     Policy s = policy_from("ro-bind = [\"/d/x:/mnt/x\"]\n");
     MountFacts h = rootfs_facts();
-    h.binds = {{true, "/d/x", 0, false, {}}};
+    h.binds = {bind_facts(true, "/d/x", 0, false)};
     CHECK(plan_mounts(s, "/rootfs", h, std::nullopt).host_mount_points.empty());
 }
 
 TEST_CASE("binds that cannot be placed fail at plan time") {
     Policy p = policy_from("ro-bind = [\"/data:/usr/data\"]\n");
     MountFacts f = rootfs_facts();
-    f.binds = {{true, "/data", 0, false, {}}};
+    f.binds = {bind_facts(true, "/data", 0, false)};
     CHECK_THROWS_WITH_AS(plan_mounts(p, "/rootfs", f, std::nullopt),
                          "p.toml:1: key 'ro-bind': /usr/data does not exist in the rootfs, and "
                          "/usr is read-only, so it cannot be created",
@@ -220,7 +234,7 @@ TEST_CASE("binds that cannot be placed fail at plan time") {
 
     Policy w = policy_from("bind = [\"/ro:/mnt/ro\"]\n");
     MountFacts g = rootfs_facts();
-    g.binds = {{true, "/ro", MS_RDONLY, false, {}}};
+    g.binds = {bind_facts(true, "/ro", MS_RDONLY, false)};
     CHECK_THROWS_WITH_AS(plan_mounts(w, "/rootfs", g, std::nullopt),
                          "p.toml:1: key 'bind': /ro is on a read-only filesystem, so it cannot "
                          "be bound writable",
@@ -261,7 +275,7 @@ TEST_CASE("a rootfs with the jail's mount points is the root itself: one bind, r
     CHECK(l.back() == "copy     /work/x.py <- /home/u/proj/x.py (mode 444)");
     // Binds onto paths the rootfs has, or inside the jail's tmpfs mounts, keep it so.
     Policy b = policy_from("ro-bind = [\"/etc/x.conf:/etc/x.conf\", \"/data:/tmp/data\"]\nbind = [\"/out:/work\"]\n");
-    f.binds = {{false, "/etc/x.conf", 0, true, {}}, {true, "/data", 0, false, {}}, {true, "/out", 0, false, {}}};
+    f.binds = {bind_facts(false, "/etc/x.conf", 0, true), bind_facts(true, "/data", 0, false), bind_facts(true, "/out", 0, false)};
     f.script_real_path = "/out/x.py";
     auto lb = lines(plan_mounts(b, "/rootfs", f, std::string("/out/x.py")));
     CHECK(lb.front() == "bind     / <- /rootfs");
@@ -274,14 +288,14 @@ TEST_CASE("a mount point the rootfs lacks makes the root a tmpfs") {
     MountFacts f = full_rootfs_facts();
     // A bind to a new top-level path.
     Policy mnt = policy_from("ro-bind = [\"/data:/mnt/data\"]\n");
-    f.binds = {{true, "/data", 0, false, {}}};
+    f.binds = {bind_facts(true, "/data", 0, false)};
     auto l = lines(plan_mounts(mnt, "/rootfs", f, std::nullopt));
     CHECK(tmpfs_root(l));
     CHECK(has(l, "mkdir    /mnt/data"));
     CHECK(has(l, "bind     /usr <- /rootfs/usr"));
     // A script outside every bind while /work is a host directory: it goes to /script.
     Policy w = policy_from("workdir = \"out\"\n");
-    f.binds = {{true, "/home/u/proj/out", 0, true, {}}};
+    f.binds = {bind_facts(true, "/home/u/proj/out", 0, true)};
     f.script_real_path = "/opt/jobs/x.py";
     CHECK(tmpfs_root(lines(plan_mounts(w, "/rootfs", f, std::string("/opt/jobs/x.py")))));
     // A rootfs without /work.
@@ -389,7 +403,7 @@ MountFacts shipped_rootfs_facts(const Policy& p) {
     MountFacts f = rootfs_facts();
     f.rootfs_top.push_back({"dev", RootfsEntry::Kind::Dir, ""});
     f.rootfs_top.push_back({"work", RootfsEntry::Kind::Dir, ""});
-    for (const auto& b : all_binds(p)) f.binds.push_back({true, b.source, 0, true, {}});
+    for (const auto& b : all_binds(p)) f.binds.push_back(bind_facts(true, b.source, 0, true));
     f.script_real_path = "/home/u/proj/x.py";
     return f;
 }

@@ -189,7 +189,9 @@ TEST_CASE("a run from a template makes the fresh jail's own directories, and no 
     Settings with_bind = s;
     with_bind["ro-bind"].push_back({"/srv/data:/data", Source::CommandLine, "--ro-bind"});
     Policy bound = make_policy(with_bind, {"python3", "x.py"}, "/home/u");
-    facts.binds = {BindFacts{true, "/srv/data", 0, false, {}}};
+    BindFacts data;
+    data.real_source = "/srv/data";
+    facts.binds = {data};
     CHECK_THROWS_AS(plan_forked_mounts(plan_mounts(bound, "/r", facts, std::string("/home/u/x.py"))), UsageError);
 
     // --net allow: the resolver files are the template's (it serves --net allow too); the

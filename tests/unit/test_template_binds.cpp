@@ -29,7 +29,11 @@ MountFacts facts_for(const Policy& p) {
     facts.rootfs_top = {{"dev", RootfsEntry::Kind::Dir, ""}, {"etc", RootfsEntry::Kind::Dir, ""},
                         {"proc", RootfsEntry::Kind::Dir, ""}, {"tmp", RootfsEntry::Kind::Dir, ""},
                         {"usr", RootfsEntry::Kind::Dir, ""},  {"work", RootfsEntry::Kind::Dir, ""}};
-    for (const auto& b : all_binds(p)) facts.binds.push_back(BindFacts{true, b.source, 0, false, {}});
+    for (const auto& b : all_binds(p)) {
+        BindFacts f;
+        f.real_source = b.source;
+        facts.binds.push_back(f);
+    }
     return facts;
 }
 
