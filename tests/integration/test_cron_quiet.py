@@ -88,7 +88,7 @@ def test_the_notice_is_said_once_a_day_per_reason(run_jail, world_tmp, as_user):
     # always: every run; off: never.
     r = run_jail(["--cgroup-notice", "always", *RUN], user=as_user, env=env)
     assert r.stderr.count(NOTICE) == 1
-    assert r.stderr.endswith("cpu-time by RLIMIT_CPU (per process)\n"), r.stderr  # as asked: no tail
+    assert r.stderr.endswith("cpu-time by RLIMIT_CPU (per process) and the supervisor's sum from /proc (per jail)\n"), r.stderr  # as asked: no tail
     r = run_jail(["--cgroup-notice", "off", *RUN], user=as_user, env={"XDG_STATE_HOME": "/nonexistent"})
     assert r.returncode == 0 and r.stderr == ""
     # A stamp of another day, or of another reason, is said again.
