@@ -18,11 +18,9 @@
 #            over 80 lines), tests/test_quickstart.py (the quick start's build jobs), then
 #            the attack suites again through a template -- the tests that
 #            look for leftovers on this host
-#   vm:      tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table), then
-#            tests/rootfs/test_package_builds_in_jail.py (the pip jails' builds), which would
-#            otherwise make the python lane the longest by minutes
+#   vm:      tests/vm (mostly qemu's CPU, nothing on the host's /tmp or process table)
 #   package: tests/python (the Python package)
-#   python:  the rest of tests/rootfs (the rootfs builder)
+#   python:  tests/rootfs (the rootfs builder)
 # The other lanes keep their temporary files in directories named like the integration tests'
 # (which their leftover checks pass over), and run pyjail from a staged copy of their own, so
 # the host lane's checks see none of theirs.
@@ -133,18 +131,12 @@ lane_host() {
         status=$?
     return "$status"
 }
-# The rootfs builder's tests that the vm lane runs once its VMs are done (lane balance).
-lane_balance=tests/rootfs/test_package_builds_in_jail.py
 lane_vm() {
-    local status=0
     mkdir "$scratch/vm-tmp"
     # The VM tests read the staged binary (ldd, copies into the guest): the copy the package
     # and rootfs lanes use too, so that the host lane's leftover checks never see their processes.
     TMPDIR="$scratch/vm-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
-        "${pytest[@]}" tests/vm "$@" || status=$?
-    echo "==> $lane_balance, in this lane once the VMs are done"
-    rootfs_tests builds "$lane_balance" "$@" || status=$?
-    return "$status"
+        "${pytest[@]}" tests/vm "$@"
 }
 lane_package() {
     # Niced: the VMs emulate their CPUs (TCG), and their limit tests measure CPU shares and
@@ -164,15 +156,9 @@ package_tests() {
         "${niced[@]}" "$venv/bin/python" -m pytest -q -p no:cacheprovider --durations=10 "$@"
 }
 lane_python() {
-    rootfs_tests python tests/rootfs --ignore="$lane_balance" "$@"
-}
-# The rootfs builder's tests (NAME PYTEST-ARGS...), with a temporary directory of their own,
-# named so that the integration tests' leftover checks pass over it.
-rootfs_tests() {
-    local tmp="$scratch/$1-tmp"
-    shift
-    mkdir -m 1777 "$tmp"
-    TMPDIR="$tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" "${pytest[@]}" "$@"
+    mkdir -m 1777 "$scratch/python-tmp"
+    TMPDIR="$scratch/python-tmp" PYJAIL_BIN="$stage_python/usr/local/bin/pyjail" \
+        "${pytest[@]}" tests/rootfs "$@"
 }
 
 # Long done by now: it started before the build.
