@@ -262,7 +262,10 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
     BindOpener opener{std::nullopt,
                       {uid_with_name(p.invoker.is_root() ? root_uid : p.invoker.uid), !p.invoker.is_root()},
                       cwd, policy.profile};
-    if (p.invoker.is_root()) opener.host_user = HostUserIds{root_uid, root_gid};
+    // The jail's host user as root's runs have it (--host-user); none: the invoking user.
+    std::optional<HostUserIds> host_user;
+    if (p.invoker.is_root()) host_user = HostUserIds{root_uid, root_gid};
+    opener.host_user = host_user;
     for (const auto& b : p.binds)
         facts.binds.push_back(bind_facts(b, rootfs_fd.get(), opener, p.unwritable_binds));
     note_mount_points_in_binds(p.binds, facts.binds);
@@ -288,9 +291,7 @@ PreparedRun prepare_run(Policy policy, const DataDirs& dirs, const CgroupSite* c
         std::string host = absolute_path(p.argv[*p.command.script_index], cwd);
         // Opened with the rights of the jail's host user (hostopen.hpp): root must not read a
         // file for the jail through a link another user planted.
-        std::optional<HostUserIds> as_host_user;
-        if (p.invoker.is_root()) as_host_user = HostUserIds{root_uid, root_gid};
-        prepared.fds.script = open_script(host, p.argv[*p.command.script_index], as_host_user);
+        prepared.fds.script = open_script(host, p.argv[*p.command.script_index], host_user);
         facts.script_real_path = fd_path(prepared.fds.script.get());
         script = host;
     }

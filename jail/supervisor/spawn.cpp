@@ -355,14 +355,17 @@ Supervised supervise_jail(const RunPlan& p, const JailHandle& jail, Channels& ch
         sa.cpu_time = p.policy.limits.cpu_time;
         sa.cpu_usage = [&] { return leaf->cpu_usage_s(); };
         sa.kill_all = [&] { leaf->kill_all(); };
-    } else if (std::optional<long> pid1 = p.policy.limits.cpu_time > 0 ? fdinfo_number(jail.pidfd(), "Pid")
-                                                                        : std::nullopt;
-               pid1 && *pid1 > 0) {
+    } else {
         // The rlimit fallback: RLIMIT_CPU bounds each process alone, so the supervisor sums
         // the whole tree's (pid 1 and all below it) as cpu.stat would. Its pid from the pidfd,
-        // not from a template's reply: the kernel's word for the process we watch.
+        // not from a template's reply: the kernel's word for the process we watch. Read at
+        // the first check (100 ms in), not on the start's path.
         sa.cpu_time = p.policy.limits.cpu_time;
-        sa.cpu_usage = [root = static_cast<pid_t>(*pid1)] { return process_tree_cpu_s(root); };
+        sa.cpu_usage = [pidfd = jail.pidfd()]() -> std::optional<double> {
+            std::optional<long> pid1 = fdinfo_number(pidfd, "Pid");
+            if (!pid1 || *pid1 <= 0) return std::nullopt;  // gone
+            return process_tree_cpu_s(static_cast<pid_t>(*pid1));
+        };
     }
     sa.relay = ch.relay ? &*ch.relay : nullptr;
     sa.egress = ch.egress ? &*ch.egress : nullptr;
